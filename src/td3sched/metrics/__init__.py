@@ -1,0 +1,1 @@
+"""What a run is judged by: fragmentation, utilisation, latency, OOM kills, SLA violations."""

@@ -1,0 +1,49 @@
+"""The interface every scoring policy implements: (pod, feasible nodes, cluster) -> scores."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from td3sched.simulator.cluster import Cluster
+
+#: kube-scheduler's non-zero defaults for a container with no request (pkg/scheduler/util).
+DEFAULT_MILLI_CPU_REQUEST = 100.0
+DEFAULT_MEMORY_REQUEST_MIB = 200.0
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """What a policy may know of the pod being scheduled."""
+
+    index: int
+    request: np.ndarray
+    """[4] CPU milli, memory MiB, disk GiB, RDMA %."""
+    gpu_count: int
+    gpu_milli: int
+    qos: int
+    cpu_limit_milli: float
+    mem_limit_mib: float
+    time_s: float
+
+    @property
+    def nonzero_cpu_mem(self) -> np.ndarray:
+        """CPU and memory request with kube-scheduler's defaults for an empty request."""
+        cpu, mem = self.request[0], self.request[1]
+        return np.array([cpu if cpu > 0 else DEFAULT_MILLI_CPU_REQUEST,
+                         mem if mem > 0 else DEFAULT_MEMORY_REQUEST_MIB])
+
+
+class Policy(ABC):
+    """A scoring policy. Higher score wins; the simulator breaks ties uniformly at random."""
+
+    name = "policy"
+
+    @abstractmethod
+    def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        """Scores of the feasible ``nodes`` (indices into the cluster's arrays) for ``pod``."""
+
+    def bound(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
+        """Told after the pod is bound to ``node`` (for policies that remember recent placements)."""

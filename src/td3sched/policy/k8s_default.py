@@ -1,0 +1,60 @@
+"""``k8s-default``: kube-scheduler's default resource scoring.
+
+NodeResourcesFit with the LeastAllocated strategy (cpu weight 1, memory weight 1) plus
+NodeResourcesBalancedAllocation, plugin weight 1 each, computed on requests exactly as
+kube-scheduler does (kubernetes pkg/scheduler/framework/plugins/noderesources:
+least_allocated.go, balanced_allocation.go, resource_allocation.go):
+
+    LeastAllocated   = (sum_r w_r * floor((alloc_r - req_r) * 100 / alloc_r)) // sum_r w_r
+                       req_r = node's non-zero requested + pod's non-zero request (100m CPU and
+                       200 MiB for an empty request); 0 when req_r > alloc_r
+    BalancedAllocation = int((1 - |f_cpu - f_mem| / 2) * 100), f_r = min(1, (requested + pod) / alloc)
+                       on actual requests; skipped (0) for a BestEffort pod
+    score = LeastAllocated + BalancedAllocation
+
+Memory is counted in bytes, as kube-scheduler counts it, so integer rounding matches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from td3sched.policy.base import Policy, PodRequest
+from td3sched.simulator.cluster import Cluster
+from td3sched.workload.pods import BEST_EFFORT
+
+MAX_NODE_SCORE = 100
+MIB = float(1 << 20)
+
+
+def least_allocated(requested_cpu, requested_mem, alloc_cpu, alloc_mem) -> np.ndarray:
+    """kube-scheduler's leastResourceScorer, cpu and memory weight 1. Inputs are whole milli-CPU
+    and bytes held as float64 (exact below 2**53)."""
+    total = np.zeros(len(requested_cpu))
+    for req, cap in ((requested_cpu, alloc_cpu), (requested_mem, alloc_mem)):
+        # floor of the correctly rounded quotient equals Go's integer division for these magnitudes
+        total += np.where(req > cap, 0.0, np.floor((cap - req) * MAX_NODE_SCORE / cap))
+    return np.floor(total / 2)
+
+
+def balanced_allocation(requested_cpu, requested_mem, alloc_cpu, alloc_mem) -> np.ndarray:
+    """kube-scheduler's balancedResourceScorer for cpu and memory."""
+    f_cpu = np.minimum(requested_cpu / alloc_cpu, 1.0)
+    f_mem = np.minimum(requested_mem / alloc_mem, 1.0)
+    return np.trunc((1 - np.abs(f_cpu - f_mem) / 2) * MAX_NODE_SCORE)
+
+
+class K8sDefault(Policy):
+    name = "k8s-default"
+
+    def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        alloc_cpu = cluster.allocatable[nodes, 0]
+        alloc_mem = cluster.allocatable[nodes, 1] * MIB
+        nz = pod.nonzero_cpu_mem
+        nonzero = cluster.nonzero_requested[nodes]
+        score = least_allocated(nonzero[:, 0] + nz[0], (nonzero[:, 1] + nz[1]) * MIB, alloc_cpu, alloc_mem)
+        if pod.qos != BEST_EFFORT:
+            requested = cluster.requested[nodes]
+            score += balanced_allocation(requested[:, 0] + pod.request[0], (requested[:, 1] + pod.request[1]) * MIB,
+                                         alloc_cpu, alloc_mem)
+        return score

@@ -1,0 +1,61 @@
+"""One simulation run, end to end: scenario -> world -> simulator -> metrics record."""
+
+from __future__ import annotations
+
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+from td3sched import __version__
+from td3sched.policy import make_policy
+from td3sched.scenario import load_scenario
+from td3sched.simulator.engine import Simulation, open_event_log
+
+
+@lru_cache(maxsize=1)
+def code_version() -> str:
+    """The package version and, in a git checkout, the commit (``+dirty`` with local changes)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                                capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        return f"{__version__}+{commit}{'.dirty' if dirty else ''}"
+    except (OSError, subprocess.SubprocessError):
+        return __version__
+
+
+def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = "full",
+                   overrides: list[str] | None = None, events_path: Path | None = None,
+                   progress: bool = False) -> dict:
+    """Run ``policy_name`` on a scenario span; return the JSON-ready record of the run."""
+    policy = make_policy(policy_name)
+    scenario = load_scenario(scenario_name, overrides or [])
+    start_s, end_s = scenario.span(span)
+    world = scenario.build(seed)
+    events, stream = open_event_log(events_path)
+    try:
+        if progress:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                          TimeElapsedColumn(), TimeRemainingColumn(), transient=True) as bar:
+                task = bar.add_task(f"{scenario_name} {span} {policy_name}", total=(end_s - start_s) / 3600)
+                sim = Simulation(world, policy, seed, start_s, end_s, events,
+                                 progress=lambda dt: bar.advance(task, dt / 3600))
+                record = sim.run()
+        else:
+            record = Simulation(world, policy, seed, start_s, end_s, events).run()
+    finally:
+        if stream:
+            stream.close()
+    return {
+        "scenario": scenario_name,
+        "overrides": list(scenario.overrides),
+        "span": {"name": span, "start_s": start_s, "end_s": end_s},
+        "seed": seed,
+        "policy": policy_name,
+        "code_version": code_version(),
+        **record,
+    }

@@ -1,0 +1,1 @@
+"""The trace-driven cluster simulator: nodes, the metrics pipeline, OOM, autoscaler, latency."""

@@ -1,0 +1,72 @@
+"""Simulator constants. Every default here is documented in docs/simulator.md with its source."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Latency of latency-sensitive pods: base x contention factor of their node.
+
+    factor = 1 + sum_r w_r * (1 / (1 - rho_r) - 1), r in (cpu, disk, net), rho_r the node's real
+    utilisation of r capped at ``rho_cap``: an M/M/1 queue's sojourn time relative to an idle server.
+    """
+
+    base_median_ms: float = 40.0
+    """Median of the per-service base latency (log-normal across services)."""
+    base_sigma: float = 0.35
+    """Log-normal sigma of the base latency across services."""
+    weight_cpu: float = 0.6
+    weight_disk: float = 0.2
+    weight_net: float = 0.2
+    rho_cap: float = 0.98
+    slo_factor: float = 2.0
+    """A sample breaches the service's SLO when latency > slo_factor x base."""
+
+
+@dataclass(frozen=True)
+class Autoscaler:
+    """cluster-autoscaler's behaviour at its defaults."""
+
+    enabled: bool = True
+    scale_down_unneeded_s: float = 600.0
+    """An empty node is removed after being empty this long (scale-down-unneeded-time, 10 min)."""
+    provision_delay_s: float = 120.0
+    """A node asked for becomes schedulable after this delay."""
+    pending_threshold_s: float = 30.0
+    """Pods pending at least this long (and fitting an empty node of a pool) trigger a scale-up."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    tick_s: float = 60.0
+    """Usage tick: pod usage is re-read from its profile and metrics are sampled."""
+    scrape_s: float = 30.0
+    """Metrics pipeline scrape interval (Prometheus' default-ish 30 s)."""
+    window_s: float = 60.0
+    """Rate window: observed usage is the mean of the scrapes within it (rate(...[1m]))."""
+    usage_scale: float = 1.0
+    """Global CPU usage scale, calibrated once (docs/simulator.md); never tuned per policy."""
+    mem_level: float = 0.85
+    """Memory in use at a profile's peak, as a fraction of the pod's memory size."""
+    safety_cpu_util: float = 0.90
+    """Safety filter: nodes whose observed CPU utilisation is above this are never chosen."""
+    overload_util: float = 0.85
+    """A (node, tick) sample is overloaded when real CPU utilisation is above this."""
+    sla_pending_s: float = 60.0
+    """A pod pending longer than this is an SLA violation (once per wait)."""
+    latency: LatencyModel = field(default_factory=LatencyModel)
+    autoscaler: Autoscaler = field(default_factory=Autoscaler)
+
+    def __post_init__(self) -> None:
+        for name in ("tick_s", "scrape_s", "window_s", "usage_scale", "mem_level"):
+            v = getattr(self, name)
+            if not v > 0:
+                raise ValueError(f"simulator setting {name}={v!r}: expected a positive number")
+        if self.window_s < self.scrape_s:
+            raise ValueError(f"window_s={self.window_s} must be at least scrape_s={self.scrape_s}")
+        for name in ("safety_cpu_util", "overload_util"):
+            v = getattr(self, name)
+            if not 0 < v <= 1.5:
+                raise ValueError(f"simulator setting {name}={v!r}: expected a utilisation in (0, 1.5]")

@@ -1,0 +1,484 @@
+"""The discrete-event loop: arrivals, scheduling cycles, departures, usage ticks, scrapes, OOM kills
+and the autoscaler, in time order.
+
+At equal times events run in this order: departures, nodes becoming ready, the usage tick, the
+metrics scrape, arrivals. Each arrival gets a scheduling cycle at once (kube-scheduler pops new pods
+from its active queue); a pod that fits nowhere waits in the pending queue and is retried, in
+arrival order, when a pod leaves a node it could use, when a node becomes ready, and at every tick.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, TextIO
+
+import numpy as np
+
+from td3sched.metrics.collector import MetricsCollector
+from td3sched.metrics.fragmentation import TypicalPods, node_fragmentation
+from td3sched.policy.base import Policy, PodRequest
+from td3sched.simulator.cluster import Cluster, Pool
+from td3sched.simulator.config import SimConfig
+from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
+from td3sched.simulator.metrics_pipeline import MetricsPipeline
+from td3sched.workload.pods import BEST_EFFORT, BURSTABLE, Workload
+from td3sched.workload.profiles import UsageProfiles
+
+FUTURE, PENDING, RUNNING, DONE = 0, 1, 2, 3
+_DEPART, _READY = 0, 1
+
+
+@dataclass(frozen=True)
+class World:
+    """Everything a run needs besides the policy and the seed."""
+
+    pools: tuple[Pool, ...]
+    workload: Workload
+    profiles: UsageProfiles
+    config: SimConfig
+    typical: TypicalPods
+
+
+class EventLog:
+    """Every event of a run as JSON lines, for audits and independent recomputation."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def write(self, t: float, kind: str, **fields) -> None:
+        self.stream.write(json.dumps({"t": round(t, 3), "event": kind, **fields}) + "\n")
+
+
+class Simulation:
+    """One run of one policy over ``[start_s, end_s)`` of a world."""
+
+    def __init__(self, world: World, policy: Policy, seed: int, start_s: float, end_s: float,
+                 events: EventLog | None = None, progress: Callable[[float], None] | None = None):
+        if not end_s > start_s:
+            raise ValueError(f"span [{start_s}, {end_s}) is empty: expected end_s > start_s")
+        self.world = world
+        self.cfg = world.config
+        self.policy = policy
+        self.rng = np.random.default_rng(seed)
+        self.start_s, self.end_s = float(start_s), float(end_s)
+        self.events = events
+        self.progress = progress
+
+        w = world.workload
+        self.w = w
+        self.cluster = Cluster(list(world.pools))
+        c = self.cluster
+        for k, name in enumerate(w.pool_names):
+            if name not in c.pool_names:
+                raise ValueError(f"workload selects pool {name!r}, the cluster has {', '.join(c.pool_names)}")
+        self.pool_to_cluster = np.array([c.pool_names.index(n) for n in w.pool_names] + [-1], dtype=np.int64)
+        self.pipeline = MetricsPipeline(c.size, 4, self.cfg.scrape_s, self.cfg.window_s)
+
+        p = len(w)
+        self.state = np.full(p, FUTURE, dtype=np.int8)
+        self.node = np.full(p, -1, dtype=np.int64)
+        self.gpus: list[np.ndarray | None] = [None] * p
+        self.remaining = w.duration_s.astype(np.float64).copy()
+        self.started = np.full(p, np.nan)
+        self.queued_at = np.full(p, np.nan)
+        self.flagged = np.zeros(p, dtype=bool)
+        self.gen = np.zeros(p, dtype=np.int64)
+        self.pod_usage = np.zeros((p, 4))
+        self.nonzero = np.column_stack([
+            np.where(w.request[:, 0] > 0, w.request[:, 0], 100.0),
+            np.where(w.request[:, 1] > 0, w.request[:, 1], 200.0),
+        ])
+        self.pending: list[int] = []
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self._seq = 0
+
+        lat = self.cfg.latency
+        lat_rng = np.random.default_rng([seed, 7])
+        self.base_ms = lat.base_median_ms * np.exp(lat.base_sigma * lat_rng.standard_normal(len(w.app_names)))
+        self.ls_index = np.flatnonzero(w.latency_sensitive)
+
+        # Pods alive when the span starts enter at start_s with what is left of their run time.
+        alive = (w.arrival_s < self.start_s) & (w.arrival_s + w.duration_s > self.start_s)
+        self.remaining[alive] = w.arrival_s[alive] + w.duration_s[alive] - self.start_s
+        in_span = (w.arrival_s >= self.start_s) & (w.arrival_s < self.end_s)
+        self.arrival_order = np.flatnonzero(alive | in_span)
+        self.arrival_time = np.maximum(w.arrival_s[self.arrival_order], self.start_s)
+        self.metrics = MetricsCollector(self.end_s - self.start_s, self.cfg.tick_s)
+        self.frag_cache = np.zeros(c.size)
+        self.dirty = np.ones(c.size, dtype=bool)
+        self.decision_wall_s = 0.0
+
+    # --- pod usage -------------------------------------------------------------------------------
+    def _usage_of(self, pods, t: float) -> np.ndarray:
+        """Real usage of a pod ([4]) or pods ([k, 4]) now: CPU milli (throttled at the limit), memory
+        MiB, disk MB/s, network Mbit/s."""
+        w, prof = self.w, self.world.profiles
+        shape = prof.shape[:, w.profile[pods], prof.slot(t)]
+        cpu = np.minimum(self.cfg.usage_scale * shape[0] * w.size_cpu_milli[pods], w.cpu_limit_milli[pods])
+        mem = self.cfg.mem_level * shape[1] * w.size_mem_mib[pods]
+        return np.stack([cpu, mem, shape[2] * w.size_disk_mbps[pods], shape[3] * w.size_net_mbps[pods]], axis=-1)
+
+    # --- scheduling cycle ------------------------------------------------------------------------
+    def feasible(self, pod: int) -> np.ndarray:
+        """Indices of the nodes that pass Filter for ``pod``."""
+        w, c = self.w, self.cluster
+        k = self.pool_to_cluster[w.pool[pod]]
+        sl = c.pool_slice[k] if k >= 0 else slice(0, c.size)
+        gpu_free = c.gpu_capacity[sl] - c.gpu_used[sl] if w.gpu_count[pod] else c.gpu_used[sl]
+        ok = c.ready[sl] & fits_one(c.free[sl], gpu_free, w.request[pod], int(w.gpu_count[pod]),
+                                    int(w.gpu_milli[pod]))
+        cap = w.max_per_node[pod]
+        if cap > 0:
+            counts = c.app_count.get(int(w.app[pod]))
+            if counts is not None:
+                ok &= counts[sl] < cap
+        ok &= c.observed[sl, 0] <= self.cfg.safety_cpu_util * c.allocatable[sl, 0]
+        if w.qos[pod] == BEST_EFFORT:  # node.kubernetes.io/memory-pressure taint
+            ok &= c.observed[sl, 1] < c.memory_pressure_mib[sl]
+        return np.flatnonzero(ok) + sl.start
+
+    def pod_request(self, pod: int, t: float) -> PodRequest:
+        w = self.w
+        return PodRequest(pod, w.request[pod], int(w.gpu_count[pod]), int(w.gpu_milli[pod]), int(w.qos[pod]),
+                          float(w.cpu_limit_milli[pod]), float(w.mem_limit_mib[pod]), t)
+
+    def schedule(self, pod: int, t: float) -> bool:
+        """One scheduling cycle: Filter, Score, Select (ties at random), Bind."""
+        t0 = time.perf_counter()
+        nodes = self.feasible(pod)
+        self.metrics.decisions += 1
+        if len(nodes) == 0:
+            self.decision_wall_s += time.perf_counter() - t0
+            return False
+        req = self.pod_request(pod, t)
+        scores = np.asarray(self.policy.score(req, nodes, self.cluster), dtype=np.float64)
+        if scores.shape != nodes.shape or not np.all(np.isfinite(scores)):
+            raise ValueError(f"policy {self.policy.name!r} returned scores of shape {scores.shape} "
+                             f"(finite: {np.all(np.isfinite(scores))}) for {len(nodes)} nodes")
+        best = np.flatnonzero(scores == scores.max())
+        choice = best[0] if len(best) == 1 else best[self.rng.integers(len(best))]
+        node = int(nodes[choice])
+        self._bind(pod, node, t)
+        self.policy.bound(req, node, self.cluster)
+        self.decision_wall_s += time.perf_counter() - t0
+        if self.events:
+            self.events.write(t, "placement", pod=str(self.w.name[pod]), node=str(self.cluster.names[node]),
+                              score=float(scores[choice]), feasible=int(len(nodes)))
+        return True
+
+    def _bind(self, pod: int, node: int, t: float) -> None:
+        w, c = self.w, self.cluster
+        c.requested[node] += w.request[pod]
+        c.free[node] -= w.request[pod]
+        c.nonzero_requested[node] += self.nonzero[pod]
+        c.pod_count[node] += 1
+        c.empty_since[node] = np.inf
+        if w.gpu_count[pod]:
+            g = choose_gpus(c.gpu_capacity[node] - c.gpu_used[node], int(w.gpu_count[pod]), int(w.gpu_milli[pod]))
+            c.gpu_used[node, g] += int(w.gpu_milli[pod])
+            self.gpus[pod] = g
+        if w.max_per_node[pod] > 0:
+            app = int(w.app[pod])
+            if app not in c.app_count:
+                c.app_count[app] = np.zeros(c.size, dtype=np.int64)
+            c.app_count[app][node] += 1
+        usage = self._usage_of(pod, t)
+        self.pod_usage[pod] = usage
+        c.usage[node] += usage
+        self.dirty[node] = True
+        self.state[pod] = RUNNING
+        self.node[pod] = node
+        self.started[pod] = t
+        wait = t - self.queued_at[pod]
+        self.metrics.pending_waits.append(wait)
+        if wait > self.cfg.sla_pending_s and not self.flagged[pod]:
+            self.metrics.pending_violations += 1
+        if math.isfinite(self.remaining[pod]):
+            self._push(t + self.remaining[pod], _DEPART, pod, int(self.gen[pod]))
+
+    def _release(self, pod: int, t: float) -> int:
+        """Take a running pod off its node; returns the node."""
+        w, c = self.w, self.cluster
+        node = int(self.node[pod])
+        c.requested[node] -= w.request[pod]
+        c.free[node] += w.request[pod]
+        c.nonzero_requested[node] -= self.nonzero[pod]
+        c.pod_count[node] -= 1
+        if c.pod_count[node] == 0:
+            c.empty_since[node] = t
+            c.requested[node] = 0.0  # drop float drift on an empty node
+            c.free[node] = c.allocatable[node]
+            c.nonzero_requested[node] = 0.0
+        g = self.gpus[pod]
+        if g is not None:
+            c.gpu_used[node, g] -= int(w.gpu_milli[pod])
+            self.gpus[pod] = None
+        if w.max_per_node[pod] > 0:
+            c.app_count[int(w.app[pod])][node] -= 1
+        c.usage[node] -= self.pod_usage[pod]
+        self.pod_usage[pod] = 0.0
+        self.dirty[node] = True
+        self.node[pod] = -1
+        self.gen[pod] += 1
+        return node
+
+    def _push(self, t: float, kind: int, a: int, b: int) -> None:
+        self._seq += 1
+        heapq.heappush(self.heap, (t, kind, self._seq, a, b))
+
+    def _enqueue(self, pod: int, t: float) -> None:
+        self.state[pod] = PENDING
+        self.queued_at[pod] = t
+        self.flagged[pod] = False
+        bisect.insort(self.pending, pod)
+
+    def _retry(self, t: float, node: int | None = None) -> None:
+        """Retry pending pods in arrival order: those that fit ``node``, or all that fit anywhere."""
+        if not self.pending:
+            return
+        pend = np.array(self.pending, dtype=np.int64)
+        c, w = self.cluster, self.w
+        if node is not None:
+            room = c.free[node]
+            pool = self.pool_to_cluster[w.pool[pend]]
+            ok = (w.request[pend] <= room).all(axis=1) & ((pool < 0) | (pool == c.pool_of[node]))
+        else:
+            ready = c.ready
+            if not ready.any():
+                return
+            ok = (w.request[pend] <= c.free[ready].max(axis=0)).all(axis=1)
+        failed: set[tuple] = set()  # a shape that failed stays infeasible for the rest of this pass
+        for pod in pend[ok].tolist():
+            key = (w.request[pod].tobytes(), int(w.gpu_count[pod]), int(w.gpu_milli[pod]), int(w.pool[pod]),
+                   int(w.app[pod]) if w.max_per_node[pod] > 0 else -1)
+            if key in failed:
+                continue
+            if self.schedule(pod, t):
+                self.pending.remove(pod)
+            else:
+                failed.add(key)
+
+    # --- departures, kills, ticks --------------------------------------------------------------------
+    def _depart(self, pod: int, t: float) -> None:
+        node = self._release(pod, t)
+        self.state[pod] = DONE
+        if self.events:
+            self.events.write(t, "departure", pod=str(self.w.name[pod]), node=str(self.cluster.names[node]))
+        self._retry(t, node)
+
+    def _kill(self, pod: int, t: float) -> None:
+        node = self._release(pod, t)
+        self.remaining[pod] = max(self.remaining[pod] - (t - self.started[pod]), 0.0)
+        self.metrics.oom_kills += 1
+        if self.events:
+            self.events.write(t, "oom_kill", pod=str(self.w.name[pod]), node=str(self.cluster.names[node]))
+        self._enqueue(pod, t)
+
+    def _tick(self, t: float) -> None:
+        c, w, cfg = self.cluster, self.w, self.cfg
+        running = np.flatnonzero(self.state == RUNNING)
+        usage = self._usage_of(running, t)
+        over = usage[:, 1] > w.mem_limit_mib[running]
+        if over.any():  # the container is OOM-killed by its own limit and restarts in place
+            self.metrics.container_ooms += int(over.sum())
+            usage[over, 1] = w.mem_limit_mib[running[over]]
+            if self.events:
+                for pod in running[over]:
+                    self.events.write(t, "container_oom", pod=str(w.name[pod]))
+        self.pod_usage[running] = usage
+        nodes_of = self.node[running]
+        node_usage = np.column_stack([np.bincount(nodes_of, weights=usage[:, j], minlength=c.size) for j in range(4)])
+        node_usage[:, :2] += c.overhead * c.provisioned[:, None]
+        c.usage[:] = node_usage
+
+        # Node OOM: real memory above capacity (allocatable + system overhead).
+        mem_capacity = c.allocatable[:, 1] + c.overhead[:, 1]
+        for node in np.flatnonzero(c.usage[:, 1] > mem_capacity):
+            self._oom_node(int(node), running[nodes_of == node], t)
+
+        self._sample(t)
+        if cfg.autoscaler.enabled:
+            self._autoscale(t)
+        # pods pending too long: one violation per wait
+        if self.pending:
+            pend = np.array(self.pending, dtype=np.int64)
+            late = pend[(t - self.queued_at[pend] > cfg.sla_pending_s) & ~self.flagged[pend]]
+            self.flagged[late] = True
+            self.metrics.pending_violations += len(late)
+        self._retry(t)
+
+    def _oom_node(self, node: int, pods: np.ndarray, t: float) -> None:
+        """Kill ``pods`` of ``node`` in the kernel's order until its memory fits: BestEffort first,
+        then Burstable by usage above request, Guaranteed last; largest usage first within a class."""
+        w, c = self.w, self.cluster
+        mem = self.pod_usage[pods, 1]
+        excess = mem - w.request[pods, 1]
+        rank = np.where(w.qos[pods] == BEST_EFFORT, 0, np.where(w.qos[pods] == BURSTABLE, 1, 2))
+        key = np.where(rank == 1, -excess, -mem)
+        order = np.lexsort((pods, key, rank))
+        capacity = c.allocatable[node, 1] + c.overhead[node, 1]
+        for pod in pods[order]:
+            if c.usage[node, 1] <= capacity:
+                break
+            self._kill(int(pod), t)
+
+    def _sample(self, t: float) -> None:
+        c, w, cfg = self.cluster, self.w, self.cfg
+        prov = c.provisioned
+        if self.dirty.any():
+            d = np.flatnonzero(self.dirty)
+            self.frag_cache[d] = node_fragmentation(c.free[d], c.gpu_capacity[d] - c.gpu_used[d], self.world.typical)
+            self.dirty[:] = False
+        alloc_cpu = float(c.allocatable[prov, 0].sum())
+        frag = float(self.frag_cache[prov].sum() / alloc_cpu) if alloc_cpu > 0 else 0.0
+        pods_cpu = float(c.usage[prov, 0].sum() - c.overhead[prov, 0].sum())
+        pods_mem = float(c.usage[prov, 1].sum() - c.overhead[prov, 1].sum())
+        overloaded = int((c.usage[prov, 0] > cfg.overload_util * c.allocatable[prov, 0]).sum())
+
+        lat = cfg.latency
+        ls = self.ls_index[self.state[self.ls_index] == RUNNING]
+        if len(ls):
+            rho = np.minimum(c.usage[:, [0, 2, 3]] / c.capacity_usage[:, [0, 2, 3]], lat.rho_cap)
+            weights = np.array([lat.weight_cpu, lat.weight_disk, lat.weight_net])
+            factor = 1.0 + ((1.0 / (1.0 - rho) - 1.0) @ weights)
+            pod_factor = factor[self.node[ls]]
+            latency = self.base_ms[w.app[ls]] * pod_factor
+            breaches = int((pod_factor > lat.slo_factor).sum())
+        else:
+            latency, breaches = np.empty(0), 0
+        self.metrics.tick(pods_cpu=pods_cpu, pods_mem=pods_mem, alloc_cpu=alloc_cpu,
+                          alloc_mem=float(c.allocatable[prov, 1].sum()), fragmentation=frag,
+                          nodes=int(prov.sum()), overloaded=overloaded, latency_ms=latency, breaches=breaches)
+
+    def _autoscale(self, t: float) -> None:
+        c, w, a = self.cluster, self.w, self.cfg.autoscaler
+        # Scale down: nodes empty for scale_down_unneeded_s, never below a pool's min_count.
+        idle = c.provisioned & c.ready & (c.pod_count == 0) & (t - c.empty_since >= a.scale_down_unneeded_s)
+        for k, (pool, sl) in enumerate(zip(c.pools, c.pool_slice)):
+            cand = np.flatnonzero(idle[sl]) + sl.start
+            room = c.provisioned_count(k) - pool.min_count
+            if len(cand) and room > 0:
+                gone = cand[::-1][:room]  # highest slots first, so pools stay packed at the front
+                c.provisioned[gone] = False
+                c.ready[gone] = False
+                c.ready_at[gone] = np.inf
+                c.empty_since[gone] = np.inf
+                c.usage[gone] = 0.0
+                c.observed[gone] = 0.0
+                self.pipeline.forget(gone)
+                self.dirty[gone] = True
+                if self.events:
+                    for n in gone:
+                        self.events.write(t, "node_removed", node=str(c.names[n]))
+        if not self.pending:
+            return
+        # Scale up: pods pending long enough that fit an empty node of their pool.
+        pend = np.array(self.pending, dtype=np.int64)
+        pend = pend[t - self.queued_at[pend] >= a.pending_threshold_s]
+        if len(pend) == 0:
+            return
+        for k, (pool, sl) in enumerate(zip(c.pools, c.pool_slice)):
+            pools = self.pool_to_cluster[w.pool[pend]]
+            mine = pend[(pools == k) | (pools < 0)]
+            free_slots = np.flatnonzero(~c.provisioned[sl]) + sl.start
+            if len(mine) == 0 or len(free_slots) == 0:
+                continue
+            shape = c.allocatable[free_slots[0]]
+            gpu_cap = c.gpu_capacity[free_slots[0]][None, :]
+            mine = mine[fit_matrix(shape[None, :], gpu_cap, w.request[mine], w.gpu_count[mine], w.gpu_milli[mine])[0]]
+            if len(mine) == 0:
+                continue
+            need = int(np.ceil((w.request[mine].sum(axis=0) / shape).max()))
+            inflight = int((c.provisioned[sl] & ~c.ready[sl]).sum())
+            add = free_slots[: max(0, min(need - inflight, len(free_slots)))]
+            if len(add) == 0:
+                continue
+            c.provisioned[add] = True
+            c.ready_at[add] = t + a.provision_delay_s
+            for n in add:
+                self._push(t + a.provision_delay_s, _READY, int(n), 0)
+                if self.events:
+                    self.events.write(t, "node_added", node=str(c.names[n]))
+            pend = pend[~np.isin(pend, mine)]
+            if len(pend) == 0:
+                break
+
+    def _node_ready(self, node: int, t: float) -> None:
+        c = self.cluster
+        if not c.provisioned[node] or c.ready[node]:
+            return
+        c.ready[node] = True
+        c.empty_since[node] = t
+        c.usage[node, :2] += c.overhead[node]
+        self.dirty[node] = True
+        if self.events:
+            self.events.write(t, "node_ready", node=str(c.names[node]))
+        self._retry(t)
+
+    # --- the loop ----------------------------------------------------------------------------------
+    def run(self) -> dict:
+        """Run the span; return the metrics (see ``metrics.collector``)."""
+        wall0 = time.perf_counter()
+        c, cfg = self.cluster, self.cfg
+        c.usage[:, :2] = c.overhead * c.provisioned[:, None]
+        next_tick = self.start_s
+        next_scrape = self.start_s
+        ai, n_arr = 0, len(self.arrival_order)
+        last_progress = self.start_s
+        while True:
+            t_arr = self.arrival_time[ai] if ai < n_arr else math.inf
+            t_heap = self.heap[0][0] if self.heap else math.inf
+            t = min(t_arr, t_heap, next_tick, next_scrape)
+            if t >= self.end_s:
+                break
+            if t_heap == t:
+                _, kind, _, a, b = heapq.heappop(self.heap)
+                if kind == _DEPART:
+                    if self.state[a] == RUNNING and self.gen[a] == b:
+                        self._depart(a, t)
+                else:
+                    self._node_ready(a, t)
+                continue
+            if next_tick == t:
+                self._tick(t)
+                next_tick += cfg.tick_s
+                if self.progress and t - last_progress >= 3600:
+                    self.progress(t - last_progress)
+                    last_progress = t
+                continue
+            if next_scrape == t:
+                c.observed[:] = self.pipeline.scrape(c.usage)
+                next_scrape += cfg.scrape_s
+                continue
+            pod = int(self.arrival_order[ai])
+            ai += 1
+            self.metrics.arrivals += 1
+            if self.events:
+                self.events.write(t, "arrival", pod=str(self.w.name[pod]))
+            self.queued_at[pod] = t
+            if not self.schedule(pod, t):
+                self._enqueue(pod, t)
+        if self.progress:
+            self.progress(self.end_s - last_progress)
+        waits = [self.end_s - self.queued_at[p] for p in self.pending]
+        result = self.metrics.result(unschedulable=len(self.pending), still_pending_waits=waits)
+        wall = time.perf_counter() - wall0
+        runtime = {
+            "wall_s": wall,
+            "decisions_per_s": self.metrics.decisions / self.decision_wall_s if self.decision_wall_s else 0.0,
+            "sim_days_per_wall_s": (self.end_s - self.start_s) / 86400 / wall if wall else 0.0,
+        }
+        return {"metrics": result, "series_hourly": self.metrics.hourly, "runtime": runtime}
+
+
+def open_event_log(path: Path | None) -> tuple[EventLog | None, TextIO | None]:
+    if path is None:
+        return None, None
+    stream = open(path, "w", encoding="utf-8")
+    return EventLog(stream), stream

@@ -1,0 +1,110 @@
+"""A workload: a time-ordered stream of pods, held as columns (one NumPy array per field).
+
+Units are in the field names. Requests and limits follow Kubernetes: a limit of ``inf`` means none.
+QoS classes follow Kubernetes' definitions: Guaranteed (limits equal requests), Burstable (some
+request below its limit), BestEffort (no CPU or memory request or limit at all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+GUARANTEED, BURSTABLE, BEST_EFFORT = 0, 1, 2
+QOS_NAMES = ("Guaranteed", "Burstable", "BestEffort")
+
+#: Hard-fit scalar resources, in this order, in every [.., 4] request or capacity array.
+SCALAR_RESOURCES = ("cpu_milli", "mem_mib", "disk_gib", "rdma_pct")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Pods in arrival order. Every array has one entry per pod."""
+
+    name: np.ndarray
+    """Pod name (str)."""
+    arrival_s: np.ndarray
+    """Arrival time in seconds from the scenario start (0 = alive when the scenario starts)."""
+    duration_s: np.ndarray
+    """Run time once placed, seconds; ``inf`` = runs past the end of the scenario."""
+    request: np.ndarray
+    """[P, 4] requests of SCALAR_RESOURCES: CPU milli, memory MiB, disk GiB, RDMA % of one NIC."""
+    cpu_limit_milli: np.ndarray
+    """CPU limit (``inf`` = none): usage above it is throttled."""
+    mem_limit_mib: np.ndarray
+    """Memory limit (``inf`` = none): usage above it kills the container."""
+    gpu_count: np.ndarray
+    """GPUs requested (int). A share of one GPU has gpu_count 1 and gpu_milli < 1000."""
+    gpu_milli: np.ndarray
+    """Milli-GPU needed on each requested GPU (1000 = a whole GPU; 0 when gpu_count is 0)."""
+    qos: np.ndarray
+    """GUARANTEED, BURSTABLE or BEST_EFFORT (int8)."""
+    latency_sensitive: np.ndarray
+    """Serving pods whose latency is tracked (bool)."""
+    app: np.ndarray
+    """Index into ``app_names`` (int32)."""
+    app_names: tuple[str, ...]
+    max_per_node: np.ndarray
+    """Anti-affinity cap: at most this many pods of the app on one node; -1 = no cap (int32)."""
+    pool: np.ndarray
+    """Index into ``pool_names`` that the pod must run in (node selector); -1 = any pool."""
+    pool_names: tuple[str, ...]
+    size_cpu_milli: np.ndarray
+    """CPU the pod uses at its usage profile's peak, before the global usage scale."""
+    size_mem_mib: np.ndarray
+    """Memory the pod uses at its usage profile's peak, before the memory level."""
+    size_disk_mbps: np.ndarray
+    """Disk bandwidth (MB/s) at the profile's peak."""
+    size_net_mbps: np.ndarray
+    """Network bandwidth (Mbit/s) at the profile's peak."""
+    profile: np.ndarray
+    """Row of the usage profiles this pod follows (int32)."""
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, np.ndarray) and len(value) != n:
+                raise ValueError(f"workload field {f.name!r} has {len(value)} entries, expected {n}")
+        if n and np.any(np.diff(self.arrival_s) < 0):
+            raise ValueError("workload arrivals must be sorted by arrival_s")
+        if np.any(self.request < 0):
+            bad = int(np.argwhere(self.request < 0)[0, 0])
+            raise ValueError(f"pod {self.name[bad]!r} has a negative request {self.request[bad].tolist()}")
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def select(self, mask: np.ndarray) -> "Workload":
+        """The pods where ``mask`` holds, same order."""
+        kw = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            kw[f.name] = value[mask] if isinstance(value, np.ndarray) else value
+        return Workload(**kw)
+
+    @staticmethod
+    def concat(parts: list["Workload"]) -> "Workload":
+        """Merge workloads into one stream sorted by arrival (stable), remapping apps and pools."""
+        apps = tuple(dict.fromkeys(a for w in parts for a in w.app_names))
+        pools = tuple(dict.fromkeys(p for w in parts for p in w.pool_names))
+        kw: dict[str, object] = {"app_names": apps, "pool_names": pools}
+        for f in fields(Workload):
+            if f.name in ("app_names", "pool_names"):
+                continue
+            cols = []
+            for w in parts:
+                col = getattr(w, f.name)
+                if f.name == "app":
+                    col = np.array([apps.index(a) for a in w.app_names], dtype=np.int32)[col] if len(col) else col
+                elif f.name == "pool":
+                    lut = np.array([pools.index(p) for p in w.pool_names] + [-1], dtype=np.int16)
+                    col = lut[col]
+                cols.append(col)
+            kw[f.name] = np.concatenate(cols)
+        order = np.argsort(kw["arrival_s"], kind="stable")
+        for k, v in kw.items():
+            if isinstance(v, np.ndarray):
+                kw[k] = v[order]
+        return Workload(**kw)  # type: ignore[arg-type]
