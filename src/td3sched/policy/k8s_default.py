@@ -47,9 +47,16 @@ def balanced_allocation(requested_cpu, requested_mem, alloc_cpu, alloc_mem) -> n
 class K8sDefault(Policy):
     name = "k8s-default"
 
+    def __init__(self) -> None:
+        self._cluster: Cluster | None = None
+
     def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
-        alloc_cpu = cluster.allocatable[nodes, 0]
-        alloc_mem = cluster.allocatable[nodes, 1] * MIB
+        if self._cluster is not cluster:  # allocatable never changes: keep contiguous copies
+            self._cluster = cluster
+            self._alloc_cpu = np.ascontiguousarray(cluster.allocatable[:, 0])
+            self._alloc_mem = cluster.allocatable[:, 1] * MIB
+        alloc_cpu = self._alloc_cpu[nodes]
+        alloc_mem = self._alloc_mem[nodes]
         nz = pod.nonzero_cpu_mem
         nonzero = cluster.nonzero_requested[nodes]
         score = least_allocated(nonzero[:, 0] + nz[0], (nonzero[:, 1] + nz[1]) * MIB, alloc_cpu, alloc_mem)

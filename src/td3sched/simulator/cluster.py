@@ -84,6 +84,8 @@ class Cluster:
             [[s.cpu_milli, s.mem_mib, s.disk_gib, s.rdma_pct] for s in shapes], dtype=np.float64
         ).reshape(n, len(SCALAR_RESOURCES))
         self.bandwidth = np.array([[s.disk_mbps, s.net_mbps] for s in shapes], dtype=np.float64).reshape(n, 2)
+        self.capacity_usage = np.column_stack([self.allocatable[:, 0], self.allocatable[:, 1], self.bandwidth])
+        """[N, 4] capacity of each USAGE_COLUMNS resource: CPU, memory, disk and NIC bandwidth."""
         self.overhead = np.array([[s.overhead_cpu_milli, s.overhead_mem_mib] for s in shapes]).reshape(n, 2)
         self.max_gpus = max([s.gpus for s in shapes] + [1])
         gpu_count = np.array([s.gpus for s in shapes], dtype=np.int64)
@@ -118,12 +120,6 @@ class Cluster:
             self.ready[first] = True
             self.ready_at[first] = 0.0
             self.empty_since[first] = 0.0
-
-    # --- capacity views used by policies and metrics -------------------------------------------
-    @property
-    def capacity_usage(self) -> np.ndarray:
-        """[N, 4] capacity of each USAGE_COLUMNS resource: CPU, memory, disk and NIC bandwidth."""
-        return np.column_stack([self.allocatable[:, 0], self.allocatable[:, 1], self.bandwidth])
 
     def gpu_free(self) -> np.ndarray:
         return self.gpu_capacity - self.gpu_used

@@ -95,6 +95,10 @@ class Simulation:
             np.where(w.request[:, 1] > 0, w.request[:, 1], 200.0),
         ])
         self.pending: list[int] = []
+        self.running = np.empty(p, dtype=np.int64)
+        """Running pods in running[:n_running], any order; run_pos[pod] is a pod's slot in it."""
+        self.run_pos = np.full(p, -1, dtype=np.int64)
+        self.n_running = 0
         self.heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
 
@@ -113,13 +117,20 @@ class Simulation:
         self.frag_cache = np.zeros(c.size)
         self.dirty = np.ones(c.size, dtype=bool)
         self.decision_wall_s = 0.0
+        self._slot, self._slot_shape = -1, np.empty((4, 0))
+        lat = self.cfg.latency
+        self._lat_weights = np.array([lat.weight_cpu, lat.weight_disk, lat.weight_net])
+        self._lat_capacity = np.ascontiguousarray(self.cluster.capacity_usage[:, [0, 2, 3]])
 
     # --- pod usage -------------------------------------------------------------------------------
     def _usage_of(self, pods, t: float) -> np.ndarray:
         """Real usage of a pod ([4]) or pods ([k, 4]) now: CPU milli (throttled at the limit), memory
         MiB, disk MB/s, network Mbit/s."""
         w, prof = self.w, self.world.profiles
-        shape = prof.shape[:, w.profile[pods], prof.slot(t)]
+        slot = prof.slot(t)
+        if slot != self._slot:  # one contiguous [4, V] copy per profile slot
+            self._slot, self._slot_shape = slot, np.ascontiguousarray(prof.shape[:, :, slot])
+        shape = self._slot_shape[:, w.profile[pods]]
         cpu = np.minimum(self.cfg.usage_scale * shape[0] * w.size_cpu_milli[pods], w.cpu_limit_milli[pods])
         mem = self.cfg.mem_level * shape[1] * w.size_mem_mib[pods]
         return np.stack([cpu, mem, shape[2] * w.size_disk_mbps[pods], shape[3] * w.size_net_mbps[pods]], axis=-1)
@@ -194,6 +205,9 @@ class Simulation:
         self.dirty[node] = True
         self.state[pod] = RUNNING
         self.node[pod] = node
+        self.running[self.n_running] = pod
+        self.run_pos[pod] = self.n_running
+        self.n_running += 1
         self.started[pod] = t
         wait = t - self.queued_at[pod]
         self.metrics.pending_waits.append(wait)
@@ -226,6 +240,11 @@ class Simulation:
         self.dirty[node] = True
         self.node[pod] = -1
         self.gen[pod] += 1
+        slot, last = self.run_pos[pod], self.running[self.n_running - 1]
+        self.running[slot] = last
+        self.run_pos[last] = slot
+        self.run_pos[pod] = -1
+        self.n_running -= 1
         return node
 
     def _push(self, t: float, kind: int, a: int, b: int) -> None:
@@ -282,7 +301,7 @@ class Simulation:
 
     def _tick(self, t: float) -> None:
         c, w, cfg = self.cluster, self.w, self.cfg
-        running = np.flatnonzero(self.state == RUNNING)
+        running = self.running[: self.n_running].copy()
         usage = self._usage_of(running, t)
         over = usage[:, 1] > w.mem_limit_mib[running]
         if over.any():  # the container is OOM-killed by its own limit and restarts in place
@@ -293,7 +312,9 @@ class Simulation:
                     self.events.write(t, "container_oom", pod=str(w.name[pod]))
         self.pod_usage[running] = usage
         nodes_of = self.node[running]
-        node_usage = np.column_stack([np.bincount(nodes_of, weights=usage[:, j], minlength=c.size) for j in range(4)])
+        node_usage = np.zeros((c.size, 4))
+        for j in range(4):
+            node_usage[:, j] = np.bincount(nodes_of, weights=usage[:, j], minlength=c.size)
         node_usage[:, :2] += c.overhead * c.provisioned[:, None]
         c.usage[:] = node_usage
 
@@ -330,31 +351,29 @@ class Simulation:
 
     def _sample(self, t: float) -> None:
         c, w, cfg = self.cluster, self.w, self.cfg
-        prov = c.provisioned
+        prov = c.provisioned.astype(np.float64)
         if self.dirty.any():
             d = np.flatnonzero(self.dirty)
             self.frag_cache[d] = node_fragmentation(c.free[d], c.gpu_capacity[d] - c.gpu_used[d], self.world.typical)
             self.dirty[:] = False
-        alloc_cpu = float(c.allocatable[prov, 0].sum())
-        frag = float(self.frag_cache[prov].sum() / alloc_cpu) if alloc_cpu > 0 else 0.0
-        pods_cpu = float(c.usage[prov, 0].sum() - c.overhead[prov, 0].sum())
-        pods_mem = float(c.usage[prov, 1].sum() - c.overhead[prov, 1].sum())
-        overloaded = int((c.usage[prov, 0] > cfg.overload_util * c.allocatable[prov, 0]).sum())
+        alloc = prov @ c.allocatable
+        pods_cpu, pods_mem = prov @ c.usage[:, :2] - prov @ c.overhead
+        frag = float(self.frag_cache @ prov / alloc[0]) if alloc[0] > 0 else 0.0
+        overloaded = int(prov @ (c.usage[:, 0] > cfg.overload_util * c.allocatable[:, 0]))
 
         lat = cfg.latency
         ls = self.ls_index[self.state[self.ls_index] == RUNNING]
         if len(ls):
-            rho = np.minimum(c.usage[:, [0, 2, 3]] / c.capacity_usage[:, [0, 2, 3]], lat.rho_cap)
-            weights = np.array([lat.weight_cpu, lat.weight_disk, lat.weight_net])
-            factor = 1.0 + ((1.0 / (1.0 - rho) - 1.0) @ weights)
+            rho = np.minimum(c.usage[:, [0, 2, 3]] / self._lat_capacity, lat.rho_cap)
+            factor = 1.0 + ((1.0 / (1.0 - rho) - 1.0) @ self._lat_weights)
             pod_factor = factor[self.node[ls]]
             latency = self.base_ms[w.app[ls]] * pod_factor
             breaches = int((pod_factor > lat.slo_factor).sum())
         else:
             latency, breaches = np.empty(0), 0
-        self.metrics.tick(pods_cpu=pods_cpu, pods_mem=pods_mem, alloc_cpu=alloc_cpu,
-                          alloc_mem=float(c.allocatable[prov, 1].sum()), fragmentation=frag,
-                          nodes=int(prov.sum()), overloaded=overloaded, latency_ms=latency, breaches=breaches)
+        self.metrics.tick(pods_cpu=float(pods_cpu), pods_mem=float(pods_mem), alloc_cpu=float(alloc[0]),
+                          alloc_mem=float(alloc[1]), fragmentation=frag, nodes=int(prov.sum()),
+                          overloaded=overloaded, latency_ms=latency, breaches=breaches)
 
     def _autoscale(self, t: float) -> None:
         c, w, a = self.cluster, self.w, self.cfg.autoscaler
