@@ -32,14 +32,18 @@ def simulate(
     out_path: Optional[Path] = typer.Option(None, "--out", help="Write the run's metrics as JSON here."),
     events: Optional[Path] = typer.Option(None, help="Write every event of the run as JSON lines here."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
+    lenient: bool = typer.Option(False, help="Skip malformed trace rows (and report them) instead of failing."),
 ) -> None:
     """Run one policy over a scenario span and print its metrics."""
     from td3sched.run import run_simulation
 
     try:
-        result = run_simulation(scenario, policy, seed, span, list(set_), events_path=events, progress=progress)
+        result = run_simulation(scenario, policy, seed, span, list(set_), events_path=events, progress=progress,
+                                lenient=lenient)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
+    for line in result["skipped_rows"]:
+        console.print(f"[yellow]{line}[/yellow]")
     print_metrics(result)
     if out_path:
         out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,12 +28,14 @@ def code_version() -> str:
 
 def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = "full",
                    overrides: list[str] | None = None, events_path: Path | None = None,
-                   progress: bool = False) -> dict:
-    """Run ``policy_name`` on a scenario span; return the JSON-ready record of the run."""
+                   progress: bool = False, lenient: bool = False) -> dict:
+    """Run ``policy_name`` on a scenario span; return the JSON-ready record of the run. With
+    ``lenient``, malformed trace rows are skipped and counted in the record's ``skipped_rows``."""
     policy = make_policy(policy_name)
     scenario = load_scenario(scenario_name, overrides or [])
     start_s, end_s = scenario.span(span)
-    world = scenario.build(seed)
+    reports: list = []
+    world = scenario.build(seed, lenient=lenient, reports=reports)
     events, stream = open_event_log(events_path)
     try:
         if progress:
@@ -58,4 +60,5 @@ def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = 
         "policy": policy_name,
         "code_version": code_version(),
         **record,
+        "skipped_rows": [r.summary() for r in reports if r.count],
     }

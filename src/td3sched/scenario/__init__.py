@@ -119,12 +119,13 @@ class Scenario:
             pools.append(Pool(name, (shape,) * max_count, int(spec["count"]), int(spec.get("min_count", 0))))
         return tuple(pools)
 
-    def build(self, seed: int) -> World:
-        """The world of this scenario for ``seed`` (workload draws and usage mapping are seeded)."""
+    def build(self, seed: int, lenient: bool = False, reports: list | None = None) -> World:
+        """The world of this scenario for ``seed`` (workload draws and usage mapping are seeded).
+        ``lenient`` skips malformed trace rows, appending each loader's SkipReport to ``reports``."""
         from td3sched.scenario.build import build_workload
 
         pools = self.pools(seed)
-        workload, profiles = build_workload(self, pools, seed)
+        workload, profiles = build_workload(self, pools, seed, lenient, reports)
         typical = TypicalPods.from_workload(workload, int(self.config["fragmentation"]["max_shapes"]), seed=0)
         return World(pools, workload, profiles, self.sim_config(), typical)
 

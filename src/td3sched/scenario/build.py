@@ -22,26 +22,35 @@ def _pool(pools: tuple[Pool, ...], name: str) -> Pool:
                      f"{', '.join(p.name for p in pools)}")
 
 
-def build_workload(scenario, pools: tuple[Pool, ...], seed: int) -> tuple[Workload, UsageProfiles]:
+def build_workload(scenario, pools: tuple[Pool, ...], seed: int, lenient: bool = False,
+                   reports: list | None = None) -> tuple[Workload, UsageProfiles]:
+    """The scenario's workload and usage profiles. With ``lenient``, malformed trace rows are skipped
+    and each loader's SkipReport is appended to ``reports``; otherwise the first one raises."""
     kind = scenario.config["workload"].get("kind")
+    reports = [] if reports is None else reports
     if kind == "dlrm":
-        return _dlrm(scenario, pools, seed)
+        return _dlrm(scenario, pools, seed, lenient, reports)
     if kind == "openb":
-        return _openb(scenario, pools, seed)
+        return _openb(scenario, pools, seed, lenient, reports)
     if kind == "files":
         return _files(scenario)
     raise ValueError(f"scenario {scenario.name!r}: unknown workload kind {kind!r}: expected dlrm, openb or files")
 
 
-def batch_stream(batch: dict, cpu_pool: Pool, days: float, seed: int, n_profiles: int) -> Workload:
+def batch_stream(batch: dict, cpu_pool: Pool, days: float, seed: int, n_profiles: int, lenient: bool = False,
+                 reports: list | None = None) -> Workload:
     """The mixed-deployment batch stream: openb CPU-only pods, Poisson, sized so its steady-state
     CPU size is ``share`` of the CPU pool's allocatable CPU."""
+    from td3sched.trace.openb import load_openb_pods
     from td3sched.workload.openb import ShapeTable, openb_stream
 
     share = float(batch["share"])
     if not 0 < share < 1:
         raise ValueError(f"batch.share={share!r}: expected a share of the CPU pool in (0, 1)")
-    table = ShapeTable.from_trace(float(batch["lifetime_cap_h"]) * HOUR_S, cpu_only=True)
+    trace = load_openb_pods(lenient=lenient)
+    if reports is not None:
+        reports.append(trace.skipped)
+    table = ShapeTable.from_trace(float(batch["lifetime_cap_h"]) * HOUR_S, cpu_only=True, frame=trace.frame)
     shape = cpu_pool.shapes[0]
     pool_cpu = cpu_pool.count * shape.cpu_milli
     rate = share * pool_cpu / float((table.cpu_milli * table.lifetime_s).mean())
@@ -52,26 +61,32 @@ def batch_stream(batch: dict, cpu_pool: Pool, days: float, seed: int, n_profiles
                         node_disk_mbps_per_core=shape.disk_mbps / cores, node_net_mbps_per_core=shape.net_mbps / cores)
 
 
-def _dlrm(scenario, pools, seed):
+def _dlrm(scenario, pools, seed, lenient, reports):
+    from td3sched.trace.dlrm import load_dlrm
     from td3sched.workload.dlrm import dlrm_workload
 
     profiles = UsageProfiles.from_bitbrains()
     cpu, gpu = _pool(pools, "cpu"), _pool(pools, "gpu")
-    parts = [dlrm_workload(cpu.shapes[0], gpu.shapes[0], profiles.count, seed)]
+    trace = load_dlrm(lenient=lenient)
+    reports.append(trace.skipped)
+    parts = [dlrm_workload(cpu.shapes[0], gpu.shapes[0], profiles.count, seed, frame=trace.frame)]
     batch = scenario.config.get("batch", {})
     if batch.get("enabled", False):
-        parts.append(batch_stream(batch, cpu, scenario.days, seed, profiles.count))
+        parts.append(batch_stream(batch, cpu, scenario.days, seed, profiles.count, lenient, reports))
     return Workload.concat(parts), profiles
 
 
-def _openb(scenario, pools, seed):
+def _openb(scenario, pools, seed, lenient, reports):
     from td3sched.trace.aggregates import daily_shape
+    from td3sched.trace.openb import load_openb_pods
     from td3sched.workload.openb import ShapeTable, openb_stream, stream_rate
 
     spec = scenario.config["workload"]
     profiles = UsageProfiles.from_bitbrains()
     pool = pools[0]
-    table = ShapeTable.from_trace(float(spec["lifetime_cap_h"]) * HOUR_S)
+    trace = load_openb_pods(lenient=lenient)
+    reports.append(trace.skipped)
+    table = ShapeTable.from_trace(float(spec["lifetime_cap_h"]) * HOUR_S, frame=trace.frame)
     capacity = {
         "cpu_milli": sum(s.cpu_milli for s in pool.shapes),
         "mem_mib": sum(s.mem_mib for s in pool.shapes),

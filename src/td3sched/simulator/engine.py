@@ -79,6 +79,7 @@ class Simulation:
                 raise ValueError(f"workload selects pool {name!r}, the cluster has {', '.join(c.pool_names)}")
         self.pool_to_cluster = np.array([c.pool_names.index(n) for n in w.pool_names] + [-1], dtype=np.int64)
         self.pipeline = MetricsPipeline(c.size, 4, self.cfg.scrape_s, self.cfg.window_s)
+        c.empty_since[c.provisioned] = self.start_s  # the span's first nodes are new, not idle since t=0
 
         p = len(w)
         self.state = np.full(p, FUTURE, dtype=np.int8)
@@ -420,6 +421,7 @@ class Simulation:
                 continue
             c.provisioned[add] = True
             c.ready_at[add] = t + a.provision_delay_s
+            c.usage[add, :2] = c.overhead[add]  # system daemons run from boot
             for n in add:
                 self._push(t + a.provision_delay_s, _READY, int(n), 0)
                 if self.events:
@@ -434,7 +436,6 @@ class Simulation:
             return
         c.ready[node] = True
         c.empty_since[node] = t
-        c.usage[node, :2] += c.overhead[node]
         self.dirty[node] = True
         if self.events:
             self.events.write(t, "node_ready", node=str(c.names[node]))
