@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -18,7 +19,7 @@ out = Console()
 
 
 def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}")
+    console.print(f"[red]error:[/red] {escape(message)}")
     raise typer.Exit(2)
 
 
@@ -43,7 +44,7 @@ def simulate(
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
     for line in result["skipped_rows"]:
-        console.print(f"[yellow]{line}[/yellow]")
+        console.print(f"[yellow]{escape(line)}[/yellow]")
     print_metrics(result)
     if out_path:
         out_path.parent.mkdir(parents=True, exist_ok=True)

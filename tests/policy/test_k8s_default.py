@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
-import pytest
 
 from td3sched.policy import make_policy
 from td3sched.policy.base import PodRequest

@@ -47,6 +47,8 @@ def small_worlds(draw):
     n_pods = draw(st.integers(5, 40))
     arrivals = sorted(draw(st.lists(st.sampled_from(np.arange(0, 3000, 15).tolist()), min_size=n_pods,
                                     max_size=n_pods)))
+    # an anti-affinity cap per app; some pods of a capped app go uncapped (the DLRM trace mixes them)
+    caps = {app: draw(st.sampled_from([-1, 1, 2])) for app in ("web", "db", "ml")}
     pods = []
     for i, t in enumerate(arrivals):
         cpu = draw(st.sampled_from([0, 0, 100, 500, 1000, 2500, 4000]))
@@ -57,7 +59,7 @@ def small_worlds(draw):
             cpu_limit = draw(st.sampled_from([INF, float(cpu), float(cpu) * 2 + 100]))
             mem_limit = draw(st.sampled_from([INF, float(mem), float(mem) * 2 + 256]))
         gpu = draw(st.sampled_from([(0, 0)] * 4 + [(1, 250), (1, 500), (1, 1000), (2, 1000)]))
-        capped = draw(st.booleans())
+        app = draw(st.sampled_from(sorted(caps)))
         pods.append(P(
             name=f"pod{i}", t=float(t),
             dur=draw(st.sampled_from([INF, 30.0, 200.0, 900.0, 2500.0])),
@@ -65,7 +67,7 @@ def small_worlds(draw):
             rdma=float(draw(st.sampled_from([0, 0, 25, 50]))),
             cpu_limit=cpu_limit, mem_limit=mem_limit, gpus=gpu[0], gpu_milli=gpu[1],
             ls=draw(st.booleans()),
-            app=draw(st.sampled_from(["web", "db", "ml"])), cap=draw(st.sampled_from([1, 2])) if capped else -1,
+            app=app, cap=caps[app] if draw(st.integers(0, 4)) else -1,
             pool=draw(st.sampled_from([None] + names)),
             size_cpu=float(draw(st.sampled_from([0, 200, 900, 3000]))),
             size_mem=float(draw(st.sampled_from([0, 300, 1500, 6000]))),
@@ -77,7 +79,8 @@ def small_worlds(draw):
     w = workload(pods, pool_names=tuple(names))
     autoscale = draw(st.booleans())
     cfg = config(autoscaler=Autoscaler(enabled=autoscale, scale_down_unneeded_s=draw(st.sampled_from([120.0, 600.0]))),
-                 tick_s=draw(st.sampled_from([30.0, 60.0])), mem_level=draw(st.sampled_from([0.5, 0.85, 1.0])))
+                 tick_s=draw(st.sampled_from([30.0, 60.0])), mem_level=draw(st.sampled_from([0.5, 0.85, 1.0])),
+                 usage_scale=draw(st.sampled_from([1.0, 5.0])))
     return World(tuple(pools), w, profiles_from(shape), cfg, TypicalPods.from_workload(w, max_shapes=5))
 
 
@@ -130,6 +133,8 @@ def assert_books(sim):
         np.testing.assert_array_equal(c.gpu_used[n], _gpu_used(sim, n))
         if len(on):
             assert c.provisioned[n] and c.ready[n]
+        for app, counts in c.app_count.items():   # every pod of a capped app counts
+            assert counts[n] == (w.app[on] == app).sum()
     assert np.all(c.gpu_used <= c.gpu_capacity) and np.all(c.gpu_used >= 0)
 
 
@@ -199,6 +204,7 @@ def test_invariants_on_random_worlds(w, seed):
     assert m["cpu_util"] >= 0.0 and m["mem_util"] >= 0.0
     assert 0.0 <= m["overload_node_frac"] <= 1.0
     assert m["latency_p99_ms"] >= m["latency_p50_ms"] >= 0.0
+    assert 0.0 <= m["latency_breach_frac"] <= 1.0
     assert m["pending_p99_s"] >= 0.0 and m["node_hours"] >= 0.0
     assert m["sla_violations"] == m["oom_kills"] + m["sla_latency_breaches"] + m["sla_pending_too_long"]
     np.testing.assert_allclose(w.typical.weight.sum(), 1.0)

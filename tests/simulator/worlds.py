@@ -7,7 +7,8 @@ only states what matters to it:
 - nodes have no system overhead unless asked, and big disk / RDMA / bandwidth;
 - pods request nothing but what they say, have no limits, use nothing (size 0) unless asked;
 - the autoscaler is off unless asked; the latency base has no spread (base_sigma = 0, so every
-  service's base latency is exactly ``base_median_ms``).
+  service's base latency is exactly ``base_median_ms``);
+- usage_scale and mem_level are 1 unless asked, whatever the calibrated defaults are.
 """
 
 from __future__ import annotations
@@ -136,8 +137,12 @@ def typical(shapes: list[tuple], weights: list[float]) -> TypicalPods:
 
 
 def config(autoscaler: bool | Autoscaler = False, latency: LatencyModel | None = None, **kw) -> SimConfig:
+    """SimConfig with usage_scale = mem_level = 1 unless given (hand arithmetic must not depend on
+    the calibrated defaults), the autoscaler off and latency bases without spread."""
     if isinstance(autoscaler, bool):
         autoscaler = Autoscaler(enabled=autoscaler)
+    kw.setdefault("usage_scale", 1.0)
+    kw.setdefault("mem_level", 1.0)
     return SimConfig(latency=latency or LatencyModel(base_sigma=0.0), autoscaler=autoscaler, **kw)
 
 

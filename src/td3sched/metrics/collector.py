@@ -8,8 +8,11 @@ Definitions (docs/simulator.md, section Metrics), all over the evaluation span's
   log-spaced histogram (bins 0.4% wide);
 - oom_per_week: node OOM kills per 7 simulated days (container OOMs reported apart);
 - overload_node_frac: share of (provisioned node, tick) samples with real CPU usage > 85%;
-- sla_violations: node OOM kills + latency samples above the SLO + pods pending longer than 60 s;
-  also per 1,000 pods that arrived in the span;
+- sla_violations: node OOM kills + latency SLO breaches + pods pending longer than 60 s; a breach
+  is an episode: a latency-sensitive pod whose latency goes above its SLO (it counts again only
+  after coming back under); also per 1,000 pods that arrived in the span. latency_breach_frac is
+  the share of latency samples above the SLO;
+- container_oom: times a container's memory crossed its limit (it restarts in place);
 - pending_p99_s: 99th percentile of time from entering the queue to placement (pods still pending
   at the end count with their wait so far); unschedulable: pods still pending at the end;
 - node_hours: provisioned node-hours.
@@ -40,6 +43,7 @@ class MetricsCollector:
         self.lat_hist = np.zeros(LAT_BINS + 1, dtype=np.int64)
         self.lat_samples = 0
         self.slo_breaches = 0
+        self.breach_samples = 0
         self.oom_kills = 0
         self.container_ooms = 0
         self.pending_violations = 0
@@ -51,7 +55,8 @@ class MetricsCollector:
         self._hour_n = 0
 
     def tick(self, *, pods_cpu: float, pods_mem: float, alloc_cpu: float, alloc_mem: float,
-             fragmentation: float, nodes: int, overloaded: int, latency_ms: np.ndarray, breaches: int) -> None:
+             fragmentation: float, nodes: int, overloaded: int, latency_ms: np.ndarray, breaches: int,
+             breach_samples: int = 0) -> None:
         cpu_util = pods_cpu / alloc_cpu if alloc_cpu > 0 else 0.0
         self.ticks += 1
         self.cpu_util_sum += cpu_util
@@ -65,6 +70,7 @@ class MetricsCollector:
             self.lat_hist += np.bincount(np.minimum(idx.astype(np.int64), LAT_BINS), minlength=LAT_BINS + 1)
             self.lat_samples += len(latency_ms)
         self.slo_breaches += breaches
+        self.breach_samples += breach_samples
         self._hour_acc += (cpu_util, nodes, fragmentation)
         self._hour_n += 1
         if self._hour_n * self.tick_s >= 3600:
@@ -97,6 +103,7 @@ class MetricsCollector:
             "sla_violations": violations,
             "sla_violations_per_1k_pods": 1000.0 * violations / max(self.arrivals, 1),
             "sla_latency_breaches": self.slo_breaches,
+            "latency_breach_frac": self.breach_samples / max(self.lat_samples, 1),
             "sla_pending_too_long": self.pending_violations,
             "pending_p99_s": float(np.quantile(waits, 0.99)) if len(waits) else 0.0,
             "unschedulable": unschedulable,

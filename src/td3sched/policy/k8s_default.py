@@ -29,12 +29,12 @@ MIB = float(1 << 20)
 
 def least_allocated(requested_cpu, requested_mem, alloc_cpu, alloc_mem) -> np.ndarray:
     """kube-scheduler's leastResourceScorer, cpu and memory weight 1. Inputs are whole milli-CPU
-    and bytes held as float64 (exact below 2**53)."""
-    total = np.zeros(len(requested_cpu))
-    for req, cap in ((requested_cpu, alloc_cpu), (requested_mem, alloc_mem)):
-        # floor of the correctly rounded quotient equals Go's integer division for these magnitudes
-        total += np.where(req > cap, 0.0, np.floor((cap - req) * MAX_NODE_SCORE / cap))
-    return np.floor(total / 2)
+    and bytes held as float64 (exact below 2**53); the floor of the correctly rounded quotient equals
+    Go's integer division at these magnitudes, and a negative score (requested > capacity) is 0."""
+    cpu = np.maximum(np.floor((alloc_cpu - requested_cpu) * MAX_NODE_SCORE / alloc_cpu), 0.0)
+    mem = np.maximum(np.floor((alloc_mem - requested_mem) * MAX_NODE_SCORE / alloc_mem), 0.0)
+    cpu += mem
+    return np.floor(cpu / 2, out=cpu)
 
 
 def balanced_allocation(requested_cpu, requested_mem, alloc_cpu, alloc_mem) -> np.ndarray:
@@ -55,13 +55,13 @@ class K8sDefault(Policy):
             self._cluster = cluster
             self._alloc_cpu = np.ascontiguousarray(cluster.allocatable[:, 0])
             self._alloc_mem = cluster.allocatable[:, 1] * MIB
-        alloc_cpu = self._alloc_cpu[nodes]
-        alloc_mem = self._alloc_mem[nodes]
+        alloc_cpu = self._alloc_cpu.take(nodes)
+        alloc_mem = self._alloc_mem.take(nodes)
         nz = pod.nonzero_cpu_mem
-        nonzero = cluster.nonzero_requested[nodes]
+        nonzero = cluster.nonzero_requested.take(nodes, axis=0)
         score = least_allocated(nonzero[:, 0] + nz[0], (nonzero[:, 1] + nz[1]) * MIB, alloc_cpu, alloc_mem)
         if pod.qos != BEST_EFFORT:
-            requested = cluster.requested[nodes]
+            requested = cluster.requested.take(nodes, axis=0)
             score += balanced_allocation(requested[:, 0] + pod.request[0], (requested[:, 1] + pod.request[1]) * MIB,
                                          alloc_cpu, alloc_mem)
         return score

@@ -74,7 +74,8 @@ def apply_override(config: dict, assignment: str) -> None:
     old = node[parts[-1]]
     if isinstance(old, bool) and not isinstance(value, bool):
         raise ValueError(f"override {key!r}={raw!r}: expected true or false")
-    if isinstance(old, (int, float)) and not isinstance(old, bool) and not isinstance(value, (int, float)):
+    if isinstance(old, (int, float)) and not isinstance(old, bool) and (
+            isinstance(value, bool) or not isinstance(value, (int, float))):
         raise ValueError(f"override {key!r}={raw!r}: expected a number")
     node[parts[-1]] = value
 

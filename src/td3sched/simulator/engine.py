@@ -89,12 +89,19 @@ class Simulation:
         self.started = np.full(p, np.nan)
         self.queued_at = np.full(p, np.nan)
         self.flagged = np.zeros(p, dtype=bool)
+        self.over_limit = np.zeros(p, dtype=bool)
+        """Memory above its limit at the last tick (one container OOM per crossing)."""
+        self.breaching = np.zeros(p, dtype=bool)
+        """Latency above its SLO at the last tick (one SLA violation per breach episode)."""
         self.gen = np.zeros(p, dtype=np.int64)
         self.pod_usage = np.zeros((p, 4))
         self.nonzero = np.column_stack([
             np.where(w.request[:, 0] > 0, w.request[:, 0], 100.0),
             np.where(w.request[:, 1] > 0, w.request[:, 1], 200.0),
         ])
+        self.app_capped = np.zeros(len(w.app_names), dtype=bool)
+        """Apps with an anti-affinity cap on any pod: every pod of such an app counts against it."""
+        self.app_capped[w.app[w.max_per_node > 0]] = True
         self.pending: list[int] = []
         self.running = np.empty(p, dtype=np.int64)
         """Running pods in running[:n_running], any order; run_pos[pod] is a pod's slot in it."""
@@ -119,6 +126,9 @@ class Simulation:
         self.dirty = np.ones(c.size, dtype=bool)
         self.decision_wall_s = 0.0
         self._slot, self._slot_shape = -1, np.empty((4, 0))
+        self._usage_slot = -1
+        self._safety_cpu_milli = self.cfg.safety_cpu_util * self.cluster.allocatable[:, 0]
+        self._mem_capacity = self.cluster.allocatable[:, 1] + self.cluster.overhead[:, 1]
         lat = self.cfg.latency
         self._lat_weights = np.array([lat.weight_cpu, lat.weight_disk, lat.weight_net])
         self._lat_capacity = np.ascontiguousarray(self.cluster.capacity_usage[:, [0, 2, 3]])
@@ -150,7 +160,7 @@ class Simulation:
             counts = c.app_count.get(int(w.app[pod]))
             if counts is not None:
                 ok &= counts[sl] < cap
-        ok &= c.observed[sl, 0] <= self.cfg.safety_cpu_util * c.allocatable[sl, 0]
+        ok &= c.observed[sl, 0] <= self._safety_cpu_milli[sl]
         if w.qos[pod] == BEST_EFFORT:  # node.kubernetes.io/memory-pressure taint
             ok &= c.observed[sl, 1] < c.memory_pressure_mib[sl]
         return np.flatnonzero(ok) + sl.start
@@ -170,10 +180,11 @@ class Simulation:
             return False
         req = self.pod_request(pod, t)
         scores = np.asarray(self.policy.score(req, nodes, self.cluster), dtype=np.float64)
-        if scores.shape != nodes.shape or not np.all(np.isfinite(scores)):
-            raise ValueError(f"policy {self.policy.name!r} returned scores of shape {scores.shape} "
-                             f"(finite: {np.all(np.isfinite(scores))}) for {len(nodes)} nodes")
-        best = np.flatnonzero(scores == scores.max())
+        top = scores.max() if scores.shape == nodes.shape else np.nan
+        if not np.isfinite(top):  # NaN propagates through max
+            raise ValueError(f"policy {self.policy.name!r} returned scores of shape {scores.shape} with "
+                             f"maximum {top} for {len(nodes)} nodes: expected finite scores, one per node")
+        best = np.flatnonzero(scores == top)
         choice = best[0] if len(best) == 1 else best[self.rng.integers(len(best))]
         node = int(nodes[choice])
         self._bind(pod, node, t)
@@ -195,12 +206,14 @@ class Simulation:
             g = choose_gpus(c.gpu_capacity[node] - c.gpu_used[node], int(w.gpu_count[pod]), int(w.gpu_milli[pod]))
             c.gpu_used[node, g] += int(w.gpu_milli[pod])
             self.gpus[pod] = g
-        if w.max_per_node[pod] > 0:
+        if self.app_capped[w.app[pod]]:
             app = int(w.app[pod])
             if app not in c.app_count:
                 c.app_count[app] = np.zeros(c.size, dtype=np.int64)
             c.app_count[app][node] += 1
         usage = self._usage_of(pod, t)
+        if usage[1] > w.mem_limit_mib[pod]:
+            usage = self._limit_memory(np.array([pod]), usage[None, :], t)[0]
         self.pod_usage[pod] = usage
         c.usage[node] += usage
         self.dirty[node] = True
@@ -234,10 +247,12 @@ class Simulation:
         if g is not None:
             c.gpu_used[node, g] -= int(w.gpu_milli[pod])
             self.gpus[pod] = None
-        if w.max_per_node[pod] > 0:
+        if self.app_capped[w.app[pod]]:
             c.app_count[int(w.app[pod])][node] -= 1
         c.usage[node] -= self.pod_usage[pod]
         self.pod_usage[pod] = 0.0
+        self.over_limit[pod] = False
+        self.breaching[pod] = False
         self.dirty[node] = True
         self.node[pod] = -1
         self.gen[pod] += 1
@@ -276,7 +291,8 @@ class Simulation:
         failed: set[tuple] = set()  # a shape that failed stays infeasible for the rest of this pass
         for pod in pend[ok].tolist():
             key = (w.request[pod].tobytes(), int(w.gpu_count[pod]), int(w.gpu_milli[pod]), int(w.pool[pod]),
-                   int(w.app[pod]) if w.max_per_node[pod] > 0 else -1)
+                   int(w.app[pod]) if self.app_capped[w.app[pod]] else -1, int(w.max_per_node[pod]),
+                   int(w.qos[pod]) == BEST_EFFORT)
             if key in failed:
                 continue
             if self.schedule(pod, t):
@@ -301,29 +317,18 @@ class Simulation:
         self._enqueue(pod, t)
 
     def _tick(self, t: float) -> None:
-        c, w, cfg = self.cluster, self.w, self.cfg
-        running = self.running[: self.n_running].copy()
-        usage = self._usage_of(running, t)
-        over = usage[:, 1] > w.mem_limit_mib[running]
-        if over.any():  # the container is OOM-killed by its own limit and restarts in place
-            self.metrics.container_ooms += int(over.sum())
-            usage[over, 1] = w.mem_limit_mib[running[over]]
-            if self.events:
-                for pod in running[over]:
-                    self.events.write(t, "container_oom", pod=str(w.name[pod]))
-        self.pod_usage[running] = usage
-        nodes_of = self.node[running]
-        node_usage = np.zeros((c.size, 4))
-        for j in range(4):
-            node_usage[:, j] = np.bincount(nodes_of, weights=usage[:, j], minlength=c.size)
-        node_usage[:, :2] += c.overhead * c.provisioned[:, None]
-        c.usage[:] = node_usage
-
+        c, cfg = self.cluster, self.cfg
+        slot = int(t // self.world.profiles.step_s)
+        if slot != self._usage_slot:  # profiles are step-wise: usage only moves when the slot does
+            self._usage_slot = slot
+            self._refresh_usage(t)
         # Node OOM: real memory above capacity (allocatable + system overhead).
-        mem_capacity = c.allocatable[:, 1] + c.overhead[:, 1]
-        for node in np.flatnonzero(c.usage[:, 1] > mem_capacity):
-            self._oom_node(int(node), running[nodes_of == node], t)
-
+        hot = np.flatnonzero(c.usage[:, 1] > self._mem_capacity)
+        if len(hot):
+            running = self.running[: self.n_running].copy()
+            nodes_of = self.node[running]
+            for node in hot:
+                self._oom_node(int(node), running[nodes_of == node], t)
         self._sample(t)
         if cfg.autoscaler.enabled:
             self._autoscale(t)
@@ -334,6 +339,34 @@ class Simulation:
             self.flagged[late] = True
             self.metrics.pending_violations += len(late)
         self._retry(t)
+
+    def _refresh_usage(self, t: float) -> None:
+        """Re-read every running pod's usage from its profile and rebuild node usage from it."""
+        c = self.cluster
+        running = self.running[: self.n_running].copy()
+        usage = self._limit_memory(running, self._usage_of(running, t), t)
+        self.pod_usage[running] = usage
+        nodes_of = self.node[running]
+        node_usage = np.zeros((c.size, 4))
+        for j in range(4):
+            node_usage[:, j] = np.bincount(nodes_of, weights=usage[:, j], minlength=c.size)
+        node_usage[:, :2] += c.overhead * c.provisioned[:, None]
+        c.usage[:] = node_usage
+
+    def _limit_memory(self, pods: np.ndarray, usage: np.ndarray, t: float) -> np.ndarray:
+        """Memory above a container's limit OOM-kills the container, which restarts in place at the
+        limit; one container OOM is counted each time a pod crosses its limit."""
+        w = self.w
+        over = usage[:, 1] > w.mem_limit_mib[pods]
+        crossed = over & ~self.over_limit[pods]
+        self.over_limit[pods] = over
+        if over.any():
+            self.metrics.container_ooms += int(crossed.sum())
+            usage[over, 1] = w.mem_limit_mib[pods[over]]
+            if self.events:
+                for pod in pods[crossed]:
+                    self.events.write(t, "container_oom", pod=str(w.name[pod]))
+        return usage
 
     def _oom_node(self, node: int, pods: np.ndarray, t: float) -> None:
         """Kill ``pods`` of ``node`` in the kernel's order until its memory fits: BestEffort first,
@@ -369,12 +402,16 @@ class Simulation:
             factor = 1.0 + ((1.0 / (1.0 - rho) - 1.0) @ self._lat_weights)
             pod_factor = factor[self.node[ls]]
             latency = self.base_ms[w.app[ls]] * pod_factor
-            breaches = int((pod_factor > lat.slo_factor).sum())
+            above = pod_factor > lat.slo_factor
+            breach_samples = int(above.sum())
+            breaches = int((above & ~self.breaching[ls]).sum())
+            self.breaching[ls] = above
         else:
-            latency, breaches = np.empty(0), 0
+            latency, breaches, breach_samples = np.empty(0), 0, 0
         self.metrics.tick(pods_cpu=float(pods_cpu), pods_mem=float(pods_mem), alloc_cpu=float(alloc[0]),
                           alloc_mem=float(alloc[1]), fragmentation=frag, nodes=int(prov.sum()),
-                          overloaded=overloaded, latency_ms=latency, breaches=breaches)
+                          overloaded=overloaded, latency_ms=latency, breaches=breaches,
+                          breach_samples=breach_samples)
 
     def _autoscale(self, t: float) -> None:
         c, w, a = self.cluster, self.w, self.cfg.autoscaler

@@ -14,11 +14,6 @@ import pandas as pd
 from td3sched.workload.pods import SCALAR_RESOURCES, Workload
 from td3sched.workload.profiles import UsageProfiles
 
-COLUMNS = ("name", "arrival_s", "duration_s", *[f"request_{r}" for r in SCALAR_RESOURCES], "cpu_limit_milli",
-           "mem_limit_mib", "gpu_count", "gpu_milli", "qos", "latency_sensitive", "app", "max_per_node", "pool",
-           "size_cpu_milli", "size_mem_mib", "size_disk_mbps", "size_net_mbps", "profile")
-
-
 def save_workload(folder: Path, workload: Workload, profiles: UsageProfiles, header: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     w = workload
@@ -35,33 +30,51 @@ def save_workload(folder: Path, workload: Workload, profiles: UsageProfiles, hea
         "size_disk_mbps": w.size_disk_mbps, "size_net_mbps": w.size_net_mbps, "profile": w.profile,
     })
     (folder / "ATTRIBUTION.md").write_text(header)
+    for col in UNBOUNDED:
+        frame[col] = frame[col].where(np.isfinite(frame[col]), None)
     frame.to_csv(folder / "pods.csv.gz", index=False, float_format="%.6g")
     profiles.save(folder / "profiles.npz")
 
 
+UNBOUNDED = ("duration_s", "cpu_limit_milli", "mem_limit_mib")
+
+
+def _schema():
+    from td3sched.trace.table import Column
+
+    nonneg = dict(kind="float", nonnegative=True)
+    unbounded = dict(kind="float", nonnegative=True, nullable=True)  # empty = inf (no end, no limit)
+    cols = [Column("name", "str"), Column("arrival_s", **nonneg), Column("duration_s", **unbounded)]
+    cols += [Column(f"request_{r}", **nonneg) for r in SCALAR_RESOURCES]
+    cols += [Column("cpu_limit_milli", **unbounded), Column("mem_limit_mib", **unbounded),
+             Column("gpu_count", "int", nonnegative=True), Column("gpu_milli", "int", lower=0, upper=1000),
+             Column("qos", "int", lower=0, upper=2), Column("latency_sensitive", "int", lower=0, upper=1),
+             Column("app", "str"), Column("max_per_node", "int", lower=-1), Column("pool", "str", nullable=True),
+             Column("size_cpu_milli", **nonneg), Column("size_mem_mib", **nonneg),
+             Column("size_disk_mbps", **nonneg), Column("size_net_mbps", **nonneg),
+             Column("profile", "int", nonnegative=True)]
+    return cols
+
+
 def load_workload(folder: Path) -> tuple[Workload, UsageProfiles]:
+    """Read a saved workload; a bad cell raises TraceError naming the file, line, column and value."""
     from td3sched.trace.errors import TraceError
+    from td3sched.trace.table import read_table
 
     path = folder / "pods.csv.gz"
     if not path.is_file():
         raise FileNotFoundError(f"workload file {path} is missing")
-    frame = pd.read_csv(path, keep_default_na=False)
-    missing = [c for c in COLUMNS if c not in frame.columns]
-    if missing:
-        raise TraceError(path, 1, missing[0], "", f"a column of {', '.join(COLUMNS)}")
-    numeric = [c for c in COLUMNS if c not in ("name", "app", "pool")]
-    for col in numeric:
-        values = pd.to_numeric(frame[col], errors="coerce")
-        bad = values.isna() & (frame[col].astype(str) != "inf")
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise TraceError(path, row + 2, col, frame[col].iloc[row], "a number")
-        frame[col] = values.fillna(np.inf)
+    frame, _ = read_table(path, _schema())
+    lines = frame.index.to_numpy()
+    frame = frame.reset_index(drop=True)
+    frame["pool"] = frame["pool"].fillna("")
+    for col in UNBOUNDED:
+        frame[col] = frame[col].fillna(np.inf)
     profiles = UsageProfiles.load(folder / "profiles.npz")
     prof = frame["profile"].to_numpy()
     if len(prof) and (prof.min() < 0 or prof.max() >= profiles.count):
         row = int(np.flatnonzero((prof < 0) | (prof >= profiles.count))[0])
-        raise TraceError(path, row + 2, "profile", prof[row], f"a profile row in [0, {profiles.count})")
+        raise TraceError(path, int(lines[row]), "profile", str(prof[row]), f"a profile row in [0, {profiles.count})")
     apps, app_idx = np.unique(frame["app"].astype(str).to_numpy(), return_inverse=True)
     pool_labels = frame["pool"].astype(str).to_numpy()
     pools = tuple(sorted(set(pool_labels) - {""}))
@@ -87,3 +100,7 @@ def load_workload(folder: Path) -> tuple[Workload, UsageProfiles]:
         profile=prof.astype(np.int32),
     )
     return workload, profiles
+
+
+COLUMNS = tuple(c.name for c in _schema())
+"""The columns of ``pods.csv.gz``, in order."""

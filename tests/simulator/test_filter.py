@@ -1,0 +1,97 @@
+"""Filter rules in a run: node selectors, GPUs, anti-affinity caps, and the pending-queue retry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from td3sched.simulator.engine import PENDING
+from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
+
+from .worlds import BE, P, config, node, pool, profiles_from, simulate, world
+
+
+def test_fit_rules_for_gpu_shares_and_whole_gpus():
+    free = np.array([[1000, 1000, 10, 10], [1000, 1000, 10, 10]], dtype=float)
+    gpu_free = np.array([[400, 1000, 0], [600, 600, 600]])
+    # share 500: node 0 has a GPU with 1000 free, node 1 GPUs with 600 free -> both fit
+    # two whole GPUs: node 0 has one entirely free GPU, node 1 none -> neither
+    # one whole GPU: node 0 only
+    request = np.array([[100, 100, 0, 0]] * 3, dtype=float)
+    fits = fit_matrix(free, gpu_free, request, np.array([1, 2, 1]), np.array([500, 1000, 1000]))
+    np.testing.assert_array_equal(fits, [[True, False, True], [True, False, False]])
+    for m, (count, milli) in enumerate([(1, 500), (2, 1000), (1, 1000)]):
+        np.testing.assert_array_equal(fits_one(free, gpu_free, request[m], count, milli), fits[:, m])
+    # a share goes to the GPU it fits best (least free room that suffices)
+    assert choose_gpus(np.array([1000, 600, 400]), 1, 500).tolist() == [1]
+    assert choose_gpus(np.array([1000, 600, 1000]), 2, 1000).tolist() == [0, 2]
+
+
+def test_gpu_shares_pack_onto_one_gpu_and_leave_whole_gpus_free():
+    pods = [P("s1", gpus=1, gpu_milli=500), P("s2", t=1, gpus=1, gpu_milli=500),
+            P("w", t=2, gpus=2, gpu_milli=1000), P("w1", t=3, gpus=1, gpu_milli=1000)]
+    run = simulate(world([pool("g", node(gpus=2), 1)], pods), end_s=10)
+    sim = run.sim
+    # s1: both GPUs empty, best fit is the first (GPU 0). s2: GPU 0 has 500 free, GPU 1 1000 -> GPU 0.
+    # So GPU 1 stays entirely free: w (two whole GPUs) waits, w1 (one whole GPU) takes GPU 1.
+    assert [e["pod"] for e in run.of("placement")] == ["s1", "s2", "w1"]
+    assert sim.cluster.gpu_used[0].tolist() == [1000, 1000]
+    w1 = int(np.flatnonzero(sim.w.name == "w1")[0])
+    assert sim.gpus[w1].tolist() == [1]
+    assert run.metrics["unschedulable"] == 1
+
+
+def test_node_selector_and_anti_affinity_cap():
+    pods = [P(f"r{i}", app="web", cap=2, pool="b") for i in range(5)]
+    run = simulate(world([pool("a", node(), 2), pool("b", node(), 2)], pods), end_s=10)
+    nodes = [e["node"] for e in run.of("placement")]
+    # two per node of pool b, the fifth waits
+    assert sorted(nodes) == ["b-0000", "b-0000", "b-0001", "b-0001"]
+    assert run.metrics["unschedulable"] == 1
+
+
+def test_anti_affinity_cap_frees_up_when_a_pod_leaves():
+    # cap 1 on one node: r1 waits for r0 to leave at 100, then takes its place at once
+    pods = [P("r0", dur=100, app="web", cap=1), P("r1", t=10, app="web", cap=1)]
+    run = simulate(world([pool("a", node(), 1)], pods), end_s=200)
+    assert [(e["t"], e["pod"]) for e in run.of("placement")] == [(0, "r0"), (100, "r1")]
+
+
+def test_anti_affinity_cap_counts_every_pod_of_the_app():
+    pods = [P("free", app="web", cap=-1), P("capped", t=1, app="web", cap=1)]
+    run = simulate(world([pool("a", node(), 1)], pods), end_s=10)
+    # Workload.max_per_node: "at most this many pods of the app on one node" -- one is there already
+    assert [e["pod"] for e in run.of("placement")] == ["free"]
+
+
+def test_memory_pressure_on_best_effort_does_not_block_a_burstable_pod():
+    # node: 1000m, 4000 MiB (MemoryPressure from observed 3800). hog uses 3900 MiB throughout and
+    # 950m CPU in [0, 300), none after: nodes observed above 90% CPU are filtered out until the
+    # scrapes at 300 and 330 bring the window down (tick at 360).
+    shape = np.zeros((4, 2, 2))
+    shape[0, 0] = [0.95, 0.0]
+    shape[1, 0] = [1.0, 1.0]
+    pods = [P("hog", cpu=100, mem=100, size_cpu=1000, size_mem=3900, profile=0),
+            P("be", t=100, profile=1),                                     # BestEffort
+            P("lim", t=110, cpu_limit=500, mem_limit=100, profile=1)]      # Burstable, no requests
+    w = world([pool("a", node(cpu=1000, mem=4000), 1)], pods, profiles_from(shape), config(mem_level=1.0))
+    assert w.workload.qos.tolist()[1:] == [BE, 1]
+    run = simulate(w, end_s=600)
+    sim = run.sim
+    be = int(np.flatnonzero(sim.w.name == "be")[0])
+    assert sim.state[be] == PENDING   # the taint keeps it off, rightly
+    # lim passes every Filter rule from the tick at 360 on
+    assert [(e["t"], e["pod"]) for e in run.of("placement")][1:] == [(360, "lim")]
+
+
+def test_retry_does_not_skip_a_pod_whose_cap_differs():
+    # as above: the node is observed above 90% CPU until the tick at 360
+    shape = np.zeros((4, 2, 2))
+    shape[0, 0] = [0.95, 0.0]
+    pods = [P("hog", cpu=100, size_cpu=1000, app="hog", profile=0),
+            P("w0", cpu=10, app="web", cap=1, profile=1),          # placed at 0
+            P("w1", t=100, cpu=10, app="web", cap=1, profile=1),   # pending: safety, then its cap
+            P("w2", t=110, cpu=10, app="web", cap=2, profile=1)]   # pending: safety only
+    run = simulate(world([pool("a", node(cpu=1000), 1)], pods, profiles_from(shape)), end_s=600)
+    placed = [(e["t"], e["pod"]) for e in run.of("placement")]
+    assert placed == [(0, "hog"), (0, "w0"), (360, "w2")]

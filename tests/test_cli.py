@@ -1,0 +1,107 @@
+"""The ``td3sched`` command line: commands, the simulate record, and errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from td3sched.cli import app
+from td3sched.metrics import collector
+from td3sched.scenario import load_scenario
+
+runner = CliRunner()
+
+#: The metrics named in metrics/collector.py's docstring ("Definitions ...").
+DOC_METRICS = ("cpu_util", "mem_util", "fragmentation", "latency_p99_ms", "oom_per_week", "overload_node_frac",
+               "sla_violations", "sla_violations_per_1k_pods", "latency_breach_frac", "container_oom",
+               "pending_p99_s", "unschedulable", "node_hours")
+
+
+def _flat(text: str) -> str:
+    """Output with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+def test_doc_metrics_list_matches_the_collector_docstring():
+    doc = collector.__doc__
+    for name in DOC_METRICS:
+        if name == "sla_violations_per_1k_pods":
+            assert "per 1,000 pods" in doc
+        else:
+            assert re.search(rf"\b{name}\b", doc), name
+
+
+def test_help_lists_the_commands():
+    proc = subprocess.run([sys.executable, "-c", "from td3sched.cli import app; app()", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    for command in ("simulate", "scenarios", "build-tiny"):
+        assert command in proc.stdout
+
+
+def test_entry_point_is_installed():
+    exe = Path(sys.executable).parent / "td3sched"
+    if not exe.exists():
+        pytest.skip("td3sched console script not installed in this environment")
+    proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "simulate" in proc.stdout
+
+
+def test_simulate_writes_json_with_every_documented_metric(tmp_path):
+    out = tmp_path / "sub" / "run.json"
+    result = runner.invoke(app, ["simulate", "--scenario", "tiny", "--span", "test", "--no-progress",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    record = json.loads(out.read_text())
+    assert record["scenario"] == "tiny" and record["policy"] == "k8s-default" and record["seed"] == 1
+    # the test span of tiny is days [0.75, 1)
+    assert record["span"] == {"name": "test", "start_s": 0.75 * 86400, "end_s": 86400.0}
+    for name in DOC_METRICS:
+        assert name in record["metrics"], name
+        assert isinstance(record["metrics"][name], (int, float))
+    assert not out.with_suffix(".json.tmp").exists()
+
+
+@pytest.mark.parametrize("args,bad,choices", [
+    (["--scenario", "nosuch"], "nosuch", ["dlrm", "openb", "tiny"]),
+    (["--policy", "nosuch"], "nosuch", ["k8s-default"]),
+    (["--span", "nosuch"], "nosuch", ["full", "train", "test"]),
+    (["--set", "nosuch.key=1"], "nosuch", ["simulator", "autoscaler", "latency", "nodes"]),
+    (["--set", "simulator.nosuch=1"], "nosuch", ["tick_s", "scrape_s", "usage_scale"]),
+    (["--set", "simulator.tick_s=abc"], "abc", ["a number"]),
+    (["--set", "simulator.tick_s=-5"], "-5", ["a positive number"]),
+    (["--set", "autoscaler.enabled=maybe"], "maybe", ["true or false"]),
+])
+def test_bad_input_exits_2_naming_the_value_and_the_choices(args, bad, choices, tmp_path):
+    out = tmp_path / "never.json"
+    result = runner.invoke(app, ["simulate", "--no-progress", "--out", str(out), *args])
+    assert result.exit_code == 2, result.output
+    text = _flat(result.output)
+    assert "error" in text
+    assert bad in text
+    for choice in choices:
+        assert choice in text, (choice, text)
+    assert not out.exists()
+
+
+def test_bad_input_with_brackets_is_reported_not_crashed():
+    result = runner.invoke(app, ["simulate", "--no-progress", "--set", "simulator.tick_s=[/x]"])
+    assert result.exit_code == 2
+    assert "[/x]" in _flat(result.output)
+
+
+def test_boolean_is_not_a_number_for_numeric_settings():
+    with pytest.raises(ValueError, match="expected a number"):
+        load_scenario("tiny", ["simulator.tick_s=true"])
+
+
+def test_override_reaches_the_simulator_config():
+    sc = load_scenario("tiny", ["simulator.tick_s=120", "autoscaler.enabled=false", "latency.slo_factor=3"])
+    cfg = sc.sim_config()
+    assert cfg.tick_s == 120 and cfg.autoscaler.enabled is False and cfg.latency.slo_factor == 3
