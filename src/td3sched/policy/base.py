@@ -36,10 +36,29 @@ class PodRequest:
                          mem if mem > 0 else DEFAULT_MEMORY_REQUEST_MIB])
 
 
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a policy may see of a run besides the pod: the cluster (requests, allocatable and the
+    *observed* usage of the metrics pipeline; never the ground truth), the metrics pipeline's
+    settings, and the scenario's typical pods (for fragmentation-aware policies)."""
+
+    cluster: Cluster
+    scrape_s: float
+    window_s: float
+    typical: object
+    """``metrics.fragmentation.TypicalPods`` of the scenario."""
+    pipeline: object
+    """``simulator.metrics_pipeline.MetricsPipeline``: usage statistics over its history."""
+
+
 class Policy(ABC):
     """A scoring policy. Higher score wins; the simulator breaks ties uniformly at random."""
 
     name = "policy"
+
+    def attach(self, context: PolicyContext) -> None:
+        """Told once, before a run starts, what it may see of the run."""
+        self.context = context
 
     @abstractmethod
     def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:

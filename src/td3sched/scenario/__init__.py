@@ -19,6 +19,7 @@ import yaml
 from td3sched.metrics.fragmentation import TypicalPods
 from td3sched.simulator.cluster import NodeShape, Pool
 from td3sched.simulator.config import Autoscaler, LatencyModel, SimConfig
+from td3sched.reward import RewardConfig
 from td3sched.simulator.engine import World
 from td3sched.workload.pods import Workload
 from td3sched.workload.profiles import UsageProfiles
@@ -37,6 +38,7 @@ def _defaults() -> dict[str, Any]:
         "autoscaler": dataclasses.asdict(Autoscaler()),
         "latency": dataclasses.asdict(LatencyModel()),
         "fragmentation": {"max_shapes": 20},
+        "reward": dataclasses.asdict(RewardConfig()),
     }
 
 
@@ -128,7 +130,7 @@ class Scenario:
         pools = self.pools(seed)
         workload, profiles = build_workload(self, pools, seed, lenient, reports)
         typical = TypicalPods.from_workload(workload, int(self.config["fragmentation"]["max_shapes"]), seed=0)
-        return World(pools, workload, profiles, self.sim_config(), typical)
+        return World(pools, workload, profiles, self.sim_config(), typical, RewardConfig(**self.config["reward"]))
 
 
 def _openb_pool(nodes: dict, seed: int) -> Pool:
@@ -166,11 +168,12 @@ def load_scenario(name: str, overrides: list[str] | tuple[str, ...] = ()) -> Sce
     for key in ("name", "days", "workload", "nodes"):
         if key not in raw:
             raise ValueError(f"scenario file {path.name}: missing key {key!r}")
-    config = _merge(_defaults(), raw, "", {"simulator", "autoscaler", "latency", "fragmentation"})
+    config = _merge(_defaults(), raw, "", {"simulator", "autoscaler", "latency", "fragmentation", "reward"})
     for assignment in overrides:
         apply_override(config, assignment)
     scenario = Scenario(name, config, tuple(overrides))
     scenario.sim_config()  # validate now, before anything runs
+    RewardConfig(**config["reward"])
     return scenario
 
 

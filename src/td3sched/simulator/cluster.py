@@ -105,6 +105,8 @@ class Cluster:
         """Ground truth node usage: pods' usage plus system overhead (provisioned nodes)."""
         self.observed = np.zeros((n, len(USAGE_COLUMNS)))
         """What the metrics pipeline last published (lagged); policies read only this."""
+        self.last_scrape_s = -np.inf
+        """When ``observed`` was last published."""
 
         self.memory_pressure_mib = (self.allocatable[:, 1] + self.overhead[:, 1]) * (1 - MEMORY_EVICTION_AVAILABLE)
         """Observed memory use at which the kubelet reports MemoryPressure (BestEffort pods are then

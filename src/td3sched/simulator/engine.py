@@ -22,7 +22,8 @@ import numpy as np
 
 from td3sched.metrics.collector import MetricsCollector
 from td3sched.metrics.fragmentation import TypicalPods, node_fragmentation
-from td3sched.policy.base import Policy, PodRequest
+from td3sched.policy.base import Policy, PolicyContext, PodRequest
+from td3sched.reward import RewardConfig, RewardTracker, overload
 from td3sched.simulator.cluster import Cluster, Pool
 from td3sched.simulator.config import SimConfig
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
@@ -43,6 +44,7 @@ class World:
     profiles: UsageProfiles
     config: SimConfig
     typical: TypicalPods
+    reward: RewardConfig = RewardConfig()
 
 
 class EventLog:
@@ -79,6 +81,7 @@ class Simulation:
                 raise ValueError(f"workload selects pool {name!r}, the cluster has {', '.join(c.pool_names)}")
         self.pool_to_cluster = np.array([c.pool_names.index(n) for n in w.pool_names] + [-1], dtype=np.int64)
         self.pipeline = MetricsPipeline(c.size, 4, self.cfg.scrape_s, self.cfg.window_s)
+        policy.attach(PolicyContext(c, self.cfg.scrape_s, self.cfg.window_s, world.typical, self.pipeline))
         c.empty_since[c.provisioned] = self.start_s  # the span's first nodes are new, not idle since t=0
 
         p = len(w)
@@ -125,6 +128,11 @@ class Simulation:
         self.frag_cache = np.zeros(c.size)
         self.dirty = np.ones(c.size, dtype=bool)
         self.decision_wall_s = 0.0
+        self.reward = RewardTracker(world.reward)
+        self._max_nodes = float(c.size)
+        self._frag_memo: dict[bytes, float] = {}
+        self._inv_alloc_cpu = 1.0 / c.allocatable[:, 0]
+        self._provisioned_changed()
         self._slot, self._slot_shape = -1, np.empty((4, 0))
         self._usage_slot = -1
         self._safety_cpu_milli = self.cfg.safety_cpu_util * self.cluster.allocatable[:, 0]
@@ -189,6 +197,7 @@ class Simulation:
         node = int(nodes[choice])
         self._bind(pod, node, t)
         self.policy.bound(req, node, self.cluster)
+        self._reward_step()
         self.decision_wall_s += time.perf_counter() - t0
         if self.events:
             self.events.write(t, "placement", pod=str(self.w.name[pod]), node=str(self.cluster.names[node]),
@@ -383,13 +392,50 @@ class Simulation:
                 break
             self._kill(int(pod), t)
 
+    def _refresh_fragmentation(self) -> None:
+        """Recompute F_n of the nodes whose free resources changed since the last call. F_n depends
+        only on a node's free resources, so values are memoised by that state (exact)."""
+        if not self.dirty.any():
+            return
+        c = self.cluster
+        d = np.flatnonzero(self.dirty)
+        self.dirty[d] = False
+        if len(d) > 8:
+            self.frag_cache[d] = node_fragmentation(c.free[d], c.gpu_capacity[d] - c.gpu_used[d], self.world.typical)
+            return
+        if len(self._frag_memo) > 200_000:
+            self._frag_memo.clear()
+        for n in d:
+            gpu_free = c.gpu_capacity[n] - c.gpu_used[n]
+            key = c.free[n].tobytes() + gpu_free.tobytes()
+            value = self._frag_memo.get(key)
+            if value is None:
+                value = float(node_fragmentation(c.free[n][None], gpu_free[None], self.world.typical)[0])
+                self._frag_memo[key] = value
+            self.frag_cache[n] = value
+
+    def _provisioned_changed(self) -> None:
+        c = self.cluster
+        self._prov_f = c.provisioned.astype(np.float64)
+        self._prov_alloc_cpu = float(self._prov_f @ c.allocatable[:, 0])
+        self._prov_count = float(self._prov_f.sum())
+
+    def cluster_fragmentation(self) -> float:
+        """The fragmentation metric of the cluster now (provisioned nodes)."""
+        self._refresh_fragmentation()
+        return float(self.frag_cache @ self._prov_f / self._prov_alloc_cpu) if self._prov_alloc_cpu > 0 else 0.0
+
+    def _reward_step(self) -> None:
+        """r_t of the decision just made (reward.py), from the ground truth."""
+        m = self.metrics
+        events = m.oom_kills + m.slo_breaches + m.pending_violations
+        load = overload(self.cluster.usage[:, 0] * self._inv_alloc_cpu, self._prov_f, self.reward.cfg.overload_util)
+        self.reward.step(self.cluster_fragmentation(), load, events, self._prov_count / self._max_nodes)
+
     def _sample(self, t: float) -> None:
         c, w, cfg = self.cluster, self.w, self.cfg
         prov = c.provisioned.astype(np.float64)
-        if self.dirty.any():
-            d = np.flatnonzero(self.dirty)
-            self.frag_cache[d] = node_fragmentation(c.free[d], c.gpu_capacity[d] - c.gpu_used[d], self.world.typical)
-            self.dirty[:] = False
+        self._refresh_fragmentation()
         alloc = prov @ c.allocatable
         pods_cpu, pods_mem = prov @ c.usage[:, :2] - prov @ c.overhead
         frag = float(self.frag_cache @ prov / alloc[0]) if alloc[0] > 0 else 0.0
@@ -423,6 +469,7 @@ class Simulation:
             if len(cand) and room > 0:
                 gone = cand[::-1][:room]  # highest slots first, so pools stay packed at the front
                 c.provisioned[gone] = False
+                self._provisioned_changed()
                 c.ready[gone] = False
                 c.ready_at[gone] = np.inf
                 c.empty_since[gone] = np.inf
@@ -457,6 +504,7 @@ class Simulation:
             if len(add) == 0:
                 continue
             c.provisioned[add] = True
+            self._provisioned_changed()
             c.ready_at[add] = t + a.provision_delay_s
             c.usage[add, :2] = c.overhead[add]  # system daemons run from boot
             for n in add:
@@ -511,6 +559,7 @@ class Simulation:
                 continue
             if next_scrape == t:
                 c.observed[:] = self.pipeline.scrape(c.usage)
+                c.last_scrape_s = t
                 next_scrape += cfg.scrape_s
                 continue
             pod = int(self.arrival_order[ai])
@@ -525,6 +574,7 @@ class Simulation:
             self.progress(self.end_s - last_progress)
         waits = [self.end_s - self.queued_at[p] for p in self.pending]
         result = self.metrics.result(unschedulable=len(self.pending), still_pending_waits=waits)
+        result.update(self.reward.result())
         wall = time.perf_counter() - wall0
         runtime = {
             "wall_s": wall,
