@@ -53,10 +53,13 @@ class MetricsCollector:
         self.hourly: dict[str, list[float]] = {"cpu_util": [], "nodes": [], "fragmentation": []}
         self._hour_acc = np.zeros(3)
         self._hour_n = 0
+        self.node_util_hourly: list[list[float]] = []
+        """Hourly mean CPU utilisation of a fixed sample of node slots (NaN while unprovisioned)."""
+        self._node_acc: np.ndarray | None = None
 
     def tick(self, *, pods_cpu: float, pods_mem: float, alloc_cpu: float, alloc_mem: float,
              fragmentation: float, nodes: int, overloaded: int, latency_ms: np.ndarray, breaches: int,
-             breach_samples: int = 0) -> None:
+             breach_samples: int = 0, node_util: np.ndarray | None = None) -> None:
         cpu_util = pods_cpu / alloc_cpu if alloc_cpu > 0 else 0.0
         self.ticks += 1
         self.cpu_util_sum += cpu_util
@@ -72,12 +75,23 @@ class MetricsCollector:
         self.slo_breaches += breaches
         self.breach_samples += breach_samples
         self._hour_acc += (cpu_util, nodes, fragmentation)
+        if node_util is not None:
+            self._node_acc = node_util.copy() if self._node_acc is None else self._node_acc + node_util
         self._hour_n += 1
         if self._hour_n * self.tick_s >= 3600:
             for key, v in zip(self.hourly, self._hour_acc / self._hour_n):
                 self.hourly[key].append(round(float(v), 6))
+            if self._node_acc is not None:
+                mean = self._node_acc / self._hour_n
+                self.node_util_hourly.append([None if np.isnan(v) else round(float(v), 3) for v in mean])
+                self._node_acc = None
             self._hour_acc[:] = 0
             self._hour_n = 0
+
+    def latency_histogram(self) -> list[list[float]]:
+        """Non-empty latency bins as [upper edge ms, count] pairs (for CDF plots)."""
+        nz = np.flatnonzero(self.lat_hist)
+        return [[round(LAT_MIN_MS * math.exp((b + 1) * LAT_LOG_RATIO), 4), int(self.lat_hist[b])] for b in nz]
 
     def latency_quantile(self, q: float) -> float:
         if self.lat_samples == 0:

@@ -1,21 +1,30 @@
 """Scoring policies. Each is one small module with its arguments, defaults and formula.
 
-``make_policy(name)`` builds one by name; ``POLICIES`` lists the names.
+``make_policy(spec)`` builds one from a spec: a name, optionally followed by ``:`` and arguments
+(``static-weights:w=0.4,0.3,0.2,0.1;tau=0.5``). ``POLICIES`` maps names to classes.
 """
 
-from td3sched.policy.base import Policy, PodRequest
+from td3sched.policy.base import Policy, PolicyContext, PodRequest
 from td3sched.policy.k8s_default import K8sDefault
+from td3sched.policy.random_choice import RandomChoice
+from td3sched.policy.static_weights import StaticWeights
 
-POLICIES = {K8sDefault.name: K8sDefault}
+POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (K8sDefault, StaticWeights, RandomChoice)}
 
 
-def make_policy(name: str) -> Policy:
-    """The policy called ``name``; a ValueError names the valid choices."""
+def make_policy(spec: str) -> Policy:
+    """The policy a spec names; a ValueError names the bad part and the valid choices."""
+    name, _, args = spec.partition(":")
     try:
         cls = POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}: expected one of {', '.join(sorted(POLICIES))}") from None
+    if args:
+        from_spec = getattr(cls, "from_spec", None)
+        if from_spec is None:
+            raise ValueError(f"policy {name!r} takes no arguments, got {args!r}")
+        return from_spec(args)
     return cls()
 
 
-__all__ = ["POLICIES", "Policy", "PodRequest", "make_policy"]
+__all__ = ["POLICIES", "Policy", "PolicyContext", "PodRequest", "make_policy"]

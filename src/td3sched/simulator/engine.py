@@ -32,6 +32,8 @@ from td3sched.workload.pods import BEST_EFFORT, BURSTABLE, Workload
 from td3sched.workload.profiles import UsageProfiles
 
 FUTURE, PENDING, RUNNING, DONE = 0, 1, 2, 3
+HEATMAP_NODES = 256
+"""Node slots (evenly spaced) whose hourly CPU utilisation a run records for heatmaps."""
 _DEPART, _READY = 0, 1
 
 
@@ -133,6 +135,7 @@ class Simulation:
         self._frag_memo: dict[bytes, float] = {}
         self._inv_alloc_cpu = 1.0 / c.allocatable[:, 0]
         self._provisioned_changed()
+        self._heatmap_nodes = np.unique(np.linspace(0, c.size - 1, min(c.size, HEATMAP_NODES)).astype(np.int64))
         self._slot, self._slot_shape = -1, np.empty((4, 0))
         self._usage_slot = -1
         self._safety_cpu_milli = self.cfg.safety_cpu_util * self.cluster.allocatable[:, 0]
@@ -454,10 +457,12 @@ class Simulation:
             self.breaching[ls] = above
         else:
             latency, breaches, breach_samples = np.empty(0), 0, 0
+        sample = self._heatmap_nodes
+        node_util = np.where(c.provisioned[sample], c.usage[sample, 0] / c.allocatable[sample, 0], np.nan)
         self.metrics.tick(pods_cpu=float(pods_cpu), pods_mem=float(pods_mem), alloc_cpu=float(alloc[0]),
                           alloc_mem=float(alloc[1]), fragmentation=frag, nodes=int(prov.sum()),
                           overloaded=overloaded, latency_ms=latency, breaches=breaches,
-                          breach_samples=breach_samples)
+                          breach_samples=breach_samples, node_util=node_util)
 
     def _autoscale(self, t: float) -> None:
         c, w, a = self.cluster, self.w, self.cfg.autoscaler
@@ -581,7 +586,10 @@ class Simulation:
             "decisions_per_s": self.metrics.decisions / self.decision_wall_s if self.decision_wall_s else 0.0,
             "sim_days_per_wall_s": (self.end_s - self.start_s) / 86400 / wall if wall else 0.0,
         }
-        return {"metrics": result, "series_hourly": self.metrics.hourly, "runtime": runtime}
+        return {"metrics": result, "series_hourly": self.metrics.hourly, "runtime": runtime,
+                "latency_hist": self.metrics.latency_histogram(),
+                "node_util_hourly": self.metrics.node_util_hourly,
+                "node_util_slots": [str(self.cluster.names[n]) for n in self._heatmap_nodes]}
 
 
 def open_event_log(path: Path | None) -> tuple[EventLog | None, TextIO | None]:

@@ -1,0 +1,62 @@
+"""The assign cache: a correction of observed usage for pods placed since the metrics last saw them.
+
+Observed usage lags: a pod bound after the last scrape is invisible until the next one, so every
+live-metrics scorer would pile a burst of pods onto the node that looked idlest. Trimaran
+(scheduler-plugins pkg/trimaran: PodAssignEventHandler) and Koordinator (loadaware's
+podAssignCache) both keep the pods bound recently with an estimate of their usage, and add that
+estimate to the node's observed usage. This is that one piece, shared by every policy that uses it.
+
+    corrected_usage_n = observed_n + sum of estimates of pods bound to n at or after ``since_s``
+
+Entries older than ``horizon_s`` are dropped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class AssignCache:
+    def __init__(self, nodes: int, columns: int = 2, horizon_s: float = 300.0, capacity: int = 4096):
+        if horizon_s <= 0:
+            raise ValueError(f"assign cache horizon_s={horizon_s!r}: expected a positive number of seconds")
+        self.nodes = nodes
+        self.horizon_s = horizon_s
+        self.node = np.zeros(capacity, dtype=np.int64)
+        self.time = np.full(capacity, -np.inf)
+        self.estimate = np.zeros((capacity, columns))
+        self.size = 0
+
+    def add(self, node: int, t: float, estimate) -> None:
+        """Record a pod bound to ``node`` at ``t`` with its usage estimate (one value per column)."""
+        if self.size and self.time[self.size - 1] < t - self.horizon_s:
+            self.size = 0  # everything held is older than the horizon
+        elif self.size and self.time[0] < t - self.horizon_s:
+            keep = self.time[: self.size] >= t - self.horizon_s
+            n = int(keep.sum())
+            self.node[:n], self.time[:n], self.estimate[:n] = (
+                self.node[: self.size][keep], self.time[: self.size][keep], self.estimate[: self.size][keep])
+            self.size = n
+        if self.size == len(self.time):
+            self._grow()
+        self.node[self.size] = node
+        self.time[self.size] = t
+        self.estimate[self.size] = estimate
+        self.size += 1
+
+    def _grow(self) -> None:
+        cap = 2 * len(self.time)
+        for name in ("node", "time", "estimate"):
+            old = getattr(self, name)
+            new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
+
+    def usage_since(self, since_s: float) -> np.ndarray:
+        """[nodes, columns] summed estimates of pods bound at or after ``since_s``."""
+        out = np.zeros((self.nodes, self.estimate.shape[1]))
+        if self.size:
+            recent = self.time[: self.size] >= since_s
+            if recent.any():
+                np.add.at(out, self.node[: self.size][recent], self.estimate[: self.size][recent])
+        return out

@@ -1,0 +1,81 @@
+"""``static-weights``: the product's score with fixed arguments.
+
+    score_n = w_cpu * f_cpu(n) + w_mem * f_mem(n) + w_io * f_io(n) + w_net * f_net(n)
+
+with f the closeness of each utilisation (pod included) to the target utilisation tau
+(``policy.features``), the weights on the simplex. Uses the assign cache: pods bound since the last
+scrape are added to observed usage with their requests as the estimate.
+
+Spec: ``static-weights:w=0.4,0.3,0.2,0.1;tau=0.5``. Defaults: equal weights, tau = 0 (the reference
+design's idle-weighted score).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from td3sched.policy.assign_cache import AssignCache
+from td3sched.policy.base import Policy, PodRequest
+from td3sched.policy.features import node_features
+from td3sched.simulator.cluster import Cluster
+
+SIMPLEX_TOLERANCE = 1e-6
+
+
+def validate_weights(weights, tau: float) -> tuple[np.ndarray, float]:
+    """Weights on the simplex (each in [0, 1], sum 1) and tau in [0, 1], or a ValueError naming them."""
+    w = np.asarray(weights, dtype=float)
+    if w.shape != (4,) or not np.all(np.isfinite(w)) or np.any(w < 0) or abs(w.sum() - 1) > SIMPLEX_TOLERANCE:
+        raise ValueError(f"weights {np.asarray(weights).tolist()}: expected 4 non-negative numbers "
+                         "[w_cpu, w_mem, w_io, w_net] summing to 1")
+    if not (np.isfinite(tau) and 0 <= tau <= 1):
+        raise ValueError(f"tau={tau!r}: expected a target utilisation in [0, 1]")
+    return w, float(tau)
+
+
+def parse_args(args: str) -> dict[str, str]:
+    """``k=v;k=v`` -> dict; a ValueError names a malformed part."""
+    out = {}
+    for part in filter(None, (p.strip() for p in args.split(";"))):
+        if "=" not in part:
+            raise ValueError(f"policy argument {part!r}: expected key=value")
+        k, v = part.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+class StaticWeights(Policy):
+    name = "static-weights"
+
+    def __init__(self, weights=(0.25, 0.25, 0.25, 0.25), tau: float = 0.0):
+        self.weights, self.tau = validate_weights(weights, tau)
+        self.cache: AssignCache | None = None
+
+    @classmethod
+    def from_spec(cls, args: str) -> "StaticWeights":
+        kw = parse_args(args)
+        unknown = set(kw) - {"w", "tau"}
+        if unknown:
+            raise ValueError(f"static-weights: unknown argument(s) {sorted(unknown)}: expected w and tau")
+        try:
+            weights = [float(x) for x in kw["w"].split(",")] if "w" in kw else (0.25,) * 4
+            tau = float(kw.get("tau", 0.0))
+        except ValueError:
+            raise ValueError(f"static-weights:{args}: expected w=a,b,c,d;tau=x with numbers") from None
+        return cls(weights, tau)
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}:w={','.join(f'{x:g}' for x in self.weights)};tau={self.tau:g}"
+
+    def attach(self, context) -> None:
+        super().attach(context)
+        self.cache = AssignCache(context.cluster.size, horizon_s=context.window_s + context.scrape_s)
+
+    def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        recent = self.cache.usage_since(cluster.last_scrape_s) if self.cache else None
+        return node_features(pod, nodes, cluster, self.tau, recent) @ self.weights
+
+    def bound(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
+        if self.cache is not None:
+            self.cache.add(node, pod.time_s, pod.nonzero_cpu_mem)

@@ -1,0 +1,115 @@
+"""static-weights, its features and the assign cache, against hand-computed scores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from td3sched.policy import make_policy
+from td3sched.policy.assign_cache import AssignCache
+from td3sched.policy.base import PodRequest, PolicyContext
+from td3sched.policy.features import closeness
+from td3sched.policy.static_weights import StaticWeights, validate_weights
+from td3sched.simulator.cluster import Cluster
+from td3sched.workload.pods import BURSTABLE
+from tests.simulator.worlds import node, pool
+
+
+def test_closeness_shape():
+    u = np.array([0.0, 0.4, 1.0, 1.3])
+    assert closeness(u, 0.0) == pytest.approx([1.0, 0.6, 0.0, 0.0])       # idle fraction, clipped
+    assert closeness(u, 1.0) == pytest.approx([0.0, 0.4, 1.0, 0.7])       # most allocated
+    # tau 0.4: 1 at 0.4, 0 at the far end 1.0 (distance 0.6); at 0: 1 - 0.4/0.6
+    assert closeness(u, 0.4) == pytest.approx([1 - 0.4 / 0.6, 1.0, 0.0, 0.0])
+
+
+def _cluster():
+    c = Cluster([pool("p", node(4000, 8192, disk_mbps=1000, net_mbps=1000), 2)])
+    # observed: CPU milli, memory MiB, disk MB/s, network Mbit/s
+    c.observed[0] = [1000, 2048, 500, 0]
+    c.observed[1] = [3000, 0, 0, 1000]
+    c.last_scrape_s = 100.0
+    return c
+
+
+def _pod(t=110.0):
+    return PodRequest(0, np.array([1000.0, 2048.0, 0.0, 0.0]), 0, 0, BURSTABLE, np.inf, np.inf, t)
+
+
+def _attached(policy, c):
+    policy.attach(PolicyContext(c, 30.0, 60.0, None, None))
+    return policy
+
+
+def test_static_weights_scores_by_hand():
+    c = _cluster()
+    p = _attached(StaticWeights([0.4, 0.3, 0.2, 0.1], tau=0.0), c)
+    # node 0 with the pod: u = [(1000+1000)/4000, (2048+2048)/8192, 500/1000, 0/1000] = [.5, .5, .5, 0]
+    #   tau 0 -> f = 1 - u = [.5, .5, .5, 1]; score = .4*.5 + .3*.5 + .2*.5 + .1*1 = 0.55
+    # node 1: u = [(3000+1000)/4000, 2048/8192, 0, 1] = [1, .25, 0, 1] -> f = [0, .75, 1, 0]
+    #   score = .3*.75 + .2*1 = 0.425
+    assert p.score(_pod(), np.array([0, 1]), c) == pytest.approx([0.55, 0.425])
+
+
+def test_tau_one_packs():
+    c = _cluster()
+    p = _attached(StaticWeights([1.0, 0.0, 0.0, 0.0], tau=1.0), c)
+    # CPU utilisation with the pod: node 0 0.5, node 1 1.0 -> most-allocated prefers node 1
+    assert p.score(_pod(), np.array([0, 1]), c) == pytest.approx([0.5, 1.0])
+
+
+def test_assign_cache_adds_pods_bound_since_the_last_scrape():
+    c = _cluster()
+    p = _attached(StaticWeights([1.0, 0.0, 0.0, 0.0], tau=0.0), c)
+    before = p.score(_pod(), np.array([0]), c)[0]          # 1 - 2000/4000 = 0.5
+    p.bound(_pod(t=105.0), 0, c)                           # bound after the scrape at 100: invisible
+    after = p.score(_pod(), np.array([0]), c)[0]           # 1 - (1000 + 1000 + 1000)/4000 = 0.25
+    assert (before, after) == pytest.approx((0.5, 0.25))
+    c.last_scrape_s = 130.0                                # the next scrape sees it: no correction
+    assert p.score(_pod(), np.array([0]), c)[0] == pytest.approx(0.5)
+
+
+def test_assign_cache_sums_per_node_and_forgets_old_entries():
+    cache = AssignCache(3, horizon_s=60.0)
+    cache.add(0, 10.0, [100, 10])
+    cache.add(2, 20.0, [200, 20])
+    cache.add(0, 50.0, [300, 30])
+    assert cache.usage_since(15.0).tolist() == [[300, 30], [0, 0], [200, 20]]
+    cache.add(1, 100.0, [1, 1])          # 10 and 20 are now older than the horizon (100 - 60 = 40)
+    assert cache.size == 2
+    assert cache.usage_since(0.0).tolist() == [[300, 30], [1, 1], [0, 0]]
+
+
+@pytest.mark.parametrize("weights,tau,match", [
+    ([0.5, 0.5, 0.5, -0.5], 0.0, r"weights \[0.5, 0.5, 0.5, -0.5\]"),
+    ([0.3, 0.3, 0.3, 0.3], 0.0, "summing to 1"),
+    ([0.5, 0.5], 0.0, "4 non-negative"),
+    ([0.25] * 4, 1.5, "tau=1.5"),
+])
+def test_bad_arguments_are_named(weights, tau, match):
+    with pytest.raises(ValueError, match=match):
+        validate_weights(weights, tau)
+
+
+def test_spec_round_trip_and_errors():
+    p = make_policy("static-weights:w=0.4,0.3,0.2,0.1;tau=0.5")
+    assert p.weights.tolist() == [0.4, 0.3, 0.2, 0.1] and p.tau == 0.5
+    assert make_policy(p.spec).weights.tolist() == p.weights.tolist()
+    with pytest.raises(ValueError, match="unknown argument"):
+        make_policy("static-weights:x=1")
+    with pytest.raises(ValueError, match="expected w=a,b,c,d"):
+        make_policy("static-weights:w=a,b,c,d")
+    with pytest.raises(ValueError, match="takes no arguments"):
+        make_policy("random:x=1")
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0.01, 10), min_size=4, max_size=4), st.floats(0, 1))
+def test_scores_of_simplex_weights_stay_in_unit_interval(raw, tau):
+    w = np.array(raw) / np.sum(raw)
+    c = _cluster()
+    p = _attached(StaticWeights(w / w.sum(), tau), c)
+    s = p.score(_pod(), np.array([0, 1]), c)
+    assert np.all((s >= -1e-12) & (s <= 1 + 1e-12))
