@@ -24,9 +24,9 @@ from td3sched.metrics.collector import MetricsCollector
 from td3sched.metrics.fragmentation import TypicalPods, node_fragmentation
 from td3sched.policy.base import Policy, PolicyContext, PodRequest
 from td3sched.reward import RewardConfig, RewardTracker, overload
-from td3sched.simulator.cluster import Cluster, Pool
+from td3sched.simulator.cluster import GPU_MILLI, Cluster, Pool
 from td3sched.simulator.config import SimConfig
-from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
+from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one, gpu_summary
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.workload.pods import BEST_EFFORT, BURSTABLE, Workload
 from td3sched.workload.profiles import UsageProfiles
@@ -286,31 +286,47 @@ class Simulation:
         bisect.insort(self.pending, pod)
 
     def _retry(self, t: float, node: int | None = None) -> None:
-        """Retry pending pods in arrival order: those that fit ``node``, or all that fit anywhere."""
+        """Retry pending pods in arrival order: those that fit ``node``, or all that fit anywhere
+        (a vectorised pre-check of resources and GPUs; Filter decides)."""
         if not self.pending:
             return
         pend = np.array(self.pending, dtype=np.int64)
         c, w = self.cluster, self.w
         if node is not None:
-            room = c.free[node]
-            pool = self.pool_to_cluster[w.pool[pend]]
-            ok = (w.request[pend] <= room).all(axis=1) & ((pool < 0) | (pool == c.pool_of[node]))
-        else:
-            ready = c.ready
-            if not ready.any():
+            if not c.ready[node]:
                 return
-            ok = (w.request[pend] <= c.free[ready].max(axis=0)).all(axis=1)
-        failed: set[tuple] = set()  # a shape that failed stays infeasible for the rest of this pass
-        for pod in pend[ok].tolist():
-            key = (w.request[pod].tobytes(), int(w.gpu_count[pod]), int(w.gpu_milli[pod]), int(w.pool[pod]),
-                   int(w.app[pod]) if self.app_capped[w.app[pod]] else -1, int(w.max_per_node[pod]),
-                   int(w.qos[pod]) == BEST_EFFORT)
-            if key in failed:
+            gpu_free = (c.gpu_capacity[node] - c.gpu_used[node])[None]
+            pool = self.pool_to_cluster[w.pool[pend]]
+            ok = fit_matrix(c.free[node][None], gpu_free, w.request[pend], w.gpu_count[pend], w.gpu_milli[pend])[0]
+            ok &= (pool < 0) | (pool == c.pool_of[node])
+        else:
+            ready = np.flatnonzero(c.ready)
+            if len(ready) == 0:
+                return
+            # the best of each resource over ready nodes: a necessary condition for fitting one
+            largest, whole = gpu_summary(c.gpu_capacity[ready] - c.gpu_used[ready])
+            best_gpu = np.array([[largest.max(), whole.max()]])
+            best = np.column_stack([c.free[ready].max(axis=0)[None], best_gpu])
+            ok = fit_matrix(best[:, :4], np.array([[best_gpu[0, 0]] + [GPU_MILLI] * int(best_gpu[0, 1])]),
+                            w.request[pend], w.gpu_count[pend], w.gpu_milli[pend])[0]
+        cand = pend[ok]
+        if len(cand) == 0:
+            return
+        # Pods alike in everything Filter reads form one class; a class that failed stays infeasible
+        # for the rest of this pass (the cluster only fills up during it).
+        capped = self.app_capped[w.app[cand]]
+        keys = np.column_stack([w.request[cand], w.gpu_count[cand], w.gpu_milli[cand], w.pool[cand],
+                                np.where(capped, w.app[cand], -1), w.max_per_node[cand],
+                                w.qos[cand] == BEST_EFFORT])
+        _, cls = np.unique(keys, axis=0, return_inverse=True)
+        failed = np.zeros(int(cls.max()) + 1, dtype=bool)
+        for pod, k in zip(cand.tolist(), cls.ravel().tolist()):
+            if failed[k]:
                 continue
             if self.schedule(pod, t):
                 self.pending.remove(pod)
             else:
-                failed.add(key)
+                failed[k] = True
 
     # --- departures, kills, ticks --------------------------------------------------------------------
     def _depart(self, pod: int, t: float) -> None:
