@@ -5,11 +5,19 @@
 """
 
 from td3sched.policy.base import Policy, PolicyContext, PodRequest
+from td3sched.policy.fgd import FGD
 from td3sched.policy.k8s_default import K8sDefault
+from td3sched.policy.k8s_most_allocated import K8sMostAllocated
+from td3sched.policy.koord_load_aware import KoordLoadAware
+from td3sched.policy.load_variation_risk_balancing import LoadVariationRiskBalancing
 from td3sched.policy.random_choice import RandomChoice
 from td3sched.policy.static_weights import StaticWeights
+from td3sched.policy.target_load_packing import TargetLoadPacking
 
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (K8sDefault, StaticWeights, RandomChoice)}
+POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
+    K8sDefault, StaticWeights, RandomChoice, FGD,
+    K8sMostAllocated, TargetLoadPacking, LoadVariationRiskBalancing, KoordLoadAware,
+)}
 
 
 def make_policy(spec: str) -> Policy:
