@@ -5,7 +5,7 @@
     used_r     = observed_r + estimates of pods bound after last_scrape - 60 s + estimate of the pod
     Filter     : round(100 x used_r / alloc_r) <= threshold_r (CPU 65, memory 95), else rejected
     Score      : (least_cpu + least_mem) // 2, least_r = (alloc_r - used_r) x 100 // alloc_r
-    rejected   : -1 - max_r used_r / alloc_r (below every accepted score)
+    rejected nodes are dropped by the policy's filter hook; the pod stays pending if none is left
 Memory is in bytes in the policy; MiB x 2^20 cancels in every quotient, so the arithmetic below is in MiB.
 """
 
@@ -61,25 +61,30 @@ def test_scores_and_filter_by_hand():
     # n0: used (1850, 3448): CPU 46.25% -> 46 <= 65, memory 42.1% -> 42 <= 95: passes
     #     least CPU (4000 - 1850) x 100 // 4000 = 215000 // 4000 = 53
     #     least mem (8192 - 3448) x 100 // 8192 = 474400 // 8192 = 57         -> (53 + 57) // 2 = 55
-    # n1: used (2750, 2400): CPU 68.75% -> 69 > 65: rejected -> -1 - max(2750/4000, 2400/8192) = -1.6875
+    # n1: used (2750, 2400): CPU 68.75% -> 69 > 65: rejected by the Filter; its score would be
+    #     least CPU (4000 - 2750) x 100 // 4000 = 31, mem (8192 - 2400) x 100 // 8192 = 70 -> 101 // 2 = 50
     # n2: used (2850, 13400): CPU 35.6% -> 36, memory 81.8% -> 82: passes
     #     least CPU (8000 - 2850) x 100 // 8000 = 515000 // 8000 = 64
     #     least mem (16384 - 13400) x 100 // 16384 = 298400 // 16384 = 18     -> (64 + 18) // 2 = 41
-    np.testing.assert_array_equal(policy.score(_pod(), np.arange(3), c), [55, -1.6875, 41])
+    np.testing.assert_array_equal(policy.score(_pod(), np.arange(3), c), [55, 50, 41])
+    assert policy.filter(_pod(), np.arange(3), c).tolist() == [True, False, True]
 
 
 def test_a_pod_bound_since_the_metrics_changes_the_next_score():
     policy, c = _attached()
     nodes = np.array([0, 2])
     assert policy.score(_pod(), nodes, c).tolist() == [55, 41]
+    assert policy.filter(_pod(), nodes, c).tolist() == [True, True]
     policy.bound(_pod(t=100.0), 0, c)          # estimate (850m, 1400Mi) on n0, after the scrape at 90
     # n0: used (1000 + 850 + 850, 2048 + 1400 + 1400) = (2700, 4848): CPU 67.5% -> 68 > 65: rejected
-    #     -> -1 - max(2700/4000, 4848/8192) = -1 - 0.675 = -1.675; n2 unchanged: n2 wins now
-    assert policy.score(_pod(), nodes, c).tolist() == [-1.675, 41]
+    #     score: least CPU 130000 // 4000 = 32, mem (8192 - 4848) x 100 // 8192 = 334400 // 8192 = 40 -> 36
+    assert policy.score(_pod(), nodes, c).tolist() == [36, 41]
+    assert policy.filter(_pod(), nodes, c).tolist() == [False, True]
     c.last_scrape_s = 120.0                    # 100 > 120 - 60: not yet fully in the metrics, still estimated
-    assert policy.score(_pod(), nodes, c).tolist() == [-1.675, 41]
+    assert policy.filter(_pod(), nodes, c).tolist() == [False, True]
     c.last_scrape_s = 160.0                    # 100 > 160 - 60 is false: in the metrics now
     assert policy.score(_pod(), nodes, c).tolist() == [55, 41]
+    assert policy.filter(_pod(), nodes, c).tolist() == [True, True]
 
 
 def test_threshold_is_on_the_rounded_percentage():
@@ -87,12 +92,13 @@ def test_threshold_is_on_the_rounded_percentage():
     # observed CPU 1750: used 2600 = 65.0% -> passes; least CPU (4000 - 2600) x 100 // 4000 = 35, mem 57 -> 46
     policy, c = _attached(observed=[(1750, 2048), (0, 0), (0, 0)])
     assert policy.score(_pod(), n0, c).tolist() == [46]
-    # observed CPU 1770: used 2620 = 65.5% -> 66 > 65 -> rejected: -1 - 2620/4000 = -1.655
+    assert policy.filter(_pod(), n0, c).tolist() == [True]
+    # observed CPU 1770: used 2620 = 65.5% -> 66 > 65 -> rejected
     policy, c = _attached(observed=[(1770, 2048), (0, 0), (0, 0)])
-    assert policy.score(_pod(), n0, c).tolist() == pytest.approx([-1.655])
+    assert policy.filter(_pod(), n0, c).tolist() == [False]
     # threshold 64, observed 1730: used 2580 = 64.5% -> 65 (Go; NumPy's 64 would pass) > 64 -> rejected
     policy, c = _attached(make_policy("koord-loadaware:cpu_threshold=64"), observed=[(1730, 2048), (0, 0), (0, 0)])
-    assert policy.score(_pod(), n0, c).tolist() == pytest.approx([-1 - 2580 / 4000])
+    assert policy.filter(_pod(), n0, c).tolist() == [False]
     # threshold 0 turns the CPU check off: n1 (68.75%) is scored
     #     least CPU (4000 - 2750) x 100 // 4000 = 31, mem (8192 - 2400) x 100 // 8192 = 70 -> 101 // 2 = 50
     policy, c = _attached(make_policy("koord-loadaware:cpu_threshold=0"))
@@ -112,7 +118,7 @@ def test_weights_and_factors_from_the_spec():
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 8000), st.floats(0, 16384)), min_size=3, max_size=3),
        st.floats(0, 4000), st.floats(0, 8000))
-def test_rejected_nodes_score_below_every_accepted_node(observed, cpu, mem):
+def test_filter_rejects_exactly_the_nodes_over_a_threshold(observed, cpu, mem):
     policy, c = _attached(observed=observed)
     pod = _pod(cpu=cpu, mem=mem)
     scores = policy.score(pod, np.arange(3), c)
@@ -121,9 +127,8 @@ def test_rejected_nodes_score_below_every_accepted_node(observed, cpu, mem):
     pct = 100 * used / alloc
     # Go's round of the percentage above the threshold (65, 95), written out: x.5 rounds up here
     rejected = (np.floor(pct + 0.5) > [65, 95]).any(axis=1)
-    assert np.all(np.isfinite(scores))
-    assert np.all(scores[rejected] < 0) and np.all((scores[~rejected] >= 0) & (scores[~rejected] <= 100))
-    np.testing.assert_allclose(scores[rejected], -1 - (used / alloc).max(axis=1)[rejected])
+    assert np.all(np.isfinite(scores)) and np.all((scores >= 0) & (scores <= 100))
+    assert policy.filter(pod, np.arange(3), c).tolist() == (~rejected).tolist()
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -95,3 +95,19 @@ def test_retry_does_not_skip_a_pod_whose_cap_differs():
     run = simulate(world([pool("a", node(cpu=1000), 1)], pods, profiles_from(shape)), end_s=600)
     placed = [(e["t"], e["pod"]) for e in run.of("placement")]
     assert placed == [(0, "hog"), (0, "w0"), (360, "w2")]
+
+
+def test_a_policy_filter_keeps_the_pod_pending_when_it_rejects_every_node():
+    from td3sched.policy.k8s_default import K8sDefault
+
+    class RejectNodeZeroUntil300(K8sDefault):
+        name = "reject-node-0"
+
+        def filter(self, pod, nodes, cluster):
+            return (nodes != 0) | (pod.time_s >= 300)
+
+    w = world([pool("p", node(4000, 8192), 1)], [P("a", t=10, cpu=1000, mem=1000)])
+    run = simulate(w, RejectNodeZeroUntil300(), end_s=600)
+    # rejected at 10 s and at the ticks of 60..240 s; placed at the tick of 300 s
+    assert [(e["t"], e["pod"]) for e in run.of("placement")] == [(300, "a")]
+    assert run.metrics["sla_pending_too_long"] == 1

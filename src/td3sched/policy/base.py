@@ -60,6 +60,11 @@ class Policy(ABC):
         """Told once, before a run starts, what it may see of the run."""
         self.context = context
 
+    def filter(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray | None:
+        """The policy's own Filter, applied after the simulator's: a bool mask over ``nodes`` (False
+        rejects a node), or None to keep them all. No node left: the pod stays pending."""
+        return None
+
     @abstractmethod
     def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
         """Scores of the feasible ``nodes`` (indices into the cluster's arrays) for ``pod``."""

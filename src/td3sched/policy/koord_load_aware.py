@@ -15,14 +15,8 @@ defaults of pkg/scheduler/apis/config/v1beta3/defaults.go. CPU in milli-cores, m
 Defaults: thresholds CPU 65%, memory 95%; weights CPU 1, memory 1; scaling factors CPU 85%, memory
 70%; round is Go's (halves away from zero).
 
-**The Filter within a score-only interface.** Policies here only score, and the simulator picks the
-highest score among the nodes *its* Filter passed. A node that Koordinator's Filter rejects scores
-
-    -1 - max_r used_n,r / alloc_n,r      (strictly below every accepted node's score, which is 0..100)
-
-so it is chosen only when every feasible node is rejected, the least loaded first. Koordinator would
-instead leave the pod pending (Unschedulable) until a node's usage drops: with this policy such pods
-are placed, not queued. A filter hook in the Policy interface would remove the difference.
+The Filter is the policy's ``filter`` hook: the simulator applies it after its own Filter, and a
+pod that no node passes stays pending (Unschedulable) until a retry finds a node, as in Koordinator.
 
 Mapping to the simulator:
 - Node usage is ``Cluster.observed`` (koordlet's NodeMetric NodeUsage, reported every 60 s).
@@ -140,8 +134,11 @@ class KoordLoadAware(Policy):
         a = self.args
         score = np.floor((a.cpu_weight * least_used(used[:, 0], alloc[:, 0])
                           + a.mem_weight * least_used(used[:, 1], alloc[:, 1])) / (a.cpu_weight + a.mem_weight))
-        rejected = self.rejected(used, alloc)
-        return np.where(rejected, -1.0 - (used / alloc).max(axis=1), score)
+        return score
+
+    def filter(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        alloc = cluster.allocatable[nodes, :2] * [1.0, MIB]
+        return ~self.rejected(self.estimated_used(pod, nodes, cluster), alloc)
 
     def bound(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
         if self.cache is not None:

@@ -186,10 +186,14 @@ class Simulation:
         t0 = time.perf_counter()
         nodes = self.feasible(pod)
         self.metrics.decisions += 1
+        req = self.pod_request(pod, t) if len(nodes) else None
+        if req is not None:
+            keep = self.policy.filter(req, nodes, self.cluster)
+            if keep is not None:
+                nodes = nodes[keep]
         if len(nodes) == 0:
             self.decision_wall_s += time.perf_counter() - t0
             return False
-        req = self.pod_request(pod, t)
         scores = np.asarray(self.policy.score(req, nodes, self.cluster), dtype=np.float64)
         top = scores.max() if scores.shape == nodes.shape else np.nan
         if not np.isfinite(top):  # NaN propagates through max
