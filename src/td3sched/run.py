@@ -31,7 +31,10 @@ def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = 
                    progress: bool = False, lenient: bool = False) -> dict:
     """Run ``policy_name`` on a scenario span; return the JSON-ready record of the run. With
     ``lenient``, malformed trace rows are skipped and counted in the record's ``skipped_rows``."""
-    policy = make_policy(policy_name)
+    from td3sched.search.best_static import resolve_policy
+
+    label, spec = resolve_policy(policy_name, scenario_name, overrides or [])
+    policy = make_policy(spec)
     scenario = load_scenario(scenario_name, overrides or [])
     start_s, end_s = scenario.span(span)
     reports: list = []
@@ -57,7 +60,8 @@ def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = 
         "overrides": list(scenario.overrides),
         "span": {"name": span, "start_s": start_s, "end_s": end_s},
         "seed": seed,
-        "policy": policy_name,
+        "policy": label,
+        "policy_spec": spec,
         "code_version": code_version(),
         **record,
         "skipped_rows": [r.summary() for r in reports if r.count],

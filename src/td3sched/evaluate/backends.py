@@ -1,0 +1,170 @@
+"""Where the grid's runs execute: local worker processes or Ray. Both give the same numbers.
+
+A backend keeps at most ``capacity`` runs in flight (so "running" in the progress bar is true) and
+calls ``started(task)`` / ``finished(task, outcome)`` in the calling thread. ``outcome`` is the
+dict of ``grid.execute``: ``{"ok": True, "record": ...}`` or ``{"ok": False, "error": ...}``; a
+worker that dies (killed process, lost Ray node) is turned into a failed outcome too.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import socket
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Callable
+
+from td3sched.evaluate.grid import GridError, GridSpec, Task, execute, failure
+
+Started = Callable[[Task], None]
+Finished = Callable[[Task, dict], None]
+
+RAY_EXTRA = "pip install 'td3sched[ray]'"
+
+
+def import_ray():
+    """The ``ray`` module, or a GridError naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise GridError(f"--ray needs Ray, which is not installed ({exc}): {RAY_EXTRA}") from None
+    return ray
+
+
+def check_ray_address(address: str | None, timeout_s: float = 5.0) -> None:
+    """Fail fast (GridError) when a ``host:port`` or ``ray://host:port`` address does not answer:
+    ``ray.init`` itself would wait for minutes. ``auto`` and a local instance are not checked here."""
+    if address in (None, "", "local", "auto"):
+        return
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rstrip("/").rpartition(":")
+    if not sep or not port.isdigit():
+        raise GridError(f"--ray {address!r}: expected host:port, ray://host:port, auto, or no address "
+                        "(a new local instance)")
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise GridError(f"--ray {address!r}: no Ray cluster answers there ({exc})") from None
+
+
+class LocalBackend:
+    """``workers`` local processes, spawned (no state forked from the parent's threads, such as the
+    progress bar's). As with any spawned pool, a script that calls ``run_grid`` needs the usual
+    ``if __name__ == "__main__":`` guard; the ``td3sched`` command has it."""
+
+    name = "local"
+
+    def __init__(self, workers: int):
+        self.capacity = workers
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def run(self, tasks: list[Task], started: Started, finished: Finished) -> None:
+        pending = deque(tasks)
+        ctx = multiprocessing.get_context("spawn")
+        size = max(1, min(self.capacity, len(tasks)))
+        pool = ProcessPoolExecutor(max_workers=size, mp_context=ctx)
+        inflight: dict = {}
+        try:
+            while pending or inflight:
+                while pending and len(inflight) < size:
+                    task = pending[0]
+                    try:
+                        fut = pool.submit(execute, task)
+                    except BrokenProcessPool:  # a worker died: start a fresh pool, go on
+                        pool.shutdown(wait=False, cancel_futures=True)
+                        pool = ProcessPoolExecutor(max_workers=size, mp_context=ctx)
+                        continue
+                    pending.popleft()
+                    inflight[fut] = task
+                    started(task)
+                done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    task = inflight.pop(fut)
+                    try:
+                        outcome = fut.result()
+                    except Exception as exc:  # noqa: BLE001 - e.g. BrokenProcessPool: the run failed
+                        outcome = failure(exc)
+                    finished(task, outcome)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+
+class RayBackend:
+    """Ray tasks (1 CPU each). Reuses a Ray already initialised in this process; otherwise starts a
+    local instance with ``workers`` CPUs (address None or "local") or connects to ``address``, and
+    shuts down what it started. At most as many runs are in flight as the cluster has CPUs."""
+
+    name = "ray"
+
+    def __init__(self, workers: int, address: str | None):
+        self.workers = workers
+        self.address = address
+        self.owned = False
+        self.capacity = workers
+
+    def __enter__(self):
+        import logging
+
+        ray = import_ray()
+        self.ray = ray
+        if not ray.is_initialized():
+            local = self.address in (None, "", "local")
+            try:
+                if local:
+                    ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False,
+                             logging_level=logging.WARNING)
+                else:
+                    ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
+            except Exception as exc:  # noqa: BLE001 - Ray raises many kinds here; all mean "no cluster"
+                where = "start a local Ray instance" if local else f"connect to Ray at {self.address!r}"
+                raise GridError(f"--ray: could not {where}: {type(exc).__name__}: {exc}") from exc
+            self.owned = True
+        self.capacity = max(1, int(ray.cluster_resources().get("CPU", self.workers)))
+        return self
+
+    def __exit__(self, *exc):
+        if self.owned:
+            self.ray.shutdown()
+        return False
+
+    def run(self, tasks: list[Task], started: Started, finished: Finished) -> None:
+        ray = self.ray
+        remote = ray.remote(num_cpus=1, max_retries=0)(execute)
+        pending = deque(tasks)
+        inflight: dict = {}
+        try:
+            while pending or inflight:
+                while pending and len(inflight) < self.capacity:
+                    task = pending.popleft()
+                    inflight[remote.remote(task)] = task
+                    started(task)
+                done, _ = ray.wait(list(inflight), num_returns=1)
+                for ref in done:
+                    task = inflight.pop(ref)
+                    try:
+                        outcome = ray.get(ref)
+                    except Exception as exc:  # noqa: BLE001 - worker crash, lost node ...
+                        outcome = failure(exc)
+                    finished(task, outcome)
+        except BaseException:
+            for ref in inflight:
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - best effort on the way out
+                    pass
+            raise
+
+
+def make_backend(spec: GridSpec):
+    if spec.ray is None:
+        return LocalBackend(spec.workers)
+    return RayBackend(spec.workers, spec.ray)

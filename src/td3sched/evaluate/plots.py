@@ -1,0 +1,183 @@
+"""The grid's figures (matplotlib, Agg, PNG). Each function returns the files it wrote; a figure the
+run records cannot support yet is skipped with a note instead (see ``Plots.notes``).
+
+Figures are built with ``matplotlib.figure.Figure`` (no pyplot, no global state) and saved with
+the Agg canvas, so they work headless and inside worker threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from td3sched.evaluate.stats import Summary
+
+
+@dataclass
+class Plot:
+    path: Path
+    title: str
+    caption: str
+
+
+@dataclass
+class Plots:
+    items: list[Plot] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _figure(width: float = 7.0, height: float = 4.0):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", metadata={"Software": None})
+
+
+def _file_part(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def metric_bars(out: Path, metric: str, label: str, policies: list[str], stats: dict[str, Summary]) -> Plot | None:
+    """Bar of the mean per policy with its 95% interval as an error bar (none for 1 seed)."""
+    present = [p for p in policies if stats.get(p) and stats[p].mean is not None]
+    if not present:
+        return None
+    fig = _figure(max(4.0, 1.2 * len(present) + 2.5), 3.6)
+    ax = fig.add_subplot()
+    means = [stats[p].mean for p in present]
+    errs = [stats[p].half if stats[p].half is not None else 0.0 for p in present]
+    colors = ["#7f7f7f" if p == "k8s-default" else f"C{i % 10}" for i, p in enumerate(present)]
+    x = np.arange(len(present))
+    ax.bar(x, means, yerr=errs, capsize=6, color=colors, edgecolor="black", linewidth=0.5)
+    ax.set_xticks(x, [_short(p) for p in present], rotation=20 if len(present) > 3 else 0, ha="right"
+                  if len(present) > 3 else "center")
+    ax.set_ylabel(label)
+    ax.set_title(f"{metric} (mean, 95% CI over seeds)")
+    ax.grid(axis="y", alpha=0.3)
+    path = out / f"metric_{_file_part(metric)}.png"
+    _save(fig, path)
+    return Plot(path, metric, f"{label}: mean per policy with its 95% interval over seeds.")
+
+
+def _short(policy: str, width: int = 28) -> str:
+    return policy if len(policy) <= width else policy[: width - 1] + "…"
+
+
+def time_series(out: Path, series: dict[str, tuple[int, dict]]) -> Plot | None:
+    """Cluster CPU utilisation and provisioned nodes per simulated hour, one line per policy."""
+    usable = {p: (seed, s) for p, (seed, s) in series.items()
+              if isinstance(s, dict) and (s.get("cpu_util") or s.get("nodes"))}
+    if not usable:
+        return None
+    fig = _figure(8.0, 5.5)
+    ax_cpu, ax_nodes = fig.subplots(2, 1, sharex=True)
+    for i, (policy, (seed, s)) in enumerate(usable.items()):
+        color = "#555555" if policy == "k8s-default" else f"C{i % 10}"
+        label = f"{_short(policy)} (seed {seed})"
+        if s.get("cpu_util"):
+            ax_cpu.plot(np.arange(len(s["cpu_util"])), 100 * np.asarray(s["cpu_util"], float), color=color, label=label)
+        if s.get("nodes"):
+            ax_nodes.step(np.arange(len(s["nodes"])), np.asarray(s["nodes"], float), where="post", color=color,
+                          label=label)
+    ax_cpu.set_ylabel("cluster CPU utilisation (%)")
+    ax_nodes.set_ylabel("provisioned nodes")
+    ax_nodes.set_xlabel("hour of the span")
+    ax_cpu.grid(alpha=0.3)
+    ax_nodes.grid(alpha=0.3)
+    ax_cpu.legend(fontsize="small", loc="best")
+    path = out / "timeseries.png"
+    _save(fig, path)
+    return Plot(path, "CPU utilisation and nodes over time",
+                "Hourly means of cluster CPU utilisation and provisioned nodes (series_hourly), one seed per policy.")
+
+
+def latency_cdf(out: Path, hists: dict[str, tuple[int, list]]) -> Plot | None:
+    """CDF of latency-sensitive latency from ``latency_hist`` ([upper_edge_ms, count] pairs)."""
+    fig = _figure(7.0, 4.0)
+    ax = fig.add_subplot()
+    drawn = 0
+    for i, (policy, (seed, hist)) in enumerate(hists.items()):
+        try:
+            arr = np.asarray(hist, dtype=float).reshape(-1, 2)
+        except (TypeError, ValueError):
+            continue
+        arr = arr[np.isfinite(arr).all(axis=1) & (arr[:, 1] >= 0)]
+        arr = arr[np.argsort(arr[:, 0])]
+        total = arr[:, 1].sum()
+        if total <= 0:
+            continue
+        cdf = np.cumsum(arr[:, 1]) / total
+        color = "#555555" if policy == "k8s-default" else f"C{i % 10}"
+        ax.step(arr[:, 0], cdf, where="post", color=color, label=f"{_short(policy)} (seed {seed})")
+        drawn += 1
+    if not drawn:
+        return None
+    ax.set_xscale("log")
+    ax.set_xlabel("latency of latency-sensitive pods (ms, bin upper edge)")
+    ax.set_ylabel("fraction of samples")
+    ax.set_ylim(0, 1.0)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize="small", loc="lower right")
+    path = out / "latency_cdf.png"
+    _save(fig, path)
+    return Plot(path, "Latency CDF", "CDF of latency-sensitive pod latency (latency_hist), one seed per policy.")
+
+
+def _matrix(rows) -> np.ndarray | None:
+    """A [hour][node] list of lists as a float matrix, ragged rows padded with NaN."""
+    try:
+        rows = [np.asarray(r, dtype=float).ravel() for r in rows]
+    except (TypeError, ValueError):
+        return None
+    width = max((len(r) for r in rows), default=0)
+    if not rows or width == 0:
+        return None
+    m = np.full((len(rows), width), np.nan)
+    for i, r in enumerate(rows):
+        m[i, : len(r)] = r
+    return m
+
+
+def node_heatmap(out: Path, policy: str, seed: int, rows, role: str, slots: list | None = None,
+                 vmax: float | None = None) -> Plot | None:
+    """Per-node utilisation over time (``node_util_hourly`` read as [hour][node slot]; None or NaN
+    where a slot has no provisioned node, drawn blank). ``slots`` names the rows of the picture."""
+    m = _matrix(rows)
+    if m is None or not np.isfinite(m).any():
+        return None
+    fig = _figure(8.0, 4.5)
+    ax = fig.add_subplot()
+    img = ax.imshow(100.0 * m.T, aspect="auto", origin="lower", interpolation="nearest", cmap="viridis",
+                    vmin=0.0, vmax=vmax if vmax is not None else max(100.0, float(np.nanmax(100.0 * m))))
+    fig.colorbar(img, ax=ax, label="node CPU utilisation (%)")
+    ax.set_xlabel("hour of the span")
+    if slots and len(slots) == m.shape[1] and len(slots) <= 40:
+        ax.set_yticks(np.arange(len(slots)), [str(s) for s in slots], fontsize="x-small")
+        ax.set_ylabel("node slot")
+    else:
+        ax.set_ylabel("node slot (index)")
+    ax.set_title(f"{_short(policy, 40)} ({role}, seed {seed})")
+    path = out / f"node_util_{_file_part(role)}.png"
+    _save(fig, path)
+    return Plot(path, f"Per-node utilisation: {policy}",
+                f"Hourly CPU utilisation of a sample of node slots (node_util_hourly), {role} policy `{policy}`, "
+                f"seed {seed}; blank: no node provisioned in that slot.")
+
+
+def heatmap_scale(matrices: list) -> float:
+    """A common colour scale (percent) for the heatmaps: at least 100%, more if a node went above."""
+    top = 100.0
+    for rows in matrices:
+        m = _matrix(rows) if rows else None
+        if m is not None and np.isfinite(m).any():
+            top = max(top, float(np.nanmax(100.0 * m)))
+    return top

@@ -1,0 +1,293 @@
+"""The grid end to end on ``tiny``/``test``: files, both backends (local processes and a real local Ray
+instance) giving the same numbers, resume, failures, one seed, and a grid without the default."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from td3sched.evaluate import grid as grid_mod
+from td3sched.evaluate import prepare, run_grid, write_reports
+from td3sched.evaluate.grid import load_existing, policy_slug, split_policies, write_json_atomic
+from td3sched.policy import POLICIES
+from td3sched.run import run_simulation
+
+SEEDS = 2
+
+
+def _policies() -> list[str]:
+    """k8s-default and random; else k8s-default and the first other registered policy; else alone."""
+    if "random" in POLICIES:
+        return ["k8s-default", "random"]
+    others = [p for p in POLICIES if p != "k8s-default"]
+    return ["k8s-default", *others[:1]]
+
+
+POLICY_LIST = _policies()
+KEYS = [(p, s) for p in POLICY_LIST for s in range(1, SEEDS + 1)]
+
+
+def _spec(out: Path, **kw):
+    args = dict(scenario="tiny", span="test", policies=[",".join(POLICY_LIST)], seeds=SEEDS, out=out, workers=2)
+    args.update(kw)
+    return prepare(**args)
+
+
+def _deterministic(record: dict) -> str:
+    return json.dumps({k: v for k, v in record.items() if k != "runtime"}, sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def local_grid(tmp_path_factory):
+    out = tmp_path_factory.mktemp("local") / "grid"
+    spec = _spec(out)
+    result = run_grid(spec, progress=False)
+    files = write_reports(result)
+    return out, result, files
+
+
+@pytest.fixture(scope="module")
+def ray_grid(tmp_path_factory):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        out = tmp_path_factory.mktemp("ray") / "grid"
+        spec = _spec(out, ray="local")
+        result = run_grid(spec, progress=True)  # progress bar drawn off-terminal: must not get in the way
+        files = write_reports(result)
+        assert ray.is_initialized(), "the backend must not shut down a Ray it did not start"
+    finally:
+        ray.shutdown()
+    return out, result, files
+
+
+def _copy(src: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "grid"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_local_grid_writes_every_file(local_grid):
+    out, result, files = local_grid
+    assert result.ok and sorted(result.computed) == sorted(KEYS) and not result.reused
+    for policy, seed in KEYS:
+        record = json.loads((out / "runs" / f"{policy_slug(policy)}__seed{seed}.json").read_text())
+        assert (record["policy"], record["seed"], record["scenario"], record["span"]["name"]) == (policy, seed, "tiny",
+                                                                                                    "test")
+        assert "cpu_util" in record["metrics"]
+    grid = json.loads((out / "grid.json").read_text())
+    assert grid["status"] == "done" and grid["policies"] == POLICY_LIST and grid["seeds"] == [1, 2]
+    assert grid["scenario"] == "tiny" and grid["span"]["name"] == "test" and grid["backend"] == "local"
+    for name in ("summary.md", "summary.csv", "vs-default.md", "report.md", "report.html"):
+        assert (out / name).stat().st_size > 0, name
+    assert not list(out.rglob("*.tmp")), "atomic writes leave no temporary files"
+    pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
+    assert "metric_cpu_util.png" in pngs and "timeseries.png" in pngs
+    assert all((out / "plots" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    assert sorted(p.name for p in files.plots) == pngs
+
+
+def test_summary_csv_has_means_and_intervals_of_every_run(local_grid):
+    out, result, _ = local_grid
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    by = {(r["policy"], r["metric"]): r for r in rows}
+    for policy in POLICY_LIST:
+        row = by[(policy, "cpu_util")]
+        values = [result.records[(policy, s)]["metrics"]["cpu_util"] for s in range(1, SEEDS + 1)]
+        assert int(row["n"]) == SEEDS
+        assert float(row["mean"]) == pytest.approx(sum(values) / SEEDS)
+        assert float(row["ci95_low"]) <= float(row["mean"]) <= float(row["ci95_high"])
+    summary = (out / "summary.md").read_text()
+    assert all(f"`{p}`" in summary for p in POLICY_LIST) and "±" in summary
+
+
+def test_vs_default_table_has_the_case_study_rows(local_grid):
+    out, _, _ = local_grid
+    text = (out / "vs-default.md").read_text()
+    for metric in ("cpu_util", "fragmentation", "latency_p99_ms", "oom_per_week", "overload_node_frac",
+                   "sla_violations_per_1k_pods", "pending_p99_s", "node_hours", "episode_reward"):
+        assert f"| `{metric}`" in text, metric
+    header = next(line for line in text.splitlines() if line.startswith("| metric"))
+    assert header.split("|")[2].strip() == "`k8s-default`"
+    if len(POLICY_LIST) > 1:
+        assert f"`{POLICY_LIST[1]}` | Δ | Δ%" in header
+
+
+def test_report_names_the_setup_and_embeds_tables_and_plots(local_grid):
+    out, result, _ = local_grid
+    md = (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    version = result.records[KEYS[0]]["code_version"]
+    for text in (md, html):
+        assert "tiny" in text and "test" in text and version in text and "1..2" in text
+        assert "grid wall-clock" in text
+    assert "](plots/metric_cpu_util.png)" in md and "](plots/timeseries.png)" in md
+    assert '<img src="plots/metric_cpu_util.png"' in html and "<table>" in html and "| ---" not in html
+    assert html.lstrip().startswith("<!DOCTYPE html>") and "</html>" in html
+    for png in (out / "plots").glob("*.png"):
+        assert f"plots/{png.name}" in md and f"plots/{png.name}" in html
+
+
+def test_optional_plots_are_drawn_or_noted(local_grid):
+    out, result, files = local_grid
+    md = (out / "report.md").read_text()
+    record = result.records[KEYS[0]]
+    if record.get("latency_hist"):
+        assert (out / "plots" / "latency_cdf.png").exists()
+    else:
+        assert "Latency CDF: skipped" in md
+    if record.get("node_util_hourly"):
+        assert (out / "plots" / "node_util_default.png").exists()
+    else:
+        assert "heatmaps: skipped" in md
+
+
+def test_records_match_a_direct_run(local_grid):
+    _, result, _ = local_grid
+    direct = run_simulation("tiny", POLICY_LIST[-1], 2, "test", [])
+    assert _deterministic(direct) == _deterministic(result.records[(POLICY_LIST[-1], 2)])
+
+
+def test_ray_backend_gives_the_same_numbers(local_grid, ray_grid):
+    local_out, local, _ = local_grid
+    ray_out, ray_result, _ = ray_grid
+    assert ray_result.ok and sorted(ray_result.computed) == sorted(KEYS)
+    assert json.loads((ray_out / "grid.json").read_text())["backend"] == "ray"
+    for key in KEYS:
+        name = f"{policy_slug(key[0])}__seed{key[1]}.json"
+        a = json.loads((local_out / "runs" / name).read_text())
+        b = json.loads((ray_out / "runs" / name).read_text())
+        assert a["metrics"] == b["metrics"], key
+        assert _deterministic(a) == _deterministic(b), key
+    assert (ray_out / "summary.csv").read_text() == (local_out / "summary.csv").read_text()
+    assert "Ray" in (ray_out / "report.md").read_text()
+
+
+def test_resume_recomputes_only_the_missing_run(local_grid, tmp_path):
+    out = _copy(local_grid[0], tmp_path)
+    victim = (POLICY_LIST[-1], 2)
+    victim_path = out / "runs" / f"{policy_slug(victim[0])}__seed{victim[1]}.json"
+    victim_path.unlink()
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")}
+    events = []
+    result = run_grid(_spec(out), progress=False, on_event=lambda kind, task, _: events.append((kind, task.policy,
+                                                                                                 task.seed)))
+    write_reports(result)
+    assert result.computed == [victim]
+    assert sorted(result.reused) == sorted(k for k in KEYS if k != victim)
+    assert [e for e in events if e[0] == "started"] == [("started", *victim)]
+    after = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")}
+    assert victim_path.exists() and all(after[name] == t for name, t in before.items())
+    assert f"1 computed now, {len(KEYS) - 1} reused" in (out / "report.md").read_text()
+
+
+def test_resume_recomputes_corrupt_and_foreign_run_files(local_grid, tmp_path):
+    out = _copy(local_grid[0], tmp_path)
+    runs = out / "runs"
+    corrupt = runs / f"{policy_slug(POLICY_LIST[0])}__seed1.json"
+    corrupt.write_text('{"metrics": {"cpu_util": 0.5')  # an interrupted non-atomic write
+    foreign = runs / f"{policy_slug(POLICY_LIST[0])}__seed2.json"
+    record = json.loads(foreign.read_text())
+    record["overrides"] = ["simulator.usage_scale=2.0"]  # another grid's run
+    write_json_atomic(foreign, record)
+    result = run_grid(_spec(out), progress=False)
+    assert sorted(result.computed) == [(POLICY_LIST[0], 1), (POLICY_LIST[0], 2)]
+    assert json.loads(foreign.read_text())["overrides"] == []
+
+
+def test_load_existing_checks_what_the_run_is(local_grid):
+    out, _, _ = local_grid
+    spec = _spec(out)
+    task = spec.tasks()[0]
+    path = spec.run_path(task)
+    assert load_existing(path, task) is not None
+    for change in ({"seed": 9}, {"policy": "other"}, {"span": "train"}, {"overrides": ("a=1",)}, {"scenario": "dlrm"}):
+        other = grid_mod.Task(**{**task.__dict__, **change})
+        assert load_existing(path, other) is None, change
+    assert load_existing(path.with_name("missing.json"), task) is None
+
+
+def test_a_failing_run_is_reported_and_the_grid_goes_on(tmp_path):
+    out = tmp_path / "grid"
+    spec = prepare("tiny", "test", ["k8s-default"], 3, out, workers=2, runner="tests.evaluate.flaky:run")
+    result = run_grid(spec, progress=False)
+    files = write_reports(result)
+    assert not result.ok and list(result.failures) == [("k8s-default", 2)]
+    assert "injected failure" in result.failures[("k8s-default", 2)]
+    assert sorted(result.computed) == [("k8s-default", 1), ("k8s-default", 3)]
+    assert not (out / "runs" / "k8s-default__seed2.json").exists()
+    assert "injected failure" in (out / "runs" / "k8s-default__seed2.error.txt").read_text()
+    grid = json.loads((out / "grid.json").read_text())
+    assert grid["status"] == "failed" and "k8s-default seed 2" in grid["failed"]
+    md = files.report_md.read_text()
+    assert "Failed runs" in md and "injected failure" in md
+    assert "(n=2)" in (out / "summary.md").read_text()
+
+
+def test_one_seed_reports_an_undefined_interval(local_grid, tmp_path):
+    out = _copy(local_grid[0], tmp_path)
+    result = run_grid(_spec(out, seeds=1), progress=False)
+    assert not result.computed and len(result.reused) == len(POLICY_LIST)
+    files = write_reports(result)
+    summary = files.summary_md.read_text()
+    assert "One seed" in summary and "undefined" in summary and "± n/a" in summary
+    rows = list(csv.DictReader(files.summary_csv.open()))
+    assert rows and all(r["n"] == "1" and r["ci95_half"] == "" and r["mean"] != "" for r in rows)
+    vs = files.vs_default_md.read_text()
+    assert "better" not in vs.split("| metric")[1] and "worse" not in vs.split("| metric")[1]
+
+
+def test_without_the_default_the_comparison_is_skipped(local_grid, tmp_path):
+    if len(POLICY_LIST) < 2:
+        pytest.skip("only one policy registered")
+    out = _copy(local_grid[0], tmp_path)
+    result = run_grid(_spec(out, policies=[POLICY_LIST[1]]), progress=False)
+    files = write_reports(result)
+    vs = files.vs_default_md.read_text()
+    assert "No comparison" in vs and "k8s-default" in vs and "| metric" not in vs
+    assert "No comparison" in files.report_md.read_text()
+
+
+def test_policy_lists_split_on_commas_but_keep_spec_arguments():
+    names = ["k8s-default", "static-weights", "random"]
+    assert split_policies(["k8s-default,random"], names) == ["k8s-default", "random"]
+    assert split_policies(["all"], names) == names
+    assert split_policies(["random,all,random"], names) == ["random", "k8s-default", "static-weights"]
+    assert split_policies(["k8s-default,static-weights:w=0.4,0.3,0.2,0.1;tau=0.5,random"], names) == [
+        "k8s-default", "static-weights:w=0.4,0.3,0.2,0.1;tau=0.5", "random"]
+    assert split_policies(["td3:models/x", "k8s-default"], names) == ["td3:models/x", "k8s-default"]
+    assert split_policies([" k8s-default , "], names) == ["k8s-default"]
+
+
+def test_all_runs_every_policy_that_needs_no_arguments(tmp_path):
+    from td3sched.policy import make_policy
+    from td3sched.search.best_static import VARIANTS, resolve_policy
+
+    names = [*POLICIES, *VARIANTS]
+
+    def needs_arguments(name):  # or a stored search result that tiny does not have
+        try:
+            make_policy(resolve_policy(name, "tiny")[1])
+        except (ValueError, FileNotFoundError):
+            return True
+        return False
+
+    spec = prepare("tiny", "test", ["all"], 1, tmp_path / "g", workers=1)
+    assert list(spec.policies) == [p for p in names if not needs_arguments(p)]
+    assert [name for name, _ in spec.skipped] == [p for p in names if needs_arguments(p)]
+    assert {"td3", "best-static"} <= {name for name, _ in spec.skipped}
+    for name, _ in spec.skipped:  # named explicitly, such a policy is an error
+        with pytest.raises(grid_mod.GridError, match=name):
+            prepare("tiny", "test", [name], 1, tmp_path / "g", workers=1)
+    assert not (tmp_path / "g").exists()
+
+
+def test_policy_slugs_are_safe_and_distinct():
+    assert policy_slug("k8s-default") == "k8s-default"
+    a, b = policy_slug("td3:models/x"), policy_slug("td3:models_x")
+    assert a != b and "/" not in a and ":" not in a
+    assert "/" not in policy_slug("static-weights:w=0.4,0.3;tau=0.5")

@@ -1,0 +1,139 @@
+"""The best-static search on the tiny scenario: its grid, windows and ladder, the stored result, and
+resolving the policy names best-static / best-static-seed to it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from td3sched.cli import app
+from td3sched.policy import make_policy
+from td3sched.policy.static_weights import StaticWeights
+from td3sched.scenario import load_scenario
+from td3sched.search.best_static import (
+    SearchSettings, candidates, choose_step, ladder_evaluations, resolve_policy, rung_plan, search, simplex_grid, store,
+    train_windows,
+)
+from td3sched.simulator.engine import Simulation
+
+
+def test_simplex_grids():
+    for step, size in ((0.2, 56), (0.25, 35), (0.5, 10)):
+        grid = simplex_grid(step)
+        assert grid.shape == (size, 4)
+        assert np.allclose(grid.sum(axis=1), 1) and (grid >= 0).all()
+        assert len(np.unique(grid, axis=0)) == size
+        assert np.allclose(grid / step, np.round(grid / step))
+
+
+def test_ladder_keeps_a_third_and_doubles_the_windows():
+    # 35 simplex points x 6 tau values: 210 x 1 window, then 70 x 2, 24 x 4, 8 x 8.
+    assert rung_plan(210, 3, 8) == [(210, 1), (70, 2), (24, 4), (8, 8)]
+    assert ladder_evaluations(210, 3, 8) == 210 + 70 * 1 + 24 * 2 + 8 * 4
+    assert rung_plan(10, 3, 8) == [(10, 1), (4, 2), (2, 4)]      # the next cut would leave one
+    assert rung_plan(20, 3, 1) == [(20, 1)]
+
+
+def test_grid_has_the_default_static_weights_as_anchor():
+    taus = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    assert len(candidates(0.25, taus)) == 35 * 6                        # equal weights are on the 0.25 grid
+    assert len(candidates(0.5, taus)) == 10 * 6 + 1                     # ... not on the 0.5 one
+    assert candidates(0.5, taus)[-1].spec == "static-weights:w=0.25,0.25,0.25,0.25;tau=0"
+    assert candidates(0.2, (0.4,))[-1].spec == "static-weights:w=0.25,0.25,0.25,0.25;tau=0.4"
+
+
+def test_auto_step_is_the_finest_whose_ladder_fits():
+    taus = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    evals = {s: ladder_evaluations(len(candidates(s, taus)), 3, 8) for s in (0.2, 0.25, 0.5)}
+    # 2 workers, 1 s per evaluation: a budget of exactly the 0.25 ladder picks 0.25, one second less 0.5.
+    assert choose_step(1.0, math.ceil(evals[0.25] / 2), 2, taus, 3, 8) == 0.25
+    assert choose_step(1.0, math.ceil(evals[0.25] / 2) - 1, 2, taus, 3, 8) == 0.5
+    assert choose_step(1.0, 1e9, 2, taus, 3, 8) == 0.2
+    assert choose_step(1.0, 0.0, 2, taus, 3, 8) == 0.5
+
+
+def test_windows_are_spread_over_the_span_and_distinct():
+    day = 86400.0
+    w = train_windows(0.0, 21 * day, 6 * 3600.0, 8)
+    starts = [a / 3600 for a, _ in w]
+    # van der Corput 0, 1/2, 1/4, 3/4, 1/8 ... of the 498 h of room, floored to the hour
+    assert starts == [0, 249, 124, 373, 62, 311, 186, 435]
+    assert all(b - a == 6 * 3600 and b <= 21 * day for a, b in w)
+    with pytest.raises(ValueError, match="does not fit the train span"):
+        train_windows(0.0, 3600.0, 7200.0, 1)
+
+
+def test_settings_are_validated_and_keyed():
+    with pytest.raises(ValueError, match="step"):
+        SearchSettings("tiny", step="0.3")
+    with pytest.raises(ValueError, match="tau"):
+        SearchSettings("tiny", tau_values=(0.0, 1.5))
+    a = SearchSettings("tiny", budget_min=12)
+    assert a.key() == SearchSettings("tiny", budget_min=12.0).key()
+    assert a.key() != SearchSettings("tiny", budget_min=8).key()          # the budget is part of the key
+    assert a.key() != SearchSettings("tiny", budget_min=12, overrides=("nodes.pools.cpu.count=10",)).key()
+    assert SearchSettings("tiny", tau_fixed=0).variant == "best-static-seed"
+    assert SearchSettings("tiny", tau_fixed=0).tau_values == (0.0,)
+    assert SearchSettings("tiny").resolved().window_h == 1.0             # 18 h / 24, clipped to >= 1 h
+
+
+def test_small_search_on_tiny_stores_a_reproducible_winner(tmp_path):
+    settings = SearchSettings("tiny", step="0.5", tau_values=(0.0, 1.0), window_h=3, max_windows=1, budget_min=1)
+    result, path = search(settings, workers=1, models_dir=tmp_path)
+    assert path == tmp_path / settings.file_name() and path.name.startswith("tiny-best-static-")
+    stored = json.loads(path.read_text())
+    assert stored["policy"] == result["policy"]
+    # 10 simplex points x 2 tau values, plus the default equal weights at tau 0
+    assert stored["search"]["rungs"] == [{"rung": 0, "candidates": 21, "windows": 1, "complete": True,
+                                          "evaluated": 21, "best": result["policy"],
+                                          "best_reward": result["reward"]}]
+    assert len(stored["candidates"]) == 21
+    assert result["reward"] == max(c["reward"] for c in stored["candidates"])
+    assert stored["settings"]["budget_min"] == 1.0 and stored["code_version"] and stored["wall_s"] > 0
+    # The stored reward is the episode reward of an independent run of the winner on the window.
+    (window,) = stored["windows"]
+    world = load_scenario("tiny").build(1)
+    again = Simulation(world, make_policy(result["policy"]), 1, window["start_s"], window["end_s"]).run()
+    assert again["metrics"]["episode_reward"] == pytest.approx(result["reward"], rel=1e-12)
+
+
+def test_resolve_policy_reads_the_default_search(tmp_path):
+    with pytest.raises(ValueError, match=r"run `td3sched search-static --scenario tiny` first"):
+        resolve_policy("best-static", "tiny", [], models_dir=tmp_path)
+    # The default settings; resolving ignores the budget, so a short one will do.
+    result, _ = search(SearchSettings("tiny", budget_min=0.05), workers=1, models_dir=tmp_path)
+    label, spec = resolve_policy("best-static", "tiny", [], models_dir=tmp_path)
+    assert (label, spec) == ("best-static", result["policy"])
+    assert isinstance(make_policy(spec), StaticWeights) and spec.startswith("static-weights:w=")
+    # The seed variant (tau fixed at 0) is a separate search with its own command.
+    with pytest.raises(ValueError, match=r"search-static --scenario tiny --tau-fixed 0` first"):
+        resolve_policy("best-static-seed", "tiny", [], models_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"--scenario tiny --set nodes.pools.cpu.count=10` first"):
+        resolve_policy("best-static", "tiny", ["nodes.pools.cpu.count=10"], models_dir=tmp_path)
+    assert resolve_policy("k8s-default", "tiny", [], models_dir=tmp_path) == ("k8s-default", "k8s-default")
+    with pytest.raises(ValueError, match="takes no arguments"):
+        resolve_policy("best-static:x=1", "tiny", [], models_dir=tmp_path)
+
+
+def test_resolve_prefers_the_largest_budget(tmp_path):
+    for budget, spec in ((8, "static-weights:w=1,0,0,0;tau=0"), (12, "static-weights:w=0,1,0,0;tau=0.2")):
+        settings = SearchSettings("tiny", budget_min=budget).resolved()
+        store({"policy": spec, "settings": settings.as_dict(), "written_at": "2026-01-01T00:00:00+00:00"},
+              settings, tmp_path)
+    assert resolve_policy("best-static", "tiny", [], models_dir=tmp_path)[1] == "static-weights:w=0,1,0,0;tau=0.2"
+    assert len(list(tmp_path.glob("tiny-best-static-*.json"))) == 2
+
+
+def test_cli_search_static(tmp_path):
+    res = CliRunner().invoke(app, ["search-static", "--scenario", "tiny", "--budget-min", "1", "--tau-fixed", "0",
+                                   "--step", "0.5", "--window-h", "2", "--max-windows", "2", "--workers", "1",
+                                   "--out-dir", str(tmp_path), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    (path,) = tmp_path.glob("tiny-best-static-seed-*.json")
+    stored = json.loads(path.read_text())
+    assert stored["tau"] == 0.0 and stored["settings"]["tau_fixed"] == 0.0
+    assert [r["windows"] for r in stored["search"]["rungs"]] == [1, 2]
