@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperCommand
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -88,6 +89,86 @@ def scenarios() -> None:
     out.print(table)
 
 
+def _ray_address_args(args: list[str]) -> list[str]:
+    """``--ray`` with no value (last, or followed by an option) becomes ``--ray local``."""
+    fixed = []
+    for i, arg in enumerate(args):
+        fixed.append(arg)
+        if arg == "--ray" and (i + 1 == len(args) or args[i + 1].startswith("-")):
+            fixed.append("local")
+    return fixed
+
+
+class _OptionalRayAddress(TyperCommand):
+    """Lets ``--ray`` stand alone (a local Ray instance) or take an address: ``--ray auto``."""
+
+    def parse_args(self, ctx, args):
+        return super().parse_args(ctx, _ray_address_args(list(args)))
+
+
+@app.command(cls=_OptionalRayAddress)
+def evaluate(
+    scenario: str = typer.Option(..., help="Scenario name (see `td3sched scenarios`)."),
+    span: str = typer.Option("test", help="Span of the scenario: full, train or test."),
+    policies: Optional[list[str]] = typer.Option(
+        None, "--policies",
+        help="Comma-separated policy specs, or all (default). A spec may carry arguments after a colon "
+             "(td3:runs/NAME); repeat --policies to keep specs whose arguments hold commas apart."),
+    seeds: int = typer.Option(5, help="Seeds per policy: runs seeds 1..N."),
+    out_dir: Path = typer.Option(..., "--out", help="Results folder, e.g. results/NAME/ (resumes what is there)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a scenario field, e.g. --set nodes.count=800."),
+    workers: Optional[int] = typer.Option(None, help="Local worker processes (default: number of CPUs); "
+                                                     "with --ray and no address, the local Ray instance's CPUs."),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS]",
+                                      help="Run on Ray: alone, a new local instance; with an address (auto, "
+                                           "ray://host:10001), that cluster. Needs pip install 'td3sched\\[ray]'."),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Run every (policy, seed) of a scenario span; write run records, summaries, plots and a report."""
+    from td3sched.evaluate import GridError, prepare, run_grid, write_reports
+
+    try:
+        spec = prepare(scenario, span, policies or ["all"], seeds, out_dir, list(set_), workers, ray)
+    except GridError as exc:
+        _fail(str(exc))
+    for name, reason in spec.skipped:
+        console.print(f"[yellow]note:[/yellow] all: skipping {escape(name)} ({escape(reason)})")
+    console.print(f"evaluate: {len(spec.policies)} policies x {spec.seeds} seeds on {spec.scenario}/{spec.span} "
+                  f"-> {escape(str(spec.out))}")
+    try:
+        result = run_grid(spec, progress=progress, console=console)
+    except GridError as exc:  # e.g. no Ray cluster at the address: nothing was run
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted:[/yellow] finished runs are in {escape(str(spec.out / 'runs'))}; "
+                      "rerun the same command to resume")
+        raise typer.Exit(130) from None
+    files = write_reports(result)
+    print_evaluation(result)
+    console.print(f"{len(result.computed)} runs computed, {len(result.reused)} reused, {len(result.failures)} failed "
+                  f"in {result.wall_s:,.1f} s; report: {escape(str(files.report_md))}, {escape(str(files.report_html))}")
+    for note in files.notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}")
+    if result.failures:
+        for (policy, seed), error in sorted(result.failures.items()):
+            console.print(f"[red]failed:[/red] {escape(policy)} seed {seed}: {escape(error)}")
+        raise typer.Exit(1)
+
+
+def print_evaluation(result) -> None:
+    from td3sched.evaluate.report import KEY_NAMES, analyse, fmt_ci
+
+    a = analyse(result)
+    table = Table(title=f"{result.spec.scenario} / {result.spec.span}: mean ± 95% CI over {result.spec.seeds} seeds")
+    table.add_column("metric")
+    for p in a.policies:
+        table.add_column(escape(p), justify="right")
+    for m in KEY_NAMES:
+        if m in a.metrics:
+            table.add_row(m, *(fmt_ci(a.stats[p][m]) for p in a.policies))
+    out.print(table)
+
+
 @app.command("build-tiny")
 def build_tiny_cmd(seed: int = typer.Option(1, help="Seed of the sampling.")) -> None:
     """Regenerate the shipped tiny scenario from the production traces."""
@@ -96,6 +177,147 @@ def build_tiny_cmd(seed: int = typer.Option(1, help="Seed of the sampling.")) ->
 
     w = build_tiny(SCENARIO_DIR / "tiny", seed)
     out.print(f"tiny: {len(w)} pods written to {SCENARIO_DIR / 'tiny'}")
+
+
+@app.command("search-static")
+def search_static(
+    scenario: str = typer.Option("dlrm", help="Scenario name (see `td3sched scenarios`)."),
+    budget_min: float = typer.Option(30.0, help="Wall-clock budget of the whole search, in minutes."),
+    tau_fixed: Optional[float] = typer.Option(None, help="Fix tau (0: best-static-seed); default: search tau too."),
+    seed: int = typer.Option(1, help="Seed of the world and of every evaluation run."),
+    set_: list[str] = typer.Option([], "--set", help="Override a scenario field, e.g. --set nodes.count=800."),
+    step: str = typer.Option("auto", help="Simplex grid step: auto (finest of 0.2, 0.25, 0.5 that fits the "
+                                          "budget), 0.2, 0.25 or 0.5."),
+    tau_values: str = typer.Option("0,0.2,0.4,0.6,0.8,1", help="Comma-separated tau grid (without --tau-fixed)."),
+    window_h: Optional[float] = typer.Option(None, help="Evaluation window in hours (default: a 24th of the train "
+                                                        "span, between 1 and 6)."),
+    max_windows: int = typer.Option(8, help="Windows of the last rung of the ladder."),
+    workers: int = typer.Option(2, help="Worker processes (each builds the world once)."),
+    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Where results are stored "
+                                                                   "(default: models/best-static/)."),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Search the static-weights arguments with the highest episode reward on the train span; store the winner
+    (read by the policies best-static and, with --tau-fixed 0, best-static-seed)."""
+    from td3sched.search.best_static import SearchSettings, search
+
+    try:
+        taus = tuple(float(x) for x in tau_values.split(",") if x.strip())
+        settings = SearchSettings(scenario, tuple(set_), seed=seed, tau_fixed=tau_fixed, budget_min=budget_min,
+                                  step=step, tau_values=taus, window_h=window_h, max_windows=max_windows)
+        result, path = search(settings, workers=workers, progress=progress, models_dir=out_dir)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        _fail(str(exc))
+    table = Table(title=f"{scenario} / train / {result['variant']} ({result['search']['stopped']})")
+    table.add_column("rung")
+    table.add_column("candidates x windows", justify="right")
+    table.add_column("best", overflow="fold")
+    table.add_column("mean episode reward", justify="right")
+    for r in result["search"]["rungs"]:
+        best = r.get("best") or "-"
+        reward = f"{r['best_reward']:.2f}" if r.get("best_reward") is not None else "-"
+        table.add_row(str(r["rung"]), f"{r['candidates']} x {r['windows']}" + ("" if r["complete"] else " (cut)"),
+                      escape(best), reward)
+    out.print(table)
+    out.print(f"{escape(result['policy'])}  reward {result['reward']:.2f} over {len(result['windows'])} window(s), "
+              f"{result['search']['evaluations']} evaluations in {result['wall_s']:,.0f} s")
+    console.print(f"wrote {escape(str(path))}")
+
+
+@app.command()
+def train(
+    steps: int = typer.Option(..., help="Environment steps (scheduling decisions) to train for, in total."),
+    out_dir: Path = typer.Option(..., "--out", help="Run folder, e.g. runs/NAME/: checkpoint, model (then "
+                                                    "--policy td3:runs/NAME) and TensorBoard logs (tb/)."),
+    scenario: Optional[str] = typer.Option(None, help="Scenario to train on (default: dlrm)."),
+    seed: Optional[int] = typer.Option(None, help="Seed of the world, the episode windows, the networks and the "
+                                                  "noise (default: 1)."),
+    algo: Optional[str] = typer.Option(None, help="td3 (default), or ddpg: one critic, no smoothing, no delay."),
+    action: Optional[str] = typer.Option(None, help="full (default): weights and tau; seed: weights, tau fixed at 0."),
+    span: Optional[str] = typer.Option(None, help="Span whose windows are the episodes (default: train)."),
+    episode_hours: Optional[float] = typer.Option(None, help="Episode window in simulated hours (default: 24)."),
+    learning_starts: Optional[int] = typer.Option(None, help="Random warm-up steps before learning (default: "
+                                                             "10000, TD3Config.learning_starts)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a scenario field, e.g. --set nodes.count=800."),
+    checkpoint_every: int = typer.Option(10_000, help="Write a checkpoint and the model every this many steps "
+                                                      "(and at the end)."),
+    resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
+    threads: int = typer.Option(1, help="torch threads. One leaves a core to the simulator's thread; more can be "
+                                        "far slower on a busy machine."),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Train a TD3 policy on a scenario; the run folder's model is then the policy td3:FOLDER."""
+    try:
+        import torch
+
+        from td3sched.rl.model import ModelError
+        from td3sched.rl.td3 import TD3Config
+        from td3sched.rl.train import CHECKPOINT_FILE, CheckpointError, TrainSettings, checkpoint_settings
+        from td3sched.rl.train import train as run_training
+    except ImportError as exc:
+        _fail(f"training needs the rl extra ({exc}): pip install 'td3sched[rl]'")
+    given = {"scenario": scenario, "seed": seed, "span": span, "episode_hours": episode_hours, "action_mode": action}
+    if set_:
+        given["overrides"] = tuple(set_)
+    try:
+        if steps < 1 or checkpoint_every < 0 or threads < 1:
+            raise ValueError(f"--steps {steps}, --checkpoint-every {checkpoint_every}, --threads {threads}: expected "
+                             "steps >= 1, checkpoint-every >= 0 (0: only at the end), threads >= 1")
+        if resume:
+            settings, config, done = checkpoint_settings(out_dir)
+            clash = {k: (v, getattr(settings, k)) for k, v in given.items()
+                     if v is not None and v != getattr(settings, k)}
+            clash.update({k: (v, getattr(config, k)) for k, v in (("algo", algo), ("learning_starts", learning_starts))
+                          if v is not None and v != getattr(config, k)})
+            if clash:
+                raise ValueError(f"--resume: options differ from the checkpoint's (given, checkpoint): {clash}")
+            if steps <= done:
+                raise ValueError(f"--steps {steps}: the checkpoint in {out_dir} is at step {done}; expected more")
+        else:
+            if (out_dir / CHECKPOINT_FILE).exists():
+                raise ValueError(f"--out {out_dir} holds a checkpoint: pass --resume to continue it, or choose "
+                                 "another folder")
+            defaults = TrainSettings()
+            settings = TrainSettings(**{k: v if v is not None else getattr(defaults, k) for k, v in given.items()})
+            config = TD3Config(**{k: v for k, v in (("algo", algo), ("learning_starts", learning_starts))
+                                  if v is not None})
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    torch.set_num_threads(threads)
+    console.print(f"train: {settings.scenario}/{settings.span}, {settings.episode_hours:g} h windows, seed "
+                  f"{settings.seed}, {config.algo}, action {settings.action_mode} -> {escape(str(out_dir))}"
+                  + (" (resumed)" if resume else ""))
+
+    def run(on_log=None):
+        return run_training(out_dir, steps, settings, config, checkpoint_every=checkpoint_every, resume=resume,
+                            on_log=on_log)
+
+    try:
+        if progress:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
+
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.fields[sps]:>5.0f} steps/s"), TextColumn("ep reward {task.fields[reward]}"),
+                          TextColumn("critic loss {task.fields[critic]} actor loss {task.fields[actor]}"),
+                          TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as bar:
+                task = bar.add_task("train", total=steps, completed=done if resume else 0, sps=0.0, reward="-",
+                                    critic="-", actor="-")
+
+                def on_log(d: dict) -> None:
+                    fmt = lambda key: f"{d[key]:.4g}" if key in d and d[key] == d[key] else "-"  # noqa: E731
+                    bar.update(task, completed=d["step"], sps=d["SPS"], reward=fmt("episode_reward"),
+                               critic=fmt("qf_loss"), actor=fmt("actor_loss"))
+
+                result = run(on_log)
+        else:
+            result = run()
+    except (ValueError, FileNotFoundError, CheckpointError, ModelError) as exc:
+        _fail(str(exc))
+    recent = f"{sum(result.recent_returns) / len(result.recent_returns):.4g}" if result.recent_returns else "-"
+    console.print(f"{result.steps:,} steps, {result.episodes} episodes, {result.wall_s:,.1f} s training, "
+                  f"{result.sps:,.0f} steps/s; mean of the last episode rewards {recent}")
+    console.print(f"model: {escape(str(out_dir))} (use --policy td3:{escape(str(out_dir))})")
 
 
 def main() -> None:  # pragma: no cover

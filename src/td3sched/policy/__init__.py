@@ -13,10 +13,11 @@ from td3sched.policy.load_variation_risk_balancing import LoadVariationRiskBalan
 from td3sched.policy.random_choice import RandomChoice
 from td3sched.policy.static_weights import StaticWeights
 from td3sched.policy.target_load_packing import TargetLoadPacking
+from td3sched.rl.policy import TD3Policy  # torch is imported only when a model is loaded
 
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
     K8sDefault, StaticWeights, RandomChoice, FGD,
-    K8sMostAllocated, TargetLoadPacking, LoadVariationRiskBalancing, KoordLoadAware,
+    K8sMostAllocated, TargetLoadPacking, LoadVariationRiskBalancing, KoordLoadAware, TD3Policy,
 )}
 
 

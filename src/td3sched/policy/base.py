@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -49,6 +50,8 @@ class PolicyContext:
     """``metrics.fragmentation.TypicalPods`` of the scenario."""
     pipeline: object
     """``simulator.metrics_pipeline.MetricsPipeline``: usage statistics over its history."""
+    oom_kills: Callable[[], int] | None = None
+    """Node OOM kills so far in the run (Kubernetes reports them as events any scheduler can watch)."""
 
 
 class Policy(ABC):

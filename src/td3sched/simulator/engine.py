@@ -83,7 +83,6 @@ class Simulation:
                 raise ValueError(f"workload selects pool {name!r}, the cluster has {', '.join(c.pool_names)}")
         self.pool_to_cluster = np.array([c.pool_names.index(n) for n in w.pool_names] + [-1], dtype=np.int64)
         self.pipeline = MetricsPipeline(c.size, 4, self.cfg.scrape_s, self.cfg.window_s)
-        policy.attach(PolicyContext(c, self.cfg.scrape_s, self.cfg.window_s, world.typical, self.pipeline))
         c.empty_since[c.provisioned] = self.start_s  # the span's first nodes are new, not idle since t=0
 
         p = len(w)
@@ -127,6 +126,8 @@ class Simulation:
         self.arrival_order = np.flatnonzero(alive | in_span)
         self.arrival_time = np.maximum(w.arrival_s[self.arrival_order], self.start_s)
         self.metrics = MetricsCollector(self.end_s - self.start_s, self.cfg.tick_s)
+        policy.attach(PolicyContext(c, self.cfg.scrape_s, self.cfg.window_s, world.typical, self.pipeline,
+                                    oom_kills=lambda: self.metrics.oom_kills))
         self.frag_cache = np.zeros(c.size)
         self.dirty = np.ones(c.size, dtype=bool)
         self.decision_wall_s = 0.0

@@ -1,0 +1,21 @@
+"""The TD3 decision policy: per pod, an actor chooses the weights and target utilisation of the
+``static-weights`` score from a fixed-size observation of the feasible nodes.
+
+    observation.py  what the actor sees of a decision (35 values, any node count)
+    actions.py      action (5 pre-activations) -> weights on the simplex and tau
+    policy.py       ActionPolicy (static-weights with per-decision arguments) and the td3 policy
+    env.py          td3sched/ClusterScheduling-v0: the simulator as a Gymnasium env (one step per decision)
+    networks.py     actor and twin critics
+    buffer.py       replay buffer
+    normalizer.py   running mean / std of observations
+    td3.py          TD3Config and the TD3 update (Fujimoto et al. 2018)
+    train.py        the training loop: checkpoints, resume, TensorBoard
+    model.py        a trained model: torch state dict + JSON model card, validated on load
+
+torch and gymnasium come with ``pip install 'td3sched[rl]'``; only ``policy.py``, ``observation.py``
+and ``actions.py`` load without them.
+"""
+
+# td3sched.policy registers TD3Policy (rl/policy.py), which imports td3sched.policy's modules: load
+# the policy package first, so that importing td3sched.rl.policy directly never meets a half-made one.
+import td3sched.policy  # noqa: F401,E402

@@ -1,0 +1,265 @@
+"""``td3sched/ClusterScheduling-v0``: the simulator as a Gymnasium environment, one step per decision.
+
+    env = gymnasium.make("td3sched/ClusterScheduling-v0", scenario="tiny", episode_hours=6)
+    obs, info = env.reset(seed=1)                       # builds the world of seed 1 (once), draws a window
+    obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+
+(``import td3sched.rl.env`` registers the id; ``gymnasium.make("td3sched.rl.env:td3sched/ClusterScheduling-v0")``
+imports it on the way.)
+
+**Observation**: ``rl.observation`` (35 values, the same whatever the node count). **Action**: 5
+pre-activations in [-5, 5]; ``rl.actions`` maps them to weights on the simplex (softmax) and a target
+utilisation tau (sigmoid; fixed at 0 with ``action_mode="seed"``). The placement is the
+``static-weights`` score with those arguments (``rl.policy.ActionPolicy``). **Reward**: the
+simulator's r_t of that decision (``reward.py``), so the step rewards of an episode sum to the run's
+``episode_reward``. **Episode**: a window of ``episode_hours`` (the whole span if shorter) at a
+random start within the scenario's span, with a random tie-breaking seed, both drawn from the env's
+seed. It ends with the window: ``truncated`` is True on its last step (the cluster would go on), whose
+observation repeats the last decision's; ``info["record"]`` is then the run's record.
+
+**Inverted control.** The simulator's loop calls ``policy.score(pod, nodes, cluster)``; the agent
+wants to call ``step(action)``. The simulation runs in a worker thread and the two sides hand control
+to each other through two ``queue.Queue(maxsize=1)``: ``score`` puts the observation (and the
+reward of the previous decision) on ``to_env`` and blocks on ``to_sim`` for the action; ``step`` puts
+the action on ``to_sim`` and blocks on ``to_env`` for the next decision or the end of the run.
+Exactly one side runs at any time, so a run is as deterministic as a plain one. ``reset`` and
+``close`` abandon a running episode: the worker receives a stop token instead of an action, unwinds
+out of the simulator and is joined.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import asdict, dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from td3sched.policy.base import PodRequest
+from td3sched.reward import RewardTracker
+from td3sched.rl.actions import ACTION_SIZE, LOGIT_LIMIT, action_to_weights, check_action_mode
+from td3sched.rl.observation import OBSERVATION_SIZE
+from td3sched.rl.policy import ActionPolicy
+from td3sched.scenario import load_scenario
+from td3sched.simulator.cluster import Cluster
+from td3sched.simulator.engine import Simulation, World
+
+ENV_ID = "td3sched/ClusterScheduling-v0"
+DEFAULT_WORLD_SEED = 1
+"""World seed when ``reset`` was never given one."""
+MAX_EMPTY_WINDOWS = 20
+"""Windows without a single decision drawn in a row before ``reset`` gives up."""
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One episode: the world's seed, the simulated window and the run's tie-breaking seed."""
+
+    world_seed: int
+    start_s: float
+    end_s: float
+    sim_seed: int
+
+
+class StepRewardTracker(RewardTracker):
+    """The engine's reward tracker, also keeping the last r_t so each step returns it exactly."""
+
+    last = 0.0
+
+    def step(self, *args) -> float:
+        self.last = super().step(*args)
+        return self.last
+
+
+class _Abandoned(BaseException):
+    """Raised inside the worker to unwind the simulator when the env abandons the episode."""
+
+
+_STOP = object()
+
+
+class _HandOffPolicy(ActionPolicy):
+    """The env's side of the hand-off, running in the worker thread inside ``Simulation.run``."""
+
+    name = "env"
+
+    def __init__(self, action_mode: str, to_env: queue.Queue, to_sim: queue.Queue):
+        super().__init__(action_mode)
+        self.to_env, self.to_sim = to_env, to_sim
+        self.sim: Simulation | None = None
+        self.decision: tuple[float, int] = (0.0, 0)
+
+    def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        self.decision = (pod.time_s, len(nodes))
+        return super().score(pod, nodes, cluster)
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        tracker = self.sim.reward
+        previous = tracker.last if tracker.count else None
+        self.to_env.put(("decision", obs, previous, self.decision))
+        action = self.to_sim.get()
+        if action is _STOP:
+            raise _Abandoned
+        return action
+
+
+def _work(sim: Simulation, to_env: queue.Queue) -> None:
+    try:
+        record = sim.run()
+    except _Abandoned:
+        return
+    except BaseException as exc:  # handed to the env, which raises it in step/reset
+        to_env.put(("error", exc, None, None))
+        return
+    to_env.put(("end", record, sim.reward.last if sim.reward.count else None, None))
+
+
+class ClusterSchedulingEnv(gym.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(self, scenario: str = "dlrm", span: str = "train", episode_hours: float = 24.0,
+                 action_mode: str = "full", overrides: tuple[str, ...] | list[str] = (), lenient: bool = False):
+        if not (np.isfinite(episode_hours) and episode_hours > 0):
+            raise ValueError(f"episode_hours={episode_hours!r}: expected a positive number of hours")
+        self.scenario_name = scenario
+        self.scenario = load_scenario(scenario, list(overrides))
+        self.span = span
+        self.span_s = self.scenario.span(span)
+        self.episode_s = min(float(episode_hours) * 3600.0, self.span_s[1] - self.span_s[0])
+        self.action_mode = check_action_mode(action_mode)
+        self.lenient = lenient
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (OBSERVATION_SIZE,), np.float32)
+        self.action_space = gym.spaces.Box(-LOGIT_LIMIT, LOGIT_LIMIT, (ACTION_SIZE,), np.float32)
+        self.world: World | None = None
+        self.world_seed: int | None = None
+        self.episode: Episode | None = None
+        self._worker: threading.Thread | None = None
+        self._to_env: queue.Queue = queue.Queue(maxsize=1)
+        self._to_sim: queue.Queue = queue.Queue(maxsize=1)
+        self._running = False
+        self._obs: np.ndarray | None = None
+        self._steps = 0
+        self._return = 0.0
+
+    # --- Gymnasium API -------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Start an episode. ``seed`` seeds the window draws and selects the world (built once per
+        seed); ``options={"episode": {...}}`` replays a given ``Episode`` instead of drawing one."""
+        self._abandon()
+        super().reset(seed=seed)
+        if options and "episode" in options:
+            episode = Episode(**options["episode"])
+            obs = self._start(episode)
+            if obs is None:
+                raise ValueError(f"episode {episode}: the window holds no scheduling decision")
+        else:
+            world_seed = seed if seed is not None else (self.world_seed if self.world_seed is not None
+                                                        else DEFAULT_WORLD_SEED)
+            for _ in range(MAX_EMPTY_WINDOWS):
+                obs = self._start(self._draw(int(world_seed)))
+                if obs is not None:
+                    break
+            else:
+                raise ValueError(f"{self.scenario_name}/{self.span}: {MAX_EMPTY_WINDOWS} windows of "
+                                 f"{self.episode_s / 3600:g} h in a row held no scheduling decision")
+        return obs, {"episode_window": asdict(self.episode)}
+
+    def step(self, action):
+        if not self._running:
+            raise RuntimeError("step() without a running episode: call reset() first")
+        action = np.asarray(action, dtype=np.float32).reshape(-1)
+        weights, tau = action_to_weights(action, self.action_mode)  # validates before the hand-off
+        self._to_sim.put(action.copy())
+        kind, payload, reward, decision = self._to_env.get()
+        self._steps += 1
+        if kind == "error":
+            self._finish()
+            raise RuntimeError(f"the simulation of {self.episode} failed: {payload}") from payload
+        self._return += reward
+        info = {"weights": weights, "tau": tau}
+        if kind == "end":
+            self._finish()
+            info.update(record=payload, episode={"r": self._return, "l": self._steps})
+            return self._obs, reward, False, True, info
+        self._obs = payload
+        info.update(time_s=decision[0], feasible=decision[1])
+        return payload, reward, False, False, info
+
+    def close(self) -> None:
+        self._abandon()
+        super().close()
+
+    def __del__(self):
+        try:
+            self._abandon()
+        except Exception:
+            pass
+
+    # --- state for checkpoints -------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The running episode and the draw generator's state (JSON-ready)."""
+        return {"episode": asdict(self.episode) if self.episode else None,
+                "np_random": self.np_random.bit_generator.state}
+
+    def restore(self, state: dict) -> np.ndarray:
+        """Restart ``state``'s episode from its first decision and restore the draw generator (the
+        caller replays the episode's actions to reach where the state was taken)."""
+        obs, _ = self.reset(options={"episode": state["episode"]})
+        rng = np.random.Generator(getattr(np.random, state["np_random"]["bit_generator"])())
+        rng.bit_generator.state = state["np_random"]
+        self._np_random = rng
+        return obs
+
+    # --- the worker --------------------------------------------------------------------------------
+    def _world_for(self, seed: int) -> World:
+        if self.world is None or self.world_seed != seed:
+            self.world = None  # let the old world go before building the next
+            self.world = self.scenario.build(seed, lenient=self.lenient)
+            self.world_seed = seed
+        return self.world
+
+    def _draw(self, world_seed: int) -> Episode:
+        a, b = self.span_s
+        room = int(b - a - self.episode_s)
+        start = a + (int(self.np_random.integers(0, room + 1)) if room > 0 else 0)
+        return Episode(world_seed, float(start), float(start + self.episode_s),
+                       int(self.np_random.integers(0, 2**31 - 1)))
+
+    def _start(self, episode: Episode) -> np.ndarray | None:
+        """Start the worker on ``episode``; the first observation, or None if no decision came."""
+        world = self._world_for(episode.world_seed)
+        policy = _HandOffPolicy(self.action_mode, self._to_env, self._to_sim)
+        sim = Simulation(world, policy, episode.sim_seed, episode.start_s, episode.end_s)
+        sim.reward = StepRewardTracker(world.reward)
+        policy.sim = sim
+        self.episode = episode
+        self._steps, self._return = 0, 0.0
+        self._worker = threading.Thread(target=_work, args=(sim, self._to_env), daemon=True,
+                                        name=f"td3sched-env-{episode.start_s:g}")
+        self._running = True
+        self._worker.start()
+        kind, payload, _, _ = self._to_env.get()
+        if kind == "decision":
+            self._obs = payload
+            return payload
+        self._finish()
+        if kind == "error":
+            raise RuntimeError(f"the simulation of {episode} failed: {payload}") from payload
+        return None
+
+    def _finish(self) -> None:
+        self._worker.join()
+        self._worker = None
+        self._running = False
+
+    def _abandon(self) -> None:
+        if self._worker is None:
+            return
+        if self._running:
+            self._to_sim.put(_STOP)
+        self._finish()
+
+
+if ENV_ID not in gym.registry:
+    gym.register(id=ENV_ID, entry_point="td3sched.rl.env:ClusterSchedulingEnv")

@@ -1,0 +1,187 @@
+"""A trained model on disk: a folder holding
+
+    model.pt     torch state dict of the actor ("actor.*") and the critics ("critic.*")
+    model.json   the model card: scenario, overrides, span, episode length, seed, action mode, the
+                 TD3 config, the observation layout and normaliser, the code version, the training
+                 time and steps, and the sha256 of model.pt
+
+``load_model`` checks everything before it builds anything: a missing, corrupt or mismatched file
+(wrong keys or shapes, a card whose config, observation layout or hash disagrees) is refused with a
+``ModelError`` naming the file and what was expected; a model is never half-loaded. The state dict
+is read with ``torch.load(..., weights_only=True)``: no pickled code runs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import io
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from td3sched.rl.actions import check_action_mode
+from td3sched.rl.networks import Actor, Critic
+from td3sched.rl.normalizer import ObservationNormalizer
+from td3sched.rl.observation import OBSERVATION_FIELDS, OBSERVATION_SIZE
+from td3sched.rl.td3 import TD3Config
+
+MODEL_FILE = "model.pt"
+CARD_FILE = "model.json"
+CARD_FORMAT = 1
+CARD_KEYS = ("format", "scenario", "overrides", "span", "episode_hours", "seed", "action_mode", "config",
+             "observation", "normalizer", "code_version", "training", "created", "model_sha256")
+
+
+class ModelError(ValueError):
+    """A model folder that cannot be used, with the file and what was expected."""
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``: a reader
+    sees the old file or the new one, never a partial one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def save_model(folder, agent, card: dict) -> None:
+    """Write ``agent``'s actor, critics, normaliser and config with the card fields given
+    (scenario, overrides, span, episode_hours, seed, training; missing ones are null)."""
+    from td3sched.run import code_version
+
+    folder = Path(folder)
+    state = {**{f"actor.{k}": v for k, v in agent.actor.state_dict().items()},
+             **{f"critic.{k}": v for k, v in agent.critic.state_dict().items()}}
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    data = buf.getvalue()
+    full = {key: None for key in CARD_KEYS}
+    full.update({k: v for k, v in card.items() if k in CARD_KEYS})
+    full.update(
+        format=CARD_FORMAT, seed=card.get("seed", agent.seed), action_mode=agent.action_mode,
+        config=agent.config.to_json(),
+        observation={"size": OBSERVATION_SIZE, "fields": list(OBSERVATION_FIELDS)},
+        normalizer=agent.normalizer.to_json(), code_version=code_version(),
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        model_sha256=hashlib.sha256(data).hexdigest(),
+    )
+    write_atomic(folder / MODEL_FILE, data)
+    write_atomic(folder / CARD_FILE, (json.dumps(full, indent=2) + "\n").encode())
+
+
+@dataclass
+class LoadedModel:
+    """A validated model: the actor (eval mode) and critics, the normaliser and the card."""
+
+    folder: str
+    card: dict
+    config: TD3Config
+    action_mode: str
+    normalizer: ObservationNormalizer
+    actor: Actor
+    critic: Critic
+
+    @property
+    def observation_size(self) -> int:
+        return OBSERVATION_SIZE
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """The deterministic action (no noise) for a raw observation."""
+        with torch.no_grad():
+            return self.actor(torch.from_numpy(self.normalizer.normalize(obs))).numpy()
+
+
+def _read_card(folder: Path) -> dict:
+    path = folder / CARD_FILE
+    try:
+        card = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelError(f"{path}: missing: expected the model card written with {MODEL_FILE}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{path}: not a JSON model card ({exc})") from None
+    if not isinstance(card, dict):
+        raise ModelError(f"{path}: expected a JSON object, got {type(card).__name__}")
+    missing = [k for k in CARD_KEYS if k not in card]
+    if missing:
+        raise ModelError(f"{path}: missing keys {missing}: expected {', '.join(CARD_KEYS)}")
+    if card["format"] != CARD_FORMAT:
+        raise ModelError(f"{path}: format {card['format']!r}: expected {CARD_FORMAT}")
+    return card
+
+
+def _check_state(path: Path, state, expected: dict[str, torch.Size]) -> None:
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                              for k, v in state.items()):
+        raise ModelError(f"{path}: expected a state dict of named tensors")
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise ModelError(f"{path}: keys do not match the card's config: missing {missing}, unexpected {unexpected}")
+    wrong = [f"{k} {tuple(state[k].shape)} (expected {tuple(shape)})" for k, shape in expected.items()
+             if state[k].shape != shape]
+    if wrong:
+        raise ModelError(f"{path}: tensor shapes do not match the card's config: {'; '.join(wrong)}")
+    bad = [k for k, v in state.items() if not torch.isfinite(v).all()]
+    if bad:
+        raise ModelError(f"{path}: non-finite values in {bad}")
+
+
+def load_model(folder) -> LoadedModel:
+    """The model in ``folder``, fully validated (``ModelError`` otherwise)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelError(f"model folder {folder}: not found: expected a folder holding {MODEL_FILE} and "
+                         f"{CARD_FILE} (written by td3sched train)")
+    card = _read_card(folder)
+    card_path = folder / CARD_FILE
+    try:
+        config = TD3Config.from_json(card["config"])
+        action_mode = check_action_mode(card["action_mode"])
+    except (TypeError, ValueError) as exc:
+        raise ModelError(f"{card_path}: {exc}") from None
+    fields = card["observation"].get("fields") if isinstance(card["observation"], dict) else None
+    if fields != list(OBSERVATION_FIELDS):
+        raise ModelError(f"{card_path}: observation layout {fields!r} differs from this code's "
+                         f"{OBSERVATION_SIZE} fields ({', '.join(OBSERVATION_FIELDS)})")
+    try:
+        normalizer = ObservationNormalizer.from_json(card["normalizer"], OBSERVATION_SIZE)
+    except (TypeError, ValueError) as exc:
+        raise ModelError(f"{card_path}: {exc}") from None
+
+    model_path = folder / MODEL_FILE
+    try:
+        data = model_path.read_bytes()
+    except FileNotFoundError:
+        raise ModelError(f"{model_path}: missing: expected the state dict described by {CARD_FILE}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != card["model_sha256"]:
+        raise ModelError(f"{model_path}: sha256 {digest[:16]}... differs from the card's "
+                         f"{str(card['model_sha256'])[:16]}...: the file is corrupt or not the one the card describes")
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many kinds on a bad file
+        raise ModelError(f"{model_path}: not a readable torch state dict ({type(exc).__name__}: {exc})") from None
+
+    actor = Actor(OBSERVATION_SIZE, config.hidden)
+    critic = Critic(OBSERVATION_SIZE, config.hidden, 2 if config.algo == "td3" else 1, action_mode == "seed")
+    expected = {**{f"actor.{k}": v.shape for k, v in actor.state_dict().items()},
+                **{f"critic.{k}": v.shape for k, v in critic.state_dict().items()}}
+    _check_state(model_path, state, expected)
+    actor.load_state_dict({k[len("actor."):]: v for k, v in state.items() if k.startswith("actor.")})
+    critic.load_state_dict({k[len("critic."):]: v for k, v in state.items() if k.startswith("critic.")})
+    actor.eval()
+    critic.eval()
+    return LoadedModel(str(folder), card, config, action_mode, normalizer, actor, critic)

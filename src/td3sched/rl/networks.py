@@ -1,0 +1,76 @@
+"""The TD3 networks (Fujimoto et al. 2018): a deterministic actor and twin Q critics, MLPs with ReLU.
+
+The actor outputs pre-activations, bounded to the action box by ``LOGIT_LIMIT * tanh``: 4 weight
+logits and 1 tau pre-activation. Exploration and target-smoothing noise are added to these; only
+``squash`` (softmax for the weights, sigmoid for tau; ``rl.actions`` in NumPy) turns them into score
+arguments. The critics read the observation and the squashed action: the score arguments (weights,
+tau) themselves, on which the placement depends directly (in the seed mode tau reads 0).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from td3sched.rl.actions import ACTION_SIZE, LOGIT_LIMIT
+
+
+def mlp(inputs: int, hidden: tuple[int, ...], outputs: int) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for width in hidden:
+        layers += [nn.Linear(inputs, width), nn.ReLU()]
+        inputs = width
+    layers.append(nn.Linear(inputs, outputs))
+    return nn.Sequential(*layers)
+
+
+class Actor(nn.Module):
+    """observation -> pre-activations [4 weight logits, tau pre-activation] in the action box."""
+
+    def __init__(self, observation_size: int, hidden: tuple[int, ...] = (256, 256)):
+        super().__init__()
+        self.net = mlp(observation_size, hidden, ACTION_SIZE)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return LOGIT_LIMIT * torch.tanh(self.net(obs))
+
+
+def squash(pre_activations: torch.Tensor, seed_mode: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weights [..., 4] = softmax of the logits, tau [...] = sigmoid, or 0 in the seed mode)."""
+    weights = torch.softmax(pre_activations[..., :4], dim=-1)
+    tau = torch.sigmoid(pre_activations[..., 4])
+    return weights, torch.zeros_like(tau) if seed_mode else tau
+
+
+class QNetwork(nn.Module):
+    """(observation, squashed action [weights, tau]) -> Q."""
+
+    def __init__(self, observation_size: int, hidden: tuple[int, ...] = (256, 256)):
+        super().__init__()
+        self.net = mlp(observation_size + ACTION_SIZE, hidden, 1)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs, action], dim=-1))
+
+
+class Critic(nn.Module):
+    """``n_critics`` independent Q networks (2 for TD3's clipped double-Q, 1 for DDPG) of an
+    observation and a pre-activation action, which each reads squashed."""
+
+    def __init__(self, observation_size: int, hidden: tuple[int, ...] = (256, 256), n_critics: int = 2,
+                 seed_mode: bool = False):
+        super().__init__()
+        self.seed_mode = seed_mode
+        self.q_networks = nn.ModuleList(QNetwork(observation_size, hidden) for _ in range(n_critics))
+
+    def squashed(self, action: torch.Tensor) -> torch.Tensor:
+        weights, tau = squash(action, self.seed_mode)
+        return torch.cat([weights, tau.unsqueeze(-1)], dim=-1)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        score_args = self.squashed(action)
+        return tuple(q(obs, score_args) for q in self.q_networks)
+
+    def q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """The first Q network alone: the actor's objective."""
+        return self.q_networks[0](obs, self.squashed(action))

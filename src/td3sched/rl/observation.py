@@ -1,0 +1,94 @@
+"""What the TD3 actor sees of one scheduling decision: a fixed-size vector, whatever the node count.
+
+For a pod and its feasible nodes (the nodes that passed Filter), with ``u`` the [k, 4] utilisations
+of ``policy.features.utilisation`` (pod included, observed usage corrected by the assign cache):
+
+    index   field                      meaning
+    0-3     request_{cpu,mem,disk,rdma} the pod's requests / the largest allocatable of that resource
+                                        among the feasible nodes
+    4-6     qos_{guaranteed,burstable,best_effort}  QoS class, one-hot
+    7-30    util_{r}_{stat}             for r in cpu, mem, io, net (6 values each, in that order):
+                                        mean, std, min, max, p10, p90 of u[:, r] over the feasible nodes
+    31      feasible_share              feasible nodes / ready nodes
+    32      oom_kills_5min_log1p        log(1 + node OOM kills in the last 5 simulated minutes)
+    33-34   time_of_day_{sin,cos}       sin and cos of 2 pi (t mod 1 day) / 1 day
+
+``OBSERVATION_FIELDS`` names every index; a model card records it, and a model whose layout differs
+from this one is refused. Everything here is vectorised over the feasible nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+from td3sched.policy.base import PodRequest
+from td3sched.policy.features import FEATURES
+from td3sched.simulator.cluster import Cluster
+
+UTILISATION_STATS = ("mean", "std", "min", "max", "p10", "p90")
+OOM_WINDOW_S = 300.0
+"""Node OOM kills are counted over the last 5 simulated minutes."""
+DAY_S = 86400.0
+
+OBSERVATION_FIELDS: tuple[str, ...] = (
+    "request_cpu", "request_mem", "request_disk", "request_rdma",  # SCALAR_RESOURCES order
+    "qos_guaranteed", "qos_burstable", "qos_best_effort",          # QOS_NAMES order (qos 0, 1, 2)
+    *(f"util_{r}_{s}" for r in FEATURES for s in UTILISATION_STATS),
+    "feasible_share",
+    "oom_kills_5min_log1p",
+    "time_of_day_sin",
+    "time_of_day_cos",
+)
+OBSERVATION_SIZE = len(OBSERVATION_FIELDS)
+_QUANTILES = np.array([0.0, 0.1, 0.9, 1.0])
+
+
+def utilisation_stats(u: np.ndarray) -> np.ndarray:
+    """[24]: for each resource (FEATURES order) mean, std, min, max, p10, p90 of u[:, r]."""
+    q = np.quantile(u, _QUANTILES, axis=0)  # rows: min, p10, p90, max
+    return np.stack([u.mean(axis=0), u.std(axis=0), q[0], q[3], q[1], q[2]], axis=1).ravel()
+
+
+def observe(pod: PodRequest, nodes: np.ndarray, cluster: Cluster, u: np.ndarray, oom_kills_recent: float) -> np.ndarray:
+    """The observation (float32, OBSERVATION_FIELDS order) of one decision.
+
+    ``u`` is ``policy.features.utilisation(pod, nodes, cluster, recent)``; ``oom_kills_recent`` the
+    node OOM kills of the last ``OOM_WINDOW_S`` seconds (``OomWindow``).
+    """
+    if len(nodes) == 0:
+        raise ValueError("observe: no feasible node; the simulator only asks a policy when one exists")
+    obs = np.empty(OBSERVATION_SIZE, dtype=np.float64)
+    obs[0:4] = pod.request / cluster.allocatable[nodes].max(axis=0)
+    obs[4:7] = 0.0
+    obs[4 + pod.qos] = 1.0
+    obs[7:31] = utilisation_stats(u)
+    obs[31] = len(nodes) / max(int(np.count_nonzero(cluster.ready)), 1)
+    obs[32] = math.log1p(oom_kills_recent)
+    angle = 2.0 * math.pi * (pod.time_s % DAY_S) / DAY_S
+    obs[33] = math.sin(angle)
+    obs[34] = math.cos(angle)
+    return obs.astype(np.float32)
+
+
+class OomWindow:
+    """Node OOM kills over the last ``window_s``, from a cumulative count read at each decision.
+
+    ``kills(t, total)`` records ``total`` (kills since the run started) at time ``t`` and returns
+    ``total`` minus the total recorded at the latest decision at or before ``t - window_s`` (0
+    before the first window has passed). Kill times are thus known to the decision that first saw
+    them: a kill between two decisions counts from the later one.
+    """
+
+    def __init__(self, window_s: float = OOM_WINDOW_S):
+        self.window_s = window_s
+        self.records: deque[tuple[float, int]] = deque([(-math.inf, 0)])
+
+    def kills(self, t: float, total: int) -> int:
+        self.records.append((t, total))
+        horizon = t - self.window_s
+        while len(self.records) > 1 and self.records[1][0] <= horizon:
+            self.records.popleft()
+        return total - self.records[0][1]

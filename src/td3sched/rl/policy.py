@@ -1,0 +1,91 @@
+"""Policies whose score arguments (weights, tau) are chosen per decision from an observation.
+
+``ActionPolicy`` is ``static-weights`` with its weights and tau set, before each decision, from an
+action (``rl.actions``) computed on the observation (``rl.observation``): the placement is the
+``static-weights`` score itself, with the same assign cache. Two subclasses:
+
+- the env's hand-off policy (``rl.env``), whose actions come from the agent being trained;
+- ``td3`` (``TD3Policy``), a trained actor for the harness: ``td3:runs/NAME`` loads the model folder
+  (``rl.model``), scores with the deterministic actor (no noise) on observations normalised with the
+  saved normaliser. torch is imported only when a model is loaded, so the simulator never needs it.
+
+Node OOM kills of the last 5 minutes are part of the observation: both read the run's count from
+``PolicyContext.oom_kills`` (Kubernetes reports OOM kills as events any scheduler can watch).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import numpy as np
+
+from td3sched.policy.base import PodRequest
+from td3sched.policy.features import utilisation
+from td3sched.policy.static_weights import StaticWeights
+from td3sched.rl.actions import action_to_weights, check_action_mode
+from td3sched.rl.observation import OomWindow, observe
+from td3sched.simulator.cluster import Cluster
+
+
+class ActionPolicy(StaticWeights):
+    """static-weights with (weights, tau) = ``action_to_weights(act(observation))`` per decision."""
+
+    name = "action"
+
+    def __init__(self, action_mode: str = "full"):
+        super().__init__()
+        self.action_mode = check_action_mode(action_mode)
+        self.oom_window = OomWindow()
+
+    def attach(self, context) -> None:
+        super().attach(context)
+        self.oom_window = OomWindow()
+        self._oom_kills = context.oom_kills
+
+    def oom_kills_total(self, pod: PodRequest) -> int:
+        """Node OOM kills since the run started (the simulator's count, as Kubernetes events)."""
+        if self._oom_kills is None:
+            raise ValueError(f"policy {self.name!r} needs the run's OOM kill count in its PolicyContext")
+        return int(self._oom_kills())
+
+    @abstractmethod
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """The action (5 pre-activations) for an observation."""
+
+    def observe(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        recent = self.cache.usage_since(cluster.last_scrape_s)
+        u = utilisation(pod, nodes, cluster, recent)
+        return observe(pod, nodes, cluster, u, self.oom_window.kills(pod.time_s, self.oom_kills_total(pod)))
+
+    def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        action = self.act(self.observe(pod, nodes, cluster))
+        self.weights, self.tau = action_to_weights(action, self.action_mode)
+        return super().score(pod, nodes, cluster)
+
+
+class TD3Policy(ActionPolicy):
+    """``td3:FOLDER``: a trained TD3 actor (``td3sched train`` writes FOLDER)."""
+
+    name = "td3"
+    requires_args = True
+    """Needs a model folder: ``td3`` alone is not a runnable spec."""
+
+    def __init__(self, model=None):
+        if model is None or isinstance(model, str):
+            raise ValueError("td3 needs a trained model folder: td3:runs/NAME (written by td3sched train)")
+        super().__init__(model.action_mode)
+        self.model = model
+        self.folder = model.folder
+
+    @classmethod
+    def from_spec(cls, args: str) -> "TD3Policy":
+        from td3sched.rl.model import load_model
+
+        return cls(load_model(args.strip()))
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}:{self.folder}"
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        return self.model.act(obs)

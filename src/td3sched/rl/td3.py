@@ -1,0 +1,263 @@
+"""TD3 (Fujimoto, van Hoof, Meger 2018, "Addressing Function Approximation Error in Actor-Critic
+Methods"; sfujim/TD3), over pre-activation actions (``rl.actions``).
+
+The update (``TD3.train_step``) reads top to bottom with the paper's three mechanisms by name:
+
+1. target policy smoothing: clipped Gaussian noise on the target actor's pre-activations;
+2. clipped double-Q learning: the target is r + gamma * min(Q1', Q2');
+3. delayed policy updates: the actor and all targets move every ``policy_frequency`` steps,
+   the targets by Polyak averaging (soft target updates).
+
+``algo="ddpg"`` is the ablation: one critic, no smoothing, no delay.
+
+The small user API follows Stable-Baselines3: ``TD3(...)``, ``learn(env, steps)`` (``rl.train``),
+``predict(obs)``, ``save(folder)`` / ``TD3.load(folder)`` (``rl.model``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import optim
+
+from td3sched.rl.actions import ACTION_SIZE, LOGIT_LIMIT, check_action_mode
+from td3sched.rl.buffer import ReplayBuffer
+from td3sched.rl.networks import Actor, Critic
+from td3sched.rl.normalizer import ObservationNormalizer
+
+ALGOS = ("td3", "ddpg")
+
+
+@dataclass(frozen=True)
+class TD3Config:
+    algo: str = "td3"
+    """td3, or ddpg: one critic, no target policy smoothing, no delay (the actor moves every step)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak coefficient of the soft target updates: target <- tau * online + (1 - tau) * target."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    learning_rate: float = 3e-4
+    """Adam's learning rate, actor and critics."""
+    buffer_size: int = 1_000_000
+    """Replay buffer capacity (transitions)."""
+    learning_starts: int = 10_000
+    """Steps of uniformly random actions (warm-up) before the first gradient step."""
+    policy_frequency: int = 2
+    """Delayed policy updates: the actor and the targets move every this many critic updates."""
+    exploration_noise: float = 0.5
+    """Standard deviation of the Gaussian noise on the actor's pre-activations while collecting
+    (logit units: 0.1 of the action bound, as sfujim/TD3's 0.1 x max_action)."""
+    policy_noise: float = 0.2
+    """Target policy smoothing: standard deviation of the noise on the target actor's pre-activations."""
+    noise_clip: float = 0.5
+    """Target policy smoothing: the noise is clipped to [-noise_clip, noise_clip]."""
+    hidden: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of the actor and of each critic (ReLU)."""
+    log_every: int = 100
+    """Steps between two logs of losses, Q values and steps per second."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        if self.algo not in ALGOS:
+            raise ValueError(f"algo={self.algo!r}: expected one of {', '.join(ALGOS)}")
+        checks = [("gamma", 0 <= self.gamma <= 1, "a discount in [0, 1]"),
+                  ("tau", 0 < self.tau <= 1, "a Polyak coefficient in (0, 1]"),
+                  ("learning_rate", self.learning_rate > 0, "a positive number"),
+                  ("exploration_noise", self.exploration_noise >= 0, "a non-negative standard deviation"),
+                  ("policy_noise", self.policy_noise >= 0, "a non-negative standard deviation"),
+                  ("noise_clip", self.noise_clip >= 0, "a non-negative bound")]
+        for name in ("batch_size", "buffer_size", "policy_frequency", "log_every"):
+            checks.append((name, isinstance(getattr(self, name), int) and getattr(self, name) >= 1,
+                           "a whole number >= 1"))
+        checks.append(("learning_starts", isinstance(self.learning_starts, int) and self.learning_starts >= 0,
+                       "a whole number >= 0"))
+        checks.append(("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "positive layer widths"))
+        for name, ok, expected in checks:
+            value = getattr(self, name)
+            if not ok or (isinstance(value, float) and not math.isfinite(value)):
+                raise ValueError(f"TD3Config.{name}={value!r}: expected {expected}")
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "hidden": list(self.hidden)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TD3Config":
+        """A ValueError names unknown or missing fields."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        if set(d) != names:
+            raise ValueError(f"TD3 config: unknown fields {sorted(set(d) - names)}, missing {sorted(names - set(d))}")
+        return cls(**d)
+
+
+def soft_update(online: torch.nn.Module, target: torch.nn.Module, tau: float) -> None:
+    with torch.no_grad():
+        for param, target_param in zip(online.parameters(), target.parameters()):
+            target_param.mul_(1.0 - tau).add_(param, alpha=tau)
+
+
+class TD3:
+    def __init__(self, observation_size: int, config: TD3Config = TD3Config(), seed: int = 0,
+                 action_mode: str = "full"):
+        self.config = config
+        self.observation_size = observation_size
+        self.action_mode = check_action_mode(action_mode)
+        self.seed = seed
+        torch.manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
+        """Exploration noise, warm-up actions and replay sampling."""
+        td3 = config.algo == "td3"
+        self.n_critics = 2 if td3 else 1
+        self.policy_noise = config.policy_noise if td3 else 0.0
+        self.noise_clip = config.noise_clip if td3 else 0.0
+        self.policy_frequency = config.policy_frequency if td3 else 1
+
+        self.actor = Actor(observation_size, config.hidden)
+        self.actor_target = Actor(observation_size, config.hidden)
+        self.actor_target.load_state_dict(self.actor.state_dict())
+        seed_mode = action_mode == "seed"
+        self.critic = Critic(observation_size, config.hidden, self.n_critics, seed_mode)
+        self.critic_target = Critic(observation_size, config.hidden, self.n_critics, seed_mode)
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.actor_optimizer = optim.Adam(self.actor.parameters(), lr=config.learning_rate)
+        self.critic_optimizer = optim.Adam(self.critic.parameters(), lr=config.learning_rate)
+        self.normalizer = ObservationNormalizer(observation_size)
+        self._buffer: ReplayBuffer | None = None
+        self.actor_loss = float("nan")
+
+    @property
+    def buffer(self) -> ReplayBuffer:
+        """The replay buffer, allocated on first use (a loaded model for inference needs none)."""
+        if self._buffer is None:
+            self._buffer = ReplayBuffer(self.config.buffer_size, self.observation_size, ACTION_SIZE)
+        return self._buffer
+
+    # --- acting -----------------------------------------------------------------------------------
+    def predict(self, obs: np.ndarray) -> np.ndarray:
+        """The deterministic action (pre-activations, float32) for one raw observation or a batch."""
+        with torch.no_grad():
+            x = torch.from_numpy(self.normalizer.normalize(obs))
+            return self.actor(x).numpy()
+
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """The actor's action plus Gaussian exploration noise, clipped to the action box."""
+        noise = self.rng.normal(0.0, self.config.exploration_noise, ACTION_SIZE)
+        return np.clip(self.predict(obs) + noise, -LOGIT_LIMIT, LOGIT_LIMIT).astype(np.float32)
+
+    def random_action(self) -> np.ndarray:
+        """A uniformly random action (warm-up)."""
+        return self.rng.uniform(-LOGIT_LIMIT, LOGIT_LIMIT, ACTION_SIZE).astype(np.float32)
+
+    # --- learning -----------------------------------------------------------------------------------
+    def smoothed_target_actions(self, next_obs: torch.Tensor) -> torch.Tensor:
+        """Target policy smoothing: a'(s') = clip(actor_target(s') + clip(N(0, sigma), -c, c))."""
+        actions = self.actor_target(next_obs)
+        noise = (torch.randn_like(actions) * self.policy_noise).clamp(-self.noise_clip, self.noise_clip)
+        return (actions + noise).clamp(-LOGIT_LIMIT, LOGIT_LIMIT)
+
+    def target_q(self, rewards: torch.Tensor, next_obs: torch.Tensor, dones: torch.Tensor) -> torch.Tensor:
+        """Clipped double-Q: y = r + gamma * (1 - done) * min_i Q_i'(s', a'(s')) (one critic for DDPG)."""
+        with torch.no_grad():
+            next_actions = self.smoothed_target_actions(next_obs)
+            next_q_values = torch.cat(self.critic_target(next_obs, next_actions), dim=1)
+            min_next_q = torch.min(next_q_values, dim=1).values
+            return rewards + self.config.gamma * (1.0 - dones) * min_next_q
+
+    def train_step(self, global_step: int) -> dict[str, float] | None:
+        """One gradient step on a replay batch; the logged values every ``log_every`` steps."""
+        cfg = self.config
+        data = self.buffer.sample(cfg.batch_size, self.rng)
+        obs = torch.from_numpy(self.normalizer.normalize(data.obs))
+        next_obs = torch.from_numpy(self.normalizer.normalize(data.next_obs))
+        actions = torch.from_numpy(data.actions)
+        rewards, dones = torch.from_numpy(data.rewards), torch.from_numpy(data.dones)
+
+        # Critics: regress every Q network on the clipped double-Q target.
+        target = self.target_q(rewards, next_obs, dones)
+        q_values = [q.view(-1) for q in self.critic(obs, actions)]
+        q_losses = [F.mse_loss(q, target) for q in q_values]
+        critic_loss = sum(q_losses)
+        self.critic_optimizer.zero_grad()
+        critic_loss.backward()
+        self.critic_optimizer.step()
+
+        # Delayed policy updates: the actor, then the soft target updates, every policy_frequency steps.
+        if global_step % self.policy_frequency == 0:
+            actor_loss = -self.critic.q1(obs, self.actor(obs)).mean()
+            self.actor_optimizer.zero_grad()
+            actor_loss.backward()
+            self.actor_optimizer.step()
+            soft_update(self.actor, self.actor_target, cfg.tau)
+            soft_update(self.critic, self.critic_target, cfg.tau)
+            self.actor_loss = actor_loss.item()
+
+        if global_step % cfg.log_every:
+            return None
+        logged = {f"qf{i + 1}_values": q.mean().item() for i, q in enumerate(q_values)}
+        logged.update({f"qf{i + 1}_loss": loss.item() for i, loss in enumerate(q_losses)})
+        logged.update(qf_loss=critic_loss.item() / len(q_losses), actor_loss=self.actor_loss)
+        return logged
+
+    def learn(self, env, total_steps: int, **kwargs):
+        """Train on ``env`` for ``total_steps`` steps (``rl.train.learn`` names the options)."""
+        from td3sched.rl.train import learn
+
+        return learn(self, env, total_steps, **kwargs)
+
+    # --- state ----------------------------------------------------------------------------------------
+    def networks(self) -> dict[str, torch.nn.Module]:
+        return {"actor": self.actor, "actor_target": self.actor_target, "critic": self.critic,
+                "critic_target": self.critic_target}
+
+    def state_dict(self) -> dict:
+        """Everything training needs to go on exactly: networks, optimisers, buffer, normaliser, RNGs.
+        Tensors and JSON-ready values only (a ``torch.load(..., weights_only=True)`` reads it)."""
+        buffer = self.buffer.state_dict()
+        return {
+            **{name: net.state_dict() for name, net in self.networks().items()},
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "buffer": {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in buffer.items()},
+            "torch_rng": torch.get_rng_state(),
+            "numpy_rng": self.rng.bit_generator.state,
+            "normalizer": self.normalizer.to_json(),
+            "actor_loss": self.actor_loss,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, net in self.networks().items():
+            net.load_state_dict(state[name])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.buffer.load_state_dict({k: v.numpy() if isinstance(v, torch.Tensor) else v
+                                     for k, v in state["buffer"].items()})
+        torch.set_rng_state(state["torch_rng"])
+        self.rng.bit_generator.state = state["numpy_rng"]
+        self.normalizer = ObservationNormalizer.from_json(state["normalizer"], self.observation_size)
+        self.actor_loss = float(state["actor_loss"])
+
+    def save(self, folder, card: dict | None = None) -> None:
+        """Write the model (actor and critics, normaliser, config) to ``folder`` (``rl.model``)."""
+        from td3sched.rl.model import save_model
+
+        save_model(folder, self, card or {})
+
+    @classmethod
+    def load(cls, folder) -> "TD3":
+        """A TD3 from a model folder (targets start as copies; optimisers and buffer start fresh)."""
+        from td3sched.rl.model import load_model
+
+        model = load_model(folder)
+        agent = cls(model.observation_size, model.config, int(model.card.get("seed", 0)), model.action_mode)
+        agent.actor.load_state_dict(model.actor.state_dict())
+        agent.actor_target.load_state_dict(model.actor.state_dict())
+        agent.critic.load_state_dict(model.critic.state_dict())
+        agent.critic_target.load_state_dict(model.critic.state_dict())
+        agent.normalizer = model.normalizer
+        return agent

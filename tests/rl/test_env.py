@@ -1,0 +1,141 @@
+"""The Gymnasium env over the simulator on the shipped ``tiny`` scenario: episodes end to end, step
+rewards that sum to the run's episode reward, the static-weights score, determinism, clean threads."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+gym = pytest.importorskip("gymnasium")
+
+from td3sched.policy.static_weights import StaticWeights  # noqa: E402
+from td3sched.rl.env import ENV_ID, ClusterSchedulingEnv  # noqa: E402
+from td3sched.simulator.engine import Simulation  # noqa: E402
+
+HOURS = 3.0
+
+
+def _workers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("td3sched-env")]
+
+
+def _episode(env, act):
+    """Step ``env`` with ``act()`` to the end of its episode: (step rewards, last info)."""
+    rewards = []
+    while True:
+        obs, reward, terminated, truncated, info = env.step(act())
+        assert env.observation_space.contains(obs)
+        rewards.append(reward)
+        if terminated or truncated:
+            return rewards, info
+
+
+def test_registered_env_runs_episodes_whose_rewards_sum_to_the_episode_reward():
+    env = gym.make(ENV_ID, scenario="tiny", span="train", episode_hours=HOURS)
+    obs, info = env.reset(seed=5)
+    assert env.observation_space.contains(obs)
+    lo, hi = env.unwrapped.span_s
+    for _ in range(2):
+        window = env.unwrapped.episode
+        assert lo <= window.start_s and window.end_s <= hi and window.end_s - window.start_s == HOURS * 3600
+        rewards, last = _episode(env, env.action_space.sample)
+        metrics = last["record"]["metrics"]
+        assert len(rewards) > 10 and last["episode"]["l"] == len(rewards)
+        assert sum(rewards) == pytest.approx(metrics["episode_reward"], rel=1e-12, abs=1e-12)
+        assert last["episode"]["r"] == pytest.approx(metrics["episode_reward"], rel=1e-12)
+        assert all(r <= 0 for r in rewards)
+        env.reset()
+    env.close()
+    assert not _workers()
+
+
+def test_a_constant_action_is_the_static_weights_run():
+    """Logits 0 -> equal weights; seed mode -> tau 0: static-weights' defaults, the same run exactly."""
+    env = ClusterSchedulingEnv("tiny", "train", HOURS, action_mode="seed")
+    env.reset(seed=2)
+    rewards, last = _episode(env, lambda: np.zeros(5, np.float32))
+    ep = env.episode
+    record = Simulation(env.world, StaticWeights(), ep.sim_seed, ep.start_s, ep.end_s).run()
+    assert last["record"]["metrics"] == record["metrics"]
+    assert last["record"]["series_hourly"] == record["series_hourly"]
+    assert last["weights"].tolist() == [0.25] * 4 and last["tau"] == 0.0
+    env.close()
+
+
+def test_deterministic_given_the_seed():
+    def run():
+        env = ClusterSchedulingEnv("tiny", "train", HOURS)
+        obs, _ = env.reset(seed=11)
+        rng = np.random.default_rng(0)
+        trace = [obs]
+        for _ in range(150):
+            obs, reward, _, truncated, _ = env.step(rng.uniform(-5, 5, 5))
+            trace += [obs, np.array([reward])]
+            if truncated:
+                obs, _ = env.reset()
+                trace.append(obs)
+        env.close()
+        return np.concatenate(trace)
+
+    np.testing.assert_array_equal(run(), run())
+
+
+def test_the_world_is_built_once_per_seed():
+    env = ClusterSchedulingEnv("tiny", "train", HOURS)
+    env.reset(seed=1)
+    world = env.world
+    env.reset()
+    env.reset(seed=1)
+    assert env.world is world
+    env.reset(seed=2)
+    assert env.world is not world and env.world_seed == 2
+    env.close()
+
+
+def test_abandoned_episodes_end_their_worker():
+    env = ClusterSchedulingEnv("tiny", "train", HOURS)
+    env.reset(seed=1)
+    for _ in range(5):
+        env.step(env.action_space.sample())
+    assert len(_workers()) == 1
+    env.reset()  # abandons the running episode
+    assert len(_workers()) == 1
+    env.close()
+    assert not _workers()
+    with pytest.raises(RuntimeError, match="call reset"):
+        env.step(np.zeros(5))
+
+
+def test_a_replayed_episode_reaches_the_same_state():
+    env = ClusterSchedulingEnv("tiny", "train", HOURS)
+    env.reset(seed=4)
+    actions = [np.random.default_rng(i).uniform(-5, 5, 5).astype(np.float32) for i in range(40)]
+    for a in actions:
+        obs, *_ = env.step(a)
+    state = env.state_dict()
+    after = env.np_random.integers(1 << 30)
+    replay = ClusterSchedulingEnv("tiny", "train", HOURS)
+    replay.restore(state)
+    for a in actions:
+        again, *_ = replay.step(a)
+    np.testing.assert_array_equal(again, obs)
+    assert replay.np_random.integers(1 << 30) == after
+    env.close()
+    replay.close()
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="episode_hours"):
+        ClusterSchedulingEnv("tiny", episode_hours=0)
+    with pytest.raises(ValueError, match="action mode 'tau'"):
+        ClusterSchedulingEnv("tiny", action_mode="tau")
+    with pytest.raises(ValueError, match="no span 'week'"):
+        ClusterSchedulingEnv("tiny", span="week")
+    env = ClusterSchedulingEnv("tiny", "train", HOURS)
+    env.reset(seed=1)
+    with pytest.raises(ValueError, match="finite"):
+        env.step([0, 0, np.inf, 0, 0])
+    env.step(np.zeros(5))  # the episode goes on after a refused action
+    env.close()

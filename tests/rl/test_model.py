@@ -1,0 +1,154 @@
+"""Model folders: save and reload give the same actions, the td3 policy runs in the harness as in the
+env, and a corrupt or mismatched model is refused with the file and what was expected."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from td3sched.policy import make_policy  # noqa: E402
+from td3sched.rl.env import ClusterSchedulingEnv  # noqa: E402
+from td3sched.rl.model import CARD_FILE, MODEL_FILE, ModelError, load_model  # noqa: E402
+from td3sched.rl.observation import OBSERVATION_SIZE  # noqa: E402
+from td3sched.rl.policy import TD3Policy  # noqa: E402
+from td3sched.rl.td3 import TD3, TD3Config  # noqa: E402
+from td3sched.simulator.engine import Simulation  # noqa: E402
+
+CONFIG = TD3Config(hidden=(32, 32), batch_size=16, buffer_size=1000, learning_starts=0)
+
+
+def _saved(tmp_path, config=CONFIG, mode="full", name="m"):
+    agent = TD3(OBSERVATION_SIZE, config, seed=7, action_mode=mode)
+    rng = np.random.default_rng(1)
+    agent.normalizer.update(rng.normal(size=(100, OBSERVATION_SIZE)))
+    for step in range(1, 5):
+        agent.buffer.add(rng.normal(size=OBSERVATION_SIZE), rng.uniform(-5, 5, 5), -0.1,
+                         rng.normal(size=OBSERVATION_SIZE), False)
+        agent.train_step(step)
+    folder = tmp_path / name
+    agent.save(folder, {"scenario": "tiny", "span": "train", "training": {"steps": 4}})
+    return agent, folder
+
+
+def _observations(n=64):
+    return np.random.default_rng(2).normal(size=(n, OBSERVATION_SIZE)).astype(np.float32)
+
+
+def test_reload_gives_identical_actions_and_a_complete_card(tmp_path):
+    agent, folder = _saved(tmp_path)
+    model = load_model(folder)
+    obs = _observations()
+    np.testing.assert_array_equal(model.act(obs), agent.predict(obs))
+    np.testing.assert_array_equal(TD3.load(folder).predict(obs), agent.predict(obs))
+    card = json.loads((folder / CARD_FILE).read_text())
+    assert card["scenario"] == "tiny" and card["seed"] == 7 and card["action_mode"] == "full"
+    assert card["config"]["hidden"] == [32, 32] and len(card["observation"]["fields"]) == OBSERVATION_SIZE
+    assert card["normalizer"]["count"] == 100 and card["code_version"]
+    assert not list(folder.glob(".*tmp"))  # atomic writes leave no temporary file
+
+
+def test_td3_policy_in_the_harness_places_as_the_env_does(tmp_path):
+    _, folder = _saved(tmp_path)
+    env = ClusterSchedulingEnv("tiny", "test", 3.0)
+    obs, _ = env.reset(seed=3)
+    model = load_model(folder)
+    while True:
+        obs, _, _, truncated, info = env.step(model.act(obs))
+        if truncated:
+            break
+    ep = env.episode
+    policy = make_policy(f"td3:{folder}")
+    assert isinstance(policy, TD3Policy) and policy.spec == f"td3:{folder}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no OOM count in the policy context yet (none happen on tiny)
+        record = Simulation(env.world, policy, ep.sim_seed, ep.start_s, ep.end_s).run()
+    assert record["metrics"] == info["record"]["metrics"]
+    env.close()
+
+
+def test_td3_needs_a_model_folder(tmp_path):
+    with pytest.raises(ValueError, match="td3 needs a trained model folder"):
+        make_policy("td3")
+    with pytest.raises(ModelError, match="not found"):
+        make_policy(f"td3:{tmp_path / 'nothing'}")
+
+
+def _rewrite_card(folder, **changes):
+    card = json.loads((folder / CARD_FILE).read_text())
+    card.update(changes)
+    (folder / CARD_FILE).write_text(json.dumps(card))
+
+
+def _replace_state(folder, state):
+    import hashlib
+    import io
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    (folder / MODEL_FILE).write_bytes(buf.getvalue())
+    _rewrite_card(folder, model_sha256=hashlib.sha256(buf.getvalue()).hexdigest())
+
+
+def test_a_corrupt_model_file_is_refused(tmp_path):
+    _, folder = _saved(tmp_path)
+    data = (folder / MODEL_FILE).read_bytes()
+    (folder / MODEL_FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelError, match=rf"{MODEL_FILE}: sha256 .* differs from the card's"):
+        load_model(folder)
+    # the same truncated bytes with a card that matches them: torch cannot read them
+    import hashlib
+    _rewrite_card(folder, model_sha256=hashlib.sha256(data[: len(data) // 2]).hexdigest())
+    with pytest.raises(ModelError, match=rf"{MODEL_FILE}: not a readable torch state dict"):
+        load_model(folder)
+
+
+def test_a_pickled_object_is_not_loaded(tmp_path):
+    _, folder = _saved(tmp_path)
+    _replace_state(folder, {"actor.net.0.weight": np.zeros(3)})  # a non-tensor object: weights_only refuses
+    with pytest.raises(ModelError, match="not a readable torch state dict"):
+        load_model(folder)
+
+
+def test_wrong_shapes_and_keys_are_refused(tmp_path):
+    _, folder = _saved(tmp_path)
+    state = torch.load(folder / MODEL_FILE, weights_only=True)
+    bad = dict(state)
+    bad["actor.net.0.weight"] = torch.zeros(32, 10)
+    _replace_state(folder, bad)
+    with pytest.raises(ModelError, match=r"actor\.net\.0\.weight \(32, 10\) \(expected \(32, 35\)\)"):
+        load_model(folder)
+    missing = {k: v for k, v in state.items() if not k.startswith("critic.q_networks.1")}
+    _replace_state(folder, missing)
+    with pytest.raises(ModelError, match=r"missing \['critic\.q_networks\.1"):
+        load_model(folder)
+
+
+def test_a_card_that_disagrees_with_the_model_is_refused(tmp_path):
+    _, folder = _saved(tmp_path)
+    card = json.loads((folder / CARD_FILE).read_text())
+    _rewrite_card(folder, config={**card["config"], "algo": "ddpg"})  # one critic expected, the file has two
+    with pytest.raises(ModelError, match="unexpected \\['critic.q_networks.1"):
+        load_model(folder)
+    _rewrite_card(folder, config={**card["config"], "hidden": [64, 64]})
+    with pytest.raises(ModelError, match="tensor shapes do not match the card's config"):
+        load_model(folder)
+    _rewrite_card(folder, config={**card["config"], "gamma": 2.0})
+    with pytest.raises(ModelError, match=rf"{CARD_FILE}: TD3Config.gamma=2.0"):
+        load_model(folder)
+    _rewrite_card(folder, config=card["config"], observation={"fields": ["x"] * OBSERVATION_SIZE})
+    with pytest.raises(ModelError, match="observation layout"):
+        load_model(folder)
+    _rewrite_card(folder, observation=card["observation"], normalizer={**card["normalizer"], "mean": [0.0]})
+    with pytest.raises(ModelError, match="normaliser mean: 1 values, expected 35"):
+        load_model(folder)
+    (folder / CARD_FILE).write_text("{not json")
+    with pytest.raises(ModelError, match=f"{CARD_FILE}: not a JSON model card"):
+        load_model(folder)
+    (folder / CARD_FILE).write_text(json.dumps({k: v for k, v in card.items() if k != "code_version"}))
+    with pytest.raises(ModelError, match=r"missing keys \['code_version'\]"):
+        load_model(folder)
