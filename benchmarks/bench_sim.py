@@ -53,7 +53,7 @@ def main() -> None:
         print(json.dumps(one(args.child, args.seed)))
         return
     header = f"{'scenario':8} {'nodes':>6} {'pods':>9} {'days':>5} {'build s':>8} {'wall s':>7} " \
-             f"{'decisions':>10} {'decisions/s':>12} {'sim days/s':>10} {'peak MiB':>9}"
+             f"{'decisions':>10} {'decisions/s':>12} {'sim days/s':>10} {'peak MiB':>9} {'cpu_util':>8}"
     print(header)
     for name in args.scenarios.split(","):
         out = subprocess.run([sys.executable, __file__, "--child", name, "--seed", str(args.seed)],
@@ -61,7 +61,7 @@ def main() -> None:
         r = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{r['scenario']:8} {r['nodes']:>6} {r['pods']:>9,} {r['days']:>5g} {r['build_s']:>8.1f} "
               f"{r['wall_s']:>7.1f} {r['decisions']:>10,} {r['decisions_per_s']:>12,.0f} "
-              f"{r['sim_days_per_wall_s']:>10.3f} {r['peak_rss_mib']:>9,.0f}", flush=True)
+              f"{r['sim_days_per_wall_s']:>10.3f} {r['peak_rss_mib']:>9,.0f} {r['cpu_util']:>8.4f}", flush=True)
 
 
 if __name__ == "__main__":
