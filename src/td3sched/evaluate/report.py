@@ -192,20 +192,18 @@ figcaption {{ color: #555; font-size: 0.9em; }}
 # Numbers
 
 
-def fmt(x: float | None) -> str:
+def fmt(x: float | None, sign: str = "") -> str:
+    """A number for a table: thousands separators from 10,000 up, else 4 significant digits;
+    ``sign="+"`` always shows the sign."""
     if x is None:
         return "n/a"
     if abs(x) >= 10000:
-        return f"{x:,.0f}"
-    return f"{x:.4g}"
+        return f"{x:{sign},.0f}"
+    return f"{x:{sign}.4g}"
 
 
 def fmt_signed(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    if abs(x) >= 10000:
-        return f"{x:+,.0f}"
-    return f"{x:+.4g}"
+    return fmt(x, "+")
 
 
 def fmt_ci(s: Summary | None) -> str:
