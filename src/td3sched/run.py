@@ -62,6 +62,7 @@ def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = 
         "seed": seed,
         "policy": label,
         "policy_spec": spec,
+        "policy_fingerprint": policy.fingerprint,
         "code_version": code_version(),
         **record,
         "skipped_rows": [r.summary() for r in reports if r.count],

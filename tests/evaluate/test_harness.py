@@ -205,7 +205,9 @@ def test_load_existing_checks_what_the_run_is(local_grid):
     task = spec.tasks()[0]
     path = spec.run_path(task)
     assert load_existing(path, task) is not None
-    for change in ({"seed": 9}, {"policy": "other"}, {"span": "train"}, {"overrides": ("a=1",)}, {"scenario": "dlrm"}):
+    assert task.identity == (task.policy, "")
+    for change in ({"seed": 9}, {"policy": "other"}, {"span": "train"}, {"overrides": ("a=1",)}, {"scenario": "dlrm"},
+                   {"identity": ("static-weights:w=1,0,0,0", "")}, {"identity": (task.policy, "model_sha256=0")}):
         other = grid_mod.Task(**{**task.__dict__, **change})
         assert load_existing(path, other) is None, change
     assert load_existing(path.with_name("missing.json"), task) is None

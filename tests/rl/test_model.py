@@ -71,6 +71,17 @@ def test_td3_policy_in_the_harness_places_as_the_env_does(tmp_path):
     env.close()
 
 
+def test_a_retrained_model_in_the_same_folder_is_another_policy(tmp_path):
+    """Resumed grids compare fingerprints: a stale run of the old model is not reused."""
+    _, folder = _saved(tmp_path)
+    before = make_policy(f"td3:{folder}").fingerprint
+    assert json.loads((folder / CARD_FILE).read_text())["model_sha256"] in before
+    agent = TD3(OBSERVATION_SIZE, CONFIG, seed=8)
+    agent.save(folder, {"scenario": "tiny", "span": "train", "training": {"steps": 0}})
+    after = make_policy(f"td3:{folder}").fingerprint
+    assert after != before and make_policy("k8s-default").fingerprint == ""
+
+
 def test_td3_needs_a_model_folder(tmp_path):
     with pytest.raises(ValueError, match="td3 needs a trained model folder"):
         make_policy("td3")

@@ -42,6 +42,9 @@ class Task:
     policy: str
     seed: int
     runner: str = DEFAULT_RUNNER
+    identity: tuple[str, str] | None = None
+    """(concrete spec, fingerprint) of the policy when the grid was prepared (``Policy.fingerprint``):
+    a stored run of another identity (best-static searched again, a model retrained) is stale."""
 
     @property
     def label(self) -> str:
@@ -69,6 +72,8 @@ class GridSpec:
     runner: str = DEFAULT_RUNNER
     skipped: tuple[tuple[str, str], ...] = ()
     """Policies that ``all`` named but that cannot run without arguments, with the reason."""
+    identities: tuple[tuple[str, tuple[str, str]], ...] = ()
+    """(policy, (concrete spec, fingerprint)) of every policy, as ``Task.identity``."""
 
     @property
     def seed_list(self) -> list[int]:
@@ -79,7 +84,8 @@ class GridSpec:
         return "local" if self.ray is None else "ray"
 
     def tasks(self) -> list[Task]:
-        return [Task(self.scenario, self.span, self.overrides, p, s, self.runner)
+        identities = dict(self.identities)
+        return [Task(self.scenario, self.span, self.overrides, p, s, self.runner, identities.get(p))
                 for p in self.policies for s in self.seed_list]
 
     def run_path(self, task: Task) -> Path:
@@ -194,9 +200,11 @@ def prepare(scenario: str, span: str, policies: Iterable[str], seeds: int, out: 
     if not specs:
         raise GridError(f"--policies {','.join(values)!r}: no policy given; expected one of {valid}")
     skipped: list[tuple[str, str]] = []
+    identities: list[tuple[str, tuple[str, str]]] = []
     for spec in list(specs):
         try:
-            make_policy(resolve_policy(spec, scenario, overrides)[1])
+            concrete = resolve_policy(spec, scenario, overrides)[1]
+            identities.append((spec, (concrete, make_policy(concrete).fingerprint)))
         except (ValueError, FileNotFoundError) as exc:
             if spec not in explicit:  # brought in by `all` but needs arguments (e.g. td3:<model>)
                 specs.remove(spec)
@@ -221,7 +229,8 @@ def prepare(scenario: str, span: str, policies: Iterable[str], seeds: int, out: 
         getattr(importlib.import_module(module), func)
     except (ValueError, ImportError, AttributeError) as exc:
         raise GridError(f"runner {runner!r}: expected module:function ({exc})") from None
-    return GridSpec(scenario, span, tuple(specs), seeds, overrides, out, workers, ray, span_s, runner, tuple(skipped))
+    return GridSpec(scenario, span, tuple(specs), seeds, overrides, out, workers, ray, span_s, runner, tuple(skipped),
+                    tuple(identities))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,7 +271,8 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def load_existing(path: Path, task: Task) -> dict | None:
-    """The record at ``path`` if it parses and belongs to ``task``; None otherwise."""
+    """The record at ``path`` if it parses and belongs to ``task`` (and to its identity, when known);
+    None otherwise."""
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -275,6 +285,8 @@ def load_existing(path: Path, task: Task) -> dict | None:
             and list(record.get("overrides") or []) == list(task.overrides)
             and record.get("policy") == task.policy
             and record.get("seed") == task.seed)
+    if same and task.identity is not None:
+        same = (record.get("policy_spec"), record.get("policy_fingerprint", "")) == task.identity
     return record if same else None
 
 

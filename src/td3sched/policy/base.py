@@ -59,6 +59,13 @@ class Policy(ABC):
 
     name = "policy"
 
+    @property
+    def fingerprint(self) -> str:
+        """What a run's outcome depends on besides the policy's spec (a trained model's hash), or ""
+        when the spec says it all. Recorded in every run; a resumed grid recomputes a run whose
+        fingerprint differs from the policy's now."""
+        return ""
+
     def attach(self, context: PolicyContext) -> None:
         """Told once, before a run starts, what it may see of the run."""
         self.context = context

@@ -87,5 +87,10 @@ class TD3Policy(ActionPolicy):
     def spec(self) -> str:
         return f"{self.name}:{self.folder}"
 
+    @property
+    def fingerprint(self) -> str:
+        """The model's sha256: a retrained model in the same folder is another policy."""
+        return f"model_sha256={self.model.card['model_sha256']}"
+
     def act(self, obs: np.ndarray) -> np.ndarray:
         return self.model.act(obs)
