@@ -320,6 +320,76 @@ def train(
     console.print(f"model: {escape(str(out_dir))} (use --policy td3:{escape(str(out_dir))})")
 
 
+@app.command()
+def overestimation(
+    scenario: str = typer.Option("tiny", help="Scenario to train and evaluate on."),
+    steps: int = typer.Option(25_000, help="Training steps per algorithm and seed."),
+    eval_every: int = typer.Option(2_500, help="Training steps between two evaluation episodes."),
+    seeds: int = typer.Option(2, help="Seeds per algorithm: runs seeds 1..N."),
+    episode_hours: float = typer.Option(12.0, help="Episode window in simulated hours (training and evaluation); "
+                                                   "the evaluation window must hold more decisions than the "
+                                                   "horizon H (459 for gamma 0.99)."),
+    learning_starts: int = typer.Option(2_000, help="Random warm-up steps before learning (TD3Config default: "
+                                                    "10000)."),
+    out_dir: Path = typer.Option(Path("docs/results/overestimation"), "--out",
+                                 help="Folder of the CSV, the figure and the README (rewritten)."),
+    threads: int = typer.Option(1, help="torch threads (see train)."),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Overestimation, TD3 vs DDPG: the critic's Q estimate against the discounted Monte-Carlo return on the
+    states of a fixed evaluation episode, over training (Fujimoto et al. 2018, Fig. 1)."""
+    try:
+        import torch
+
+        from td3sched.rl.overestimation import CSV_FILE, FIGURE_FILE, REPORT_FILE, StudySettings, run_study
+        from td3sched.rl.td3 import TD3Config
+    except ImportError as exc:
+        _fail(f"the study needs the rl extra ({exc}): pip install 'td3sched[rl]'")
+    try:
+        if seeds < 1 or threads < 1:
+            raise ValueError(f"--seeds {seeds}, --threads {threads}: expected seeds >= 1, threads >= 1")
+        settings = StudySettings(scenario, episode_hours=episode_hours, steps=steps, eval_every=eval_every,
+                                 seeds=tuple(range(1, seeds + 1)), config=TD3Config(learning_starts=learning_starts))
+    except ValueError as exc:
+        _fail(str(exc))
+    torch.set_num_threads(threads)
+    runs = len(settings.algos) * len(settings.seeds)
+    console.print(f"overestimation: {', '.join(settings.algos)} x {seeds} seeds x {steps:,} steps on "
+                  f"{scenario}/{settings.span}, {episode_hours:g} h windows, evaluation every {eval_every:,} steps "
+                  f"-> {escape(str(out_dir))}")
+
+    def report(point) -> None:
+        console.print(f"{point.algo} seed {point.seed} step {point.step:,}: Q {point.q_estimate:.4g}, MC return "
+                      f"{point.mc_return:.4g}, bias {point.bias:+.4g} ({point.n_states} states)")
+
+    try:
+        if progress:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
+
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.fields[sps]:>5.0f} steps/s"), TimeElapsedColumn(), TimeRemainingColumn(),
+                          console=console) as bar:
+                task = bar.add_task("train", total=runs * steps, sps=0.0)
+
+                def on_log(d: dict) -> None:
+                    bar.update(task, completed=d["done"], sps=d["SPS"], description=f"{d['algo']} seed {d['seed']}")
+
+                result = run_study(settings, out_dir, on_log=on_log, on_point=report)
+                bar.update(task, completed=runs * steps)
+        else:
+            result = run_study(settings, out_dir, on_point=report)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted:[/yellow] the points measured so far are in "
+                      f"{escape(str(out_dir / CSV_FILE))}")
+        raise typer.Exit(130) from None
+    console.print(f"{len(result.points)} evaluation points in {result.wall_s / 60:,.1f} min; wrote "
+                  f"{escape(str(out_dir / CSV_FILE))}, {escape(str(out_dir / FIGURE_FILE))}, "
+                  f"{escape(str(out_dir / REPORT_FILE))}")
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -261,7 +261,7 @@ class Analysis:
 
         rewarded = [p for p in others if mean(p, "episode_reward") is not None]
         if rewarded:
-            return max(rewarded, key=lambda p: mean(p, "episode_reward")), "highest mean episode_reward"
+            return max(rewarded, key=lambda p: mean(p, "episode_reward")), "highest mean episode_reward besides the default"
         scored = [p for p in others if mean(p, "sla_violations_per_1k_pods") is not None]
         if scored:
             best = min(scored, key=lambda p: (mean(p, "sla_violations_per_1k_pods"), -(mean(p, "cpu_util") or 0.0)))

@@ -96,10 +96,14 @@ class LearnResult:
 
 def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpoint_every: int = 0,
           resume: bool = False, settings: TrainSettings | None = None,
-          on_log: Callable[[dict], None] | None = None) -> LearnResult:
+          on_log: Callable[[dict], None] | None = None,
+          callback: Callable[[int, TD3], None] | None = None) -> LearnResult:
     """Train ``agent`` on ``env`` until ``total_steps`` steps. With ``out``: TensorBoard logs, a
     checkpoint every ``checkpoint_every`` steps and at the end, and the model at each checkpoint.
     ``resume`` goes on from ``out``'s checkpoint. ``on_log`` receives the logged values.
+    ``callback(steps_done, agent)`` runs after every step, once its transition is stored, its gradient
+    step taken and its checkpoint written, with the steps done so far (1 after the first); it may read
+    the agent (e.g. evaluate it on another env) but must not change it or step ``env``.
     ``settings`` (recorded in checkpoints and the model card) default to the env's, with the agent's
     seed; the first episode is drawn with ``settings.seed``."""
     cfg = agent.config
@@ -162,6 +166,8 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
             if out is not None and checkpoint_every and loop.global_step % checkpoint_every == 0:
                 save_checkpoint(out, agent, env, loop, settings, loop.wall_s + time.perf_counter() - started)
                 saved_at = loop.global_step
+            if callback:
+                callback(loop.global_step, agent)
     finally:
         if writer:
             writer.close()
