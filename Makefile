@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: setup demo test bench clean
 
@@ -15,14 +16,20 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# benchmark-only dependencies (Stable-Baselines3), on top of the dev setup
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
 demo: setup
 	$(VENV)/bin/td3sched simulate --scenario tiny --policy k8s-default --seed 1
 
 test: setup
 	$(PY) -m pytest -q
 
-bench: setup
+bench: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_sim.py
+	$(PY) benchmarks/bench_train.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

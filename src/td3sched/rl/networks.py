@@ -18,7 +18,7 @@ from td3sched.rl.actions import ACTION_SIZE, LOGIT_LIMIT
 def mlp(inputs: int, hidden: tuple[int, ...], outputs: int) -> nn.Sequential:
     layers: list[nn.Module] = []
     for width in hidden:
-        layers += [nn.Linear(inputs, width), nn.ReLU()]
+        layers += [nn.Linear(inputs, width), nn.ReLU(inplace=True)]  # in place: no copy of the activations
         inputs = width
     layers.append(nn.Linear(inputs, outputs))
     return nn.Sequential(*layers)

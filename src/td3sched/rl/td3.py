@@ -97,9 +97,11 @@ class TD3Config:
 
 
 def soft_update(online: torch.nn.Module, target: torch.nn.Module, tau: float) -> None:
+    """Polyak averaging, target <- (1 - tau) * target + tau * online, on all tensors at once."""
     with torch.no_grad():
-        for param, target_param in zip(online.parameters(), target.parameters()):
-            target_param.mul_(1.0 - tau).add_(param, alpha=tau)
+        targets = list(target.parameters())
+        torch._foreach_mul_(targets, 1.0 - tau)
+        torch._foreach_add_(targets, list(online.parameters()), alpha=tau)
 
 
 class TD3:
@@ -125,6 +127,8 @@ class TD3:
         self.critic = Critic(observation_size, config.hidden, self.n_critics, seed_mode)
         self.critic_target = Critic(observation_size, config.hidden, self.n_critics, seed_mode)
         self.critic_target.load_state_dict(self.critic.state_dict())
+        # The for-loop Adam: fused=True is ~5% faster per gradient step but equal only up to rounding,
+        # and the shipped models are reproduced bit for bit by their training command.
         self.actor_optimizer = optim.Adam(self.actor.parameters(), lr=config.learning_rate)
         self.critic_optimizer = optim.Adam(self.critic.parameters(), lr=config.learning_rate)
         self.normalizer = ObservationNormalizer(observation_size)
@@ -191,7 +195,7 @@ class TD3:
         if global_step % self.policy_frequency == 0:
             actor_loss = -self.critic.q1(obs, self.actor(obs)).mean()
             self.actor_optimizer.zero_grad()
-            actor_loss.backward()
+            actor_loss.backward(inputs=list(self.actor.parameters()))  # none for the critic's weights
             self.actor_optimizer.step()
             soft_update(self.actor, self.actor_target, cfg.tau)
             soft_update(self.critic, self.critic_target, cfg.tau)
