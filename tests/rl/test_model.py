@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from td3sched.policy import make_policy  # noqa: E402
+from td3sched.rl.actions import action_to_weights  # noqa: E402
 from td3sched.rl.env import ClusterSchedulingEnv  # noqa: E402
 from td3sched.rl.model import CARD_FILE, MODEL_FILE, ModelError, load_model  # noqa: E402
 from td3sched.rl.observation import OBSERVATION_SIZE  # noqa: E402
@@ -163,3 +165,23 @@ def test_a_card_that_disagrees_with_the_model_is_refused(tmp_path):
     (folder / CARD_FILE).write_text(json.dumps({k: v for k, v in card.items() if k != "code_version"}))
     with pytest.raises(ModelError, match=r"missing keys \['code_version'\]"):
         load_model(folder)
+
+
+SHIPPED = sorted((Path(__file__).resolve().parents[2] / "models").glob("td3-*"))
+
+
+@pytest.mark.parametrize("folder", SHIPPED, ids=[f.name for f in SHIPPED])
+def test_shipped_models_load_and_their_cards_match_their_names(folder):
+    """models/td3-<scenario>[-seed]: trained on <scenario>'s train span, tau fixed at 0 for -seed."""
+    model = load_model(folder)
+    card = model.card
+    scenario, _, mode = folder.name.removeprefix("td3-").partition("-")
+    assert card["scenario"] == scenario and card["span"] == "train" and card["config"]["algo"] == "td3"
+    assert model.action_mode == (mode or "full") and card["training"]["steps"] > 0
+    weights, tau = action_to_weights(model.act(_observations(1))[0], model.action_mode)
+    assert abs(weights.sum() - 1.0) < 1e-9 and (tau == 0.0) == (model.action_mode == "seed")
+
+
+def test_the_demo_model_is_shipped():
+    """make demo runs td3:models/td3-dlrm."""
+    assert "td3-dlrm" in [f.name for f in SHIPPED]
