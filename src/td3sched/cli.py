@@ -390,6 +390,51 @@ def overestimation(
                   f"{escape(str(out_dir / REPORT_FILE))}")
 
 
+@app.command("inspect-model")
+def inspect_model(
+    folder: Path = typer.Argument(..., help="Model folder (td3sched train's run folder, or models/NAME)."),
+    scenario: str = typer.Option("tiny", help="Scenario whose window the model runs on."),
+    span: str = typer.Option("test", help="Span of the window."),
+    episode_hours: float = typer.Option(6.0, help="Window length in simulated hours."),
+    seed: int = typer.Option(1, help="Draws the window (and its world)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """What a trained model chooses on one window, and how much its critic tells actions apart."""
+    try:
+        import torch
+
+        from td3sched.rl.diagnose import inspect_model as run_inspection
+        from td3sched.rl.model import ModelError, load_model
+    except ImportError as exc:
+        _fail(f"inspecting a model needs the rl extra ({exc}): pip install 'td3sched[rl]'")
+    torch.set_num_threads(1)
+    try:
+        model = load_model(folder)
+        result = run_inspection(model, scenario, span, episode_hours, seed)
+    except (ModelError, ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    if json_out:
+        print(json.dumps(result.to_json(), indent=2))
+        return
+    card = model.card
+    fmt = lambda xs: "[" + ", ".join(f"{x:.3f}" for x in xs) + "]"  # noqa: E731
+    table = Table(title=f"{escape(str(folder))}: {card['scenario']}-trained, action {model.action_mode}, "
+                        f"{card['training']['steps']:,} steps" if card.get("training") else escape(str(folder)))
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for name, value in (
+            ("window", f"{scenario}/{span} {result.window_h[0]:.2f}-{result.window_h[1]:.2f} h"),
+            ("decisions", f"{result.decisions:,}"), ("reward", f"{result.reward:.2f}"),
+            ("weights [cpu, mem, io, net] mean", fmt(result.weights_mean)),
+            ("weights std", fmt(result.weights_std)), ("tau mean / std", f"{result.tau_mean:.3f} / {result.tau_std:.3f}"),
+            ("pre-activations saturated", f"{100 * result.saturated:.0f}%"),
+            ("Q std across states", f"{result.q_state_std:.3f}"),
+            ("Q std across random actions (per state)", f"{result.q_action_std:.3f}"),
+            ("Q gain of the actor over random actions", f"{result.q_policy_gain:.3f}")):
+        table.add_row(escape(name), escape(value))
+    Console().print(table)
+
+
 def main() -> None:  # pragma: no cover
     app()
 

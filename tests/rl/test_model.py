@@ -185,3 +185,45 @@ def test_shipped_models_load_and_their_cards_match_their_names(folder):
 def test_the_demo_model_is_shipped():
     """make demo runs td3:models/td3-dlrm."""
     assert "td3-dlrm" in [f.name for f in SHIPPED]
+
+
+@pytest.mark.parametrize("mode", ["full", "seed"])
+def test_inspect_model_reports_the_actions_taken_and_the_critics_spread(tmp_path, mode):
+    from td3sched.rl.diagnose import inspect_model
+
+    _, folder = _saved(tmp_path, mode=mode)
+    model = load_model(folder)
+    result = inspect_model(model, "tiny", "test", 2.0, seed=3, n_actions=8)
+    env = ClusterSchedulingEnv("tiny", "test", 2.0, mode)
+    obs, _ = env.reset(seed=3)
+    taken, reward = [], 0.0
+    while True:
+        taken.append(action_to_weights(model.act(obs), mode))
+        obs, r, _, truncated, _ = env.step(model.act(obs))
+        reward += r
+        if truncated:
+            break
+    env.close()
+    assert result.decisions == len(taken) and result.reward == pytest.approx(reward)
+    np.testing.assert_allclose(result.weights_mean, np.mean([w for w, _ in taken], axis=0))
+    assert result.tau_mean == pytest.approx(np.mean([t for _, t in taken])) and (result.tau_mean == 0) == (mode == "seed")
+    assert 0 <= result.saturated <= 1 and result.q_state_std >= 0 and result.q_action_std > 0
+    with pytest.raises(ValueError, match="n_actions=1"):
+        inspect_model(model, "tiny", "test", 2.0, n_actions=1)
+
+
+def test_inspect_model_command(tmp_path):
+    from typer.testing import CliRunner
+
+    from td3sched.cli import app
+
+    _, folder = _saved(tmp_path)
+    runner = CliRunner()
+    result = runner.invoke(app, ["inspect-model", str(folder), "--episode-hours", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["decisions"] > 0
+    table = runner.invoke(app, ["inspect-model", str(folder), "--episode-hours", "2"])
+    assert table.exit_code == 0 and "weights [cpu, mem, io, net] mean" in table.output
+    (folder / MODEL_FILE).write_bytes(b"not a model")
+    broken = runner.invoke(app, ["inspect-model", str(folder)])
+    assert broken.exit_code == 2 and "error" in broken.output
