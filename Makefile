@@ -21,10 +21,10 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-# the shipped TD3 model (trained on dlrm, see docs/td3.md) against the default kube-scheduler on tiny's
+# the shipped dlrm TD3 models (tau chosen; tau fixed at 0; see docs/td3.md) against the default kube-scheduler on tiny's
 # held-out test span, 3 seeds; the full report lands in results/demo/
 demo: setup
-	$(VENV)/bin/td3sched evaluate --scenario tiny --span test --seeds 3 --policies k8s-default,td3:models/td3-dlrm --out results/demo
+	$(VENV)/bin/td3sched evaluate --scenario tiny --span test --seeds 3 --policies k8s-default,td3:models/td3-dlrm,td3:models/td3-dlrm-seed --out results/demo
 
 test: setup
 	$(PY) -m pytest -q
