@@ -40,9 +40,3 @@ def utilisation(pod: PodRequest, nodes: np.ndarray, cluster: Cluster, recent: np
 def closeness(u: np.ndarray, tau: float) -> np.ndarray:
     """1 at tau, falling linearly to 0 at the far end of [0, 1]; clipped to [0, 1]."""
     return np.clip(1.0 - np.abs(u - tau) / max(tau, 1.0 - tau), 0.0, 1.0)
-
-
-def node_features(pod: PodRequest, nodes: np.ndarray, cluster: Cluster, tau: float,
-                  recent: np.ndarray | None = None) -> np.ndarray:
-    """[k, 4] features (FEATURES order) of the feasible ``nodes`` for ``pod`` at target ``tau``."""
-    return closeness(utilisation(pod, nodes, cluster, recent), tau)

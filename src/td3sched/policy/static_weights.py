@@ -16,7 +16,7 @@ import numpy as np
 
 from td3sched.policy.assign_cache import AssignCache
 from td3sched.policy.base import Policy, PodRequest
-from td3sched.policy.features import node_features
+from td3sched.policy.features import closeness, utilisation
 from td3sched.simulator.cluster import Cluster
 
 SIMPLEX_TOLERANCE = 1e-6
@@ -72,9 +72,18 @@ class StaticWeights(Policy):
         super().attach(context)
         self.cache = AssignCache(context.cluster.size, horizon_s=context.window_s + context.scrape_s)
 
-    def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+    def utilisation(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        """[k, 4] utilisation of the feasible ``nodes`` with the pod on them, observed usage corrected
+        by the assign cache (``features.utilisation``)."""
         recent = self.cache.usage_since(cluster.last_scrape_s) if self.cache else None
-        return node_features(pod, nodes, cluster, self.tau, recent) @ self.weights
+        return utilisation(pod, nodes, cluster, recent)
+
+    def score_utilisation(self, u: np.ndarray) -> np.ndarray:
+        """Scores of nodes of utilisation ``u``: the weighted closeness to tau."""
+        return closeness(u, self.tau) @ self.weights
+
+    def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        return self.score_utilisation(self.utilisation(pod, nodes, cluster))
 
     def bound(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
         if self.cache is not None:

@@ -20,7 +20,6 @@ from abc import abstractmethod
 import numpy as np
 
 from td3sched.policy.base import PodRequest
-from td3sched.policy.features import utilisation
 from td3sched.policy.static_weights import StaticWeights
 from td3sched.rl.actions import action_to_weights, check_action_mode
 from td3sched.rl.observation import OomWindow, observe
@@ -52,15 +51,11 @@ class ActionPolicy(StaticWeights):
     def act(self, obs: np.ndarray) -> np.ndarray:
         """The action (5 pre-activations) for an observation."""
 
-    def observe(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
-        recent = self.cache.usage_since(cluster.last_scrape_s)
-        u = utilisation(pod, nodes, cluster, recent)
-        return observe(pod, nodes, cluster, u, self.oom_window.kills(pod.time_s, self.oom_kills_total(pod)))
-
     def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
-        action = self.act(self.observe(pod, nodes, cluster))
-        self.weights, self.tau = action_to_weights(action, self.action_mode)
-        return super().score(pod, nodes, cluster)
+        u = self.utilisation(pod, nodes, cluster)  # once: the observation's statistics and the score
+        obs = observe(pod, nodes, cluster, u, self.oom_window.kills(pod.time_s, self.oom_kills_total(pod)))
+        self.weights, self.tau = action_to_weights(self.act(obs), self.action_mode)
+        return self.score_utilisation(u)
 
 
 class TD3Policy(ActionPolicy):
