@@ -52,12 +52,13 @@ def test_event_log_has_one_placement_per_bound_pod_and_every_arrival(runs):
     assert all(events[i]["t"] <= events[i + 1]["t"] for i in range(len(events) - 1))
     arrivals = [e["pod"] for e in events if e["event"] == "arrival"]
     placements = [e["pod"] for e in events if e["event"] == "placement"]
-    kills = [e["pod"] for e in events if e["event"] == "oom_kill"]
+    kills = [e["pod"] for e in events if e["event"] in ("oom_kill", "eviction")]
     assert len(arrivals) == len(set(arrivals)) == m["pods_arrived"]
-    # a pod is placed once per stay on a node: every placement but the first follows a node OOM kill,
-    # and pods not pending at the end were placed once more than they were killed
+    # a pod is placed once per stay on a node: every placement but the first follows a node OOM kill
+    # or an eviction, and pods not pending at the end were placed once more than they were taken off
     assert len(placements) - len(kills) == m["pods_arrived"] - m["unschedulable"]
-    assert len(kills) == m["oom_kills"]
+    assert len(kills) == m["oom_kills"] + m["evictions"]
+    assert len(placements) == m["binds"]
     assert set(placements) <= set(arrivals)
     arrived_at = {e["pod"]: e["t"] for e in events if e["event"] == "arrival"}
     first_placed = {}

@@ -67,7 +67,7 @@ def test_anti_affinity_cap_counts_every_pod_of_the_app():
 def test_memory_pressure_on_best_effort_does_not_block_a_burstable_pod():
     # node: 1000m, 4000 MiB (MemoryPressure from observed 3800). hog uses 3900 MiB throughout and
     # 950m CPU in [0, 300), none after: nodes observed above 90% CPU are filtered out until the
-    # scrapes at 300 and 330 bring the window down (tick at 360).
+    # scrape at 300 brings the window mean down to 475m; pods held back by usage retry at each scrape.
     shape = np.zeros((4, 2, 2))
     shape[0, 0] = [0.95, 0.0]
     shape[1, 0] = [1.0, 1.0]
@@ -80,12 +80,12 @@ def test_memory_pressure_on_best_effort_does_not_block_a_burstable_pod():
     sim = run.sim
     be = int(np.flatnonzero(sim.w.name == "be")[0])
     assert sim.state[be] == PENDING   # the taint keeps it off, rightly
-    # lim passes every Filter rule from the tick at 360 on
-    assert [(e["t"], e["pod"]) for e in run.of("placement")][1:] == [(360, "lim")]
+    # lim passes every Filter rule from the scrape at 300 on
+    assert [(e["t"], e["pod"]) for e in run.of("placement")][1:] == [(300, "lim")]
 
 
 def test_retry_does_not_skip_a_pod_whose_cap_differs():
-    # as above: the node is observed above 90% CPU until the tick at 360
+    # as above: the node is observed above 90% CPU until the scrape at 300
     shape = np.zeros((4, 2, 2))
     shape[0, 0] = [0.95, 0.0]
     pods = [P("hog", cpu=100, size_cpu=1000, app="hog", profile=0),
@@ -94,7 +94,7 @@ def test_retry_does_not_skip_a_pod_whose_cap_differs():
             P("w2", t=110, cpu=10, app="web", cap=2, profile=1)]   # pending: safety only
     run = simulate(world([pool("a", node(cpu=1000), 1)], pods, profiles_from(shape)), end_s=600)
     placed = [(e["t"], e["pod"]) for e in run.of("placement")]
-    assert placed == [(0, "hog"), (0, "w0"), (360, "w2")]
+    assert placed == [(0, "hog"), (0, "w0"), (300, "w2")]
 
 
 def test_a_policy_filter_keeps_the_pod_pending_when_it_rejects_every_node():

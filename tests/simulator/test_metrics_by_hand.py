@@ -383,8 +383,8 @@ def test_span_starting_late_keeps_its_nodes_and_resumes_alive_pods():
 
 
 @pytest.mark.parametrize("arrival,added_at", [
-    (10, 60),    # tick 60: pending 50 s >= 30 s
-    (40, 120),   # tick 60: pending 20 s < 30 s; tick 120: 80 s
+    (10, 20),    # scans every 10 s from 0; the scan at 10 runs before the arrival at 10
+    (40, 50),    # cluster-autoscaler's --new-pod-scale-up-delay is 0: the next scan asks
 ])
 def test_autoscaler_scale_up_after_threshold_plus_provisioning(arrival, added_at):
     pods = [P("a", cpu=1000), P("b", t=arrival, cpu=1000)]
@@ -406,21 +406,20 @@ def test_autoscaler_scale_up_after_threshold_plus_provisioning(arrival, added_at
     assert run.metrics["pending_p99_s"] == pytest.approx(0.99 * (ready_at - arrival))
 
 
-def test_autoscaler_scale_up_estimate_ignores_gpus():
-    # docs/simulator.md §5: need = ceil(max_r(sum of requests_r / allocatable_r)) over the four scalar
-    # resources; "GPUs and anti-affinity are not in the estimate" (§9 lists it as a known limit).
+def test_autoscaler_scale_up_estimate_counts_gpus():
+    # docs/simulator.md §5: need = ceil(max(max_r(sum of requests_r / allocatable_r), GPU milli
+    # requested / GPU milli of a node)); anti-affinity is not in the estimate.
     gpu_node = node(cpu=8000, mem=8192, gpus=2)
     pods = [P("a", cpu=100, gpus=2, gpu_milli=1000)] + \
            [P(f"w{i}", t=10, cpu=100, gpus=2, gpu_milli=1000) for i in range(3)]
     w = world([pool("gpu", gpu_node, 1, max_count=4)], pods, cfg=config(autoscaler=True))
     run = simulate(w, end_s=400)
-    # three pods each needing both GPUs of a node: need = ceil(300 / 8000) = 1 node per round, and
-    # none while one is in flight (ticks 120): one node at 60 (ready 180, w0 takes it), one at 180
-    # (ready 300, w1), one at 300 (ready 420, after the end): w2 still waits
+    # three pods each needing both GPUs of a node: need = max(300 / 8000, 6000 / 2000) = 3 nodes,
+    # asked for at the scan at 20 s, ready at 140 s, one pod each
     assert [(e["t"], e["node"]) for e in run.of("node_added")] == \
-        [(60, "gpu-0001"), (180, "gpu-0002"), (300, "gpu-0003")]
-    assert [(e["t"], e["pod"]) for e in run.of("placement")][1:] == [(180, "w0"), (300, "w1")]
-    assert run.metrics["unschedulable"] == 1
+        [(20, "gpu-0001"), (20, "gpu-0002"), (20, "gpu-0003")]
+    assert sorted((e["t"], e["pod"]) for e in run.of("placement"))[1:] == [(140, "w0"), (140, "w1"), (140, "w2")]
+    assert run.metrics["unschedulable"] == 0
 
 
 def test_new_node_overhead_counted_once():
@@ -428,8 +427,8 @@ def test_new_node_overhead_counted_once():
     pods = [P("a", cpu=1000), P("b", t=10, cpu=1000)]
     cfg = config(autoscaler=Autoscaler(provision_delay_s=90.0))
     run = simulate(world([pool("a", shape, 1, max_count=2)], pods, cfg=cfg), end_s=155)
-    # asked for at the tick at 60, ready at 150 (between ticks), b (using nothing) placed on it
-    assert [(e["t"], e["pod"]) for e in run.of("placement")][-1] == (150, "b")
+    # asked for at the scan at 20, ready at 110 (between ticks), b (using nothing) placed on it
+    assert [(e["t"], e["pod"]) for e in run.of("placement")][-1] == (110, "b")
     np.testing.assert_allclose(run.sim.cluster.usage[1, :2], [100, 200])
 
 

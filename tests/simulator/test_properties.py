@@ -186,9 +186,9 @@ def test_invariants_on_random_worlds(w, seed):
     assert m["unschedulable"] == n_pending
     assert np.all((sim.node >= 0) == (sim.state == RUNNING))
     # each bind is undone by exactly one departure or kill; killed pods went back to the queue
-    kills = len(run.of("oom_kill"))
-    assert kills == m["oom_kills"]
-    assert watch.binds == len(run.of("placement"))
+    kills = len(run.of("oom_kill")) + len(run.of("eviction"))
+    assert kills == m["oom_kills"] + m["evictions"]
+    assert watch.binds == len(run.of("placement")) == m["binds"]
     assert watch.releases == n_done + kills == len(run.of("departure")) + kills
     assert watch.binds - watch.releases == n_running
     assert m["decisions"] >= watch.binds

@@ -15,7 +15,10 @@ Definitions (docs/simulator.md, section Metrics), all over the evaluation span's
 - container_oom: times a container's memory crossed its limit (it restarts in place);
 - pending_p99_s: 99th percentile of time from entering the queue to placement (pods still pending
   at the end count with their wait so far); unschedulable: pods still pending at the end;
-- node_hours: provisioned node-hours.
+- node_hours: provisioned node-hours;
+- decisions: scheduling cycles (attempts, failed ones included); binds: placements; evictions: pods
+  drained off nodes the autoscaler removes; unschedulable_by_shape: pods that fit no node template
+  of any pool they may use (reported once each).
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ class MetricsCollector:
         self.pending_waits: list[float] = []
         self.arrivals = 0
         self.decisions = 0
+        self.binds = 0
+        self.evictions = 0
+        self.unschedulable_by_shape = 0
         self.hourly: dict[str, list[float]] = {"cpu_util": [], "nodes": [], "fragmentation": []}
         self._hour_acc = np.zeros(3)
         self._hour_n = 0
@@ -124,4 +130,8 @@ class MetricsCollector:
             "node_hours": self.node_hours,
             "pods_arrived": self.arrivals,
             "decisions": self.decisions,
+            "binds": self.binds,
+            "attempts_per_pod": self.decisions / max(self.arrivals, 1),
+            "evictions": self.evictions,
+            "unschedulable_by_shape": self.unschedulable_by_shape,
         }

@@ -19,6 +19,7 @@ import yaml
 from td3sched.metrics.fragmentation import TypicalPods
 from td3sched.simulator.cluster import NodeShape, Pool
 from td3sched.simulator.config import Autoscaler, LatencyModel, SimConfig
+from td3sched.simulator.queue import QueueConfig
 from td3sched.reward import RewardConfig
 from td3sched.simulator.engine import World
 from td3sched.workload.pods import Workload
@@ -32,11 +33,12 @@ POOL_KEYS = {f.name for f in dataclasses.fields(NodeShape)} | {"count", "max_cou
 
 def _defaults() -> dict[str, Any]:
     sim = {f.name: getattr(SimConfig(), f.name) for f in dataclasses.fields(SimConfig)
-           if f.name not in ("latency", "autoscaler")}
+           if f.name not in ("latency", "autoscaler", "queue")}
     return {
         "simulator": sim,
         "autoscaler": dataclasses.asdict(Autoscaler()),
         "latency": dataclasses.asdict(LatencyModel()),
+        "queue": dataclasses.asdict(QueueConfig()),
         "fragmentation": {"max_shapes": 20},
         "reward": dataclasses.asdict(RewardConfig()),
     }
@@ -106,7 +108,7 @@ class Scenario:
     def sim_config(self) -> SimConfig:
         c = self.config
         return SimConfig(**c["simulator"], latency=LatencyModel(**c["latency"]),
-                         autoscaler=Autoscaler(**c["autoscaler"]))
+                         autoscaler=Autoscaler(**c["autoscaler"]), queue=QueueConfig(**c["queue"]))
 
     def pools(self, seed: int) -> tuple[Pool, ...]:
         nodes = self.config["nodes"]
@@ -168,7 +170,7 @@ def load_scenario(name: str, overrides: list[str] | tuple[str, ...] = ()) -> Sce
     for key in ("name", "days", "workload", "nodes"):
         if key not in raw:
             raise ValueError(f"scenario file {path.name}: missing key {key!r}")
-    config = _merge(_defaults(), raw, "", {"simulator", "autoscaler", "latency", "fragmentation", "reward"})
+    config = _merge(_defaults(), raw, "", {"simulator", "autoscaler", "latency", "queue", "fragmentation", "reward"})
     for assignment in overrides:
         apply_override(config, assignment)
     scenario = Scenario(name, config, tuple(overrides))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from td3sched.simulator.queue import QueueConfig
+
 
 @dataclass(frozen=True)
 class LatencyModel:
@@ -27,15 +29,45 @@ class LatencyModel:
 
 @dataclass(frozen=True)
 class Autoscaler:
-    """cluster-autoscaler's behaviour at its defaults."""
+    """cluster-autoscaler's behaviour at its defaults (cluster-autoscaler FAQ, "What are the
+    parameters to CA?"); docs/simulator.md cites each."""
 
     enabled: bool = True
-    scale_down_unneeded_s: float = 600.0
-    """An empty node is removed after being empty this long (scale-down-unneeded-time, 10 min)."""
+    scan_interval_s: float = 10.0
+    """How often the autoscaler looks at the cluster (--scan-interval, 10 s)."""
+    new_pod_scale_up_delay_s: float = 0.0
+    """Pods younger than this do not trigger a scale-up (--new-pod-scale-up-delay, 0 s)."""
     provision_delay_s: float = 120.0
-    """A node asked for becomes schedulable after this delay."""
-    pending_threshold_s: float = 30.0
-    """Pods pending at least this long (and fitting an empty node of a pool) trigger a scale-up."""
+    """A node asked for becomes schedulable after this delay (VM boot and node join; assumption)."""
+    scale_down_unneeded_s: float = 600.0
+    """A node is removed after being unneeded this long (--scale-down-unneeded-time, 10 min)."""
+    scale_down_utilization_threshold: float = 0.5
+    """A node is unneeded when its requested share is below this and its pods fit elsewhere
+    (--scale-down-utilization-threshold, 0.5; GPU nodes by requested GPUs)."""
+    scale_down_delay_after_add_s: float = 600.0
+    """No scale-down for this long after a scale-up (--scale-down-delay-after-add, 10 min)."""
+    max_empty_bulk_delete: int = 10
+    """Empty nodes removed at most per scan (--max-empty-bulk-delete, 10)."""
+    scale_down_non_empty_candidates: int = 30
+    """Non-empty nodes checked for a drain per scan (--scale-down-non-empty-candidates-count, 30);
+    at most one is drained per scan (--max-drain-parallelism, 1)."""
+
+    def __post_init__(self) -> None:
+        for name in ("scan_interval_s", "provision_delay_s", "scale_down_unneeded_s"):
+            v = getattr(self, name)
+            if not v > 0:
+                raise ValueError(f"autoscaler setting {name}={v!r}: expected a positive number of seconds")
+        for name in ("new_pod_scale_up_delay_s", "scale_down_delay_after_add_s"):
+            v = getattr(self, name)
+            if not v >= 0:
+                raise ValueError(f"autoscaler setting {name}={v!r}: expected seconds >= 0")
+        if not 0 < self.scale_down_utilization_threshold <= 1:
+            raise ValueError(f"autoscaler setting scale_down_utilization_threshold="
+                             f"{self.scale_down_utilization_threshold!r}: expected a share in (0, 1]")
+        for name in ("max_empty_bulk_delete", "scale_down_non_empty_candidates"):
+            v = getattr(self, name)
+            if not (isinstance(v, int) and v >= 1):
+                raise ValueError(f"autoscaler setting {name}={v!r}: expected a whole number >= 1")
 
 
 @dataclass(frozen=True)
@@ -60,6 +92,7 @@ class SimConfig:
     """A pod pending longer than this is an SLA violation (once per wait)."""
     latency: LatencyModel = field(default_factory=LatencyModel)
     autoscaler: Autoscaler = field(default_factory=Autoscaler)
+    queue: QueueConfig = field(default_factory=QueueConfig)
 
     def __post_init__(self) -> None:
         for name in ("tick_s", "scrape_s", "window_s", "usage_scale", "mem_level"):

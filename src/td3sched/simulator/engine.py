@@ -1,15 +1,16 @@
 """The discrete-event loop: arrivals, scheduling cycles, departures, usage ticks, scrapes, OOM kills
 and the autoscaler, in time order.
 
-At equal times events run in this order: departures, nodes becoming ready, the usage tick, the
-metrics scrape, arrivals. Each arrival gets a scheduling cycle at once (kube-scheduler pops new pods
-from its active queue); a pod that fits nowhere waits in the pending queue and is retried, in
-arrival order, when a pod leaves a node it could use, when a node becomes ready, and at every tick.
+At equal times events run in this order: departures, nodes becoming ready, the scheduling queue's
+own moves (backoffs ending, the unschedulable flush), the usage tick, the metrics scrape, arrivals.
+Pods wait in kube-scheduler's scheduling queue (``simulator.queue``): each arrival enters the active
+queue and gets a scheduling cycle at once; a pod that fits nowhere waits, unschedulable, until a
+cluster event that could help it (a pod leaving a node it fits, a node becoming ready, new node
+metrics for pods held back by usage) or the 5-minute flush, and then after its backoff.
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import json
 import math
@@ -28,6 +29,7 @@ from td3sched.simulator.cluster import GPU_MILLI, Cluster, Pool
 from td3sched.simulator.config import SimConfig
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one, gpu_summary
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
+from td3sched.simulator.queue import RESOURCES, SHAPE, USAGE, SchedulingQueue
 from td3sched.workload.pods import BEST_EFFORT, BURSTABLE, Workload
 from td3sched.workload.profiles import UsageProfiles
 
@@ -106,7 +108,9 @@ class Simulation:
         self.app_capped = np.zeros(len(w.app_names), dtype=bool)
         """Apps with an anti-affinity cap on any pod: every pod of such an app counts against it."""
         self.app_capped[w.app[w.max_per_node > 0]] = True
-        self.pending: list[int] = []
+        self._init_queue()
+        self._unneeded_since = np.full(self.cluster.size, np.inf)
+        self._last_scale_up_s = -math.inf
         self.running = np.empty(p, dtype=np.int64)
         """Running pods in running[:n_running], any order; run_pos[pod] is a pod's slot in it."""
         self.run_pos = np.full(p, -1, dtype=np.int64)
@@ -159,8 +163,48 @@ class Simulation:
         return np.stack([cpu, mem, shape[2] * w.size_disk_mbps[pods], shape[3] * w.size_net_mbps[pods]], axis=-1)
 
     # --- scheduling cycle ------------------------------------------------------------------------
+    def _init_queue(self) -> None:
+        """The scheduling queue, and the fit classes its hints and the Filter memo work on: pods
+        alike in everything Filter reads (requests, GPUs, pool, a capped app, the cap, BestEffort)."""
+        w, c = self.w, self.cluster
+        keys = np.column_stack([w.request, w.gpu_count, w.gpu_milli, w.pool,
+                                np.where(self.app_capped[w.app], w.app, -1), w.max_per_node,
+                                w.qos == BEST_EFFORT]) if len(w) else np.zeros((0, 10))
+        classes, fit_class = np.unique(keys, axis=0, return_inverse=True)
+        self.fit_class = fit_class.ravel().astype(np.int64)
+        self.class_request = np.ascontiguousarray(classes[:, :4])
+        self.class_gpu_count = classes[:, 4].astype(np.int64)
+        self.class_gpu_milli = classes[:, 5].astype(np.int64)
+        self.class_pool = self.pool_to_cluster[classes[:, 6].astype(np.int64)] if len(classes) else np.zeros(0, np.int64)
+        # node templates of each pool: an empty node of each distinct shape
+        self.template_fits = np.zeros((len(c.pools), len(classes)), dtype=bool)
+        for k, sl in enumerate(c.pool_slice):
+            shapes = np.unique(np.column_stack([c.allocatable[sl], c.gpu_capacity[sl]]), axis=0)
+            fits = fit_matrix(shapes[:, :4], shapes[:, 4:].astype(np.int64), self.class_request,
+                              self.class_gpu_count, self.class_gpu_milli)
+            self.template_fits[k] = fits.any(axis=0)
+        allowed = np.where(self.class_pool[None, :] < 0, True,
+                           self.class_pool[None, :] == np.arange(len(c.pools))[:, None])
+        self.class_fits_a_template = (self.template_fits & allowed).any(axis=0)
+        self.queue = SchedulingQueue(len(w), self.cfg.queue, self.fit_class)
+        self._memo_key: tuple[float, int] = (math.nan, -1)
+        self._memo_failed: dict[int, int] = {}
+        """Fit classes that found no node at this (time, capacity epoch), with their reasons."""
+        self._epoch = 0
+        """Bumped whenever a node may accept more than before (a release, a node ready, new metrics)."""
+        self.shape_reported = np.zeros(len(w), dtype=bool)
+
+    @property
+    def pending(self) -> list[int]:
+        """Pods waiting in the scheduling queue, in arrival order."""
+        return sorted(self.queue.pending)
+
     def feasible(self, pod: int) -> np.ndarray:
         """Indices of the nodes that pass Filter for ``pod``."""
+        return self._filter(pod)[0]
+
+    def _filter(self, pod: int) -> tuple[np.ndarray, int]:
+        """The nodes that pass Filter for ``pod`` and, when none does, why (queue reason bits)."""
         w, c = self.w, self.cluster
         k = self.pool_to_cluster[w.pool[pod]]
         sl = c.pool_slice[k] if k >= 0 else slice(0, c.size)
@@ -172,10 +216,14 @@ class Simulation:
             counts = c.app_count.get(int(w.app[pod]))
             if counts is not None:
                 ok &= counts[sl] < cap
+        if not ok.any():
+            shape = 0 if self.class_fits_a_template[self.fit_class[pod]] else SHAPE
+            return np.empty(0, dtype=np.int64), RESOURCES | shape
+        fits_everywhere = ok.all()
         ok &= c.observed[sl, 0] <= self._safety_cpu_milli[sl]
         if w.qos[pod] == BEST_EFFORT:  # node.kubernetes.io/memory-pressure taint
             ok &= c.observed[sl, 1] < c.memory_pressure_mib[sl]
-        return np.flatnonzero(ok) + sl.start
+        return np.flatnonzero(ok) + sl.start, USAGE | (0 if fits_everywhere else RESOURCES)
 
     def pod_request(self, pod: int, t: float) -> PodRequest:
         w = self.w
@@ -183,16 +231,29 @@ class Simulation:
                           float(w.cpu_limit_milli[pod]), float(w.mem_limit_mib[pod]), t)
 
     def schedule(self, pod: int, t: float) -> bool:
-        """One scheduling cycle: Filter, Score, Select (ties at random), Bind."""
+        """One scheduling cycle: Filter, Score, Select (ties at random), Bind. A pod that no node
+        passes goes back to the scheduling queue with the reasons."""
         t0 = time.perf_counter()
-        nodes = self.feasible(pod)
         self.metrics.decisions += 1
-        req = self.pod_request(pod, t) if len(nodes) else None
-        if req is not None:
-            keep = self.policy.filter(req, nodes, self.cluster)
-            if keep is not None:
-                nodes = nodes[keep]
+        k = int(self.fit_class[pod])
+        if self._memo_key != (t, self._epoch):
+            self._memo_key, self._memo_failed = (t, self._epoch), {}
+        reasons = self._memo_failed.get(k)
+        if reasons is None:  # a class that found no node finds none until capacity frees up
+            nodes, reasons = self._filter(pod)
+            req = self.pod_request(pod, t) if len(nodes) else None
+            if req is not None:
+                keep = self.policy.filter(req, nodes, self.cluster)
+                if keep is not None:
+                    held = len(nodes) > 0
+                    nodes = nodes[keep]
+                    if held and len(nodes) == 0:
+                        reasons = USAGE | (reasons & RESOURCES)
+        else:
+            nodes = np.empty(0, dtype=np.int64)
         if len(nodes) == 0:
+            self._memo_failed[k] = reasons
+            self._unschedulable(pod, t, reasons)
             self.decision_wall_s += time.perf_counter() - t0
             return False
         scores = np.asarray(self.policy.score(req, nodes, self.cluster), dtype=np.float64)
@@ -204,6 +265,8 @@ class Simulation:
         choice = best[0] if len(best) == 1 else best[self.rng.integers(len(best))]
         node = int(nodes[choice])
         self._bind(pod, node, t)
+        self.queue.bound(pod)
+        self.metrics.binds += 1
         self.policy.bound(req, node, self.cluster)
         self._reward_step()
         self.decision_wall_s += time.perf_counter() - t0
@@ -285,53 +348,42 @@ class Simulation:
         heapq.heappush(self.heap, (t, kind, self._seq, a, b))
 
     def _enqueue(self, pod: int, t: float) -> None:
+        """A new or recreated pod enters the active queue; the scheduler takes it at once."""
         self.state[pod] = PENDING
         self.queued_at[pod] = t
         self.flagged[pod] = False
-        bisect.insort(self.pending, pod)
+        self.queue.add(pod, t)
+        self._drain(t)
 
-    def _retry(self, t: float, node: int | None = None) -> None:
-        """Retry pending pods in arrival order: those that fit ``node``, or all that fit anywhere
-        (a vectorised pre-check of resources and GPUs; Filter decides)."""
-        if not self.pending:
+    def _unschedulable(self, pod: int, t: float, reasons: int) -> None:
+        self.state[pod] = PENDING
+        self.queue.failed(pod, t, reasons)
+        if reasons & SHAPE and not self.shape_reported[pod]:
+            self.shape_reported[pod] = True
+            self.metrics.unschedulable_by_shape += 1
+            if self.events:
+                self.events.write(t, "unschedulable_by_shape", pod=str(self.w.name[pod]))
+
+    def _drain(self, t: float) -> None:
+        """Scheduling cycles for every pod in the active queue, oldest queue timestamp first."""
+        while (pod := self.queue.pop_active()) is not None:
+            self.schedule(pod, t)
+
+    def _capacity_freed(self, node: int, t: float) -> None:
+        """Queueing hint for a pod deleted from ``node``: the unschedulable pods that now fit it
+        (resources, GPUs, pool) move to the active or backoff queue."""
+        self._epoch += 1
+        classes = self.queue.classes_waiting_for_resources()
+        if len(classes) == 0 or not self.cluster.ready[node]:
             return
-        pend = np.array(self.pending, dtype=np.int64)
-        c, w = self.cluster, self.w
-        if node is not None:
-            if not c.ready[node]:
-                return
-            gpu_free = (c.gpu_capacity[node] - c.gpu_used[node])[None]
-            pool = self.pool_to_cluster[w.pool[pend]]
-            ok = fit_matrix(c.free[node][None], gpu_free, w.request[pend], w.gpu_count[pend], w.gpu_milli[pend])[0]
-            ok &= (pool < 0) | (pool == c.pool_of[node])
-        else:
-            ready = np.flatnonzero(c.ready)
-            if len(ready) == 0:
-                return
-            # the best of each resource over ready nodes: a necessary condition for fitting one
-            largest, whole = gpu_summary(c.gpu_capacity[ready] - c.gpu_used[ready])
-            best_gpu = np.array([[largest.max(), whole.max()]])
-            best = np.column_stack([c.free[ready].max(axis=0)[None], best_gpu])
-            ok = fit_matrix(best[:, :4], np.array([[best_gpu[0, 0]] + [GPU_MILLI] * int(best_gpu[0, 1])]),
-                            w.request[pend], w.gpu_count[pend], w.gpu_milli[pend])[0]
-        cand = pend[ok]
-        if len(cand) == 0:
-            return
-        # Pods alike in everything Filter reads form one class; a class that failed stays infeasible
-        # for the rest of this pass (the cluster only fills up during it).
-        capped = self.app_capped[w.app[cand]]
-        keys = np.column_stack([w.request[cand], w.gpu_count[cand], w.gpu_milli[cand], w.pool[cand],
-                                np.where(capped, w.app[cand], -1), w.max_per_node[cand],
-                                w.qos[cand] == BEST_EFFORT])
-        _, cls = np.unique(keys, axis=0, return_inverse=True)
-        failed = np.zeros(int(cls.max()) + 1, dtype=bool)
-        for pod, k in zip(cand.tolist(), cls.ravel().tolist()):
-            if failed[k]:
-                continue
-            if self.schedule(pod, t):
-                self.pending.remove(pod)
-            else:
-                failed[k] = True
+        c = self.cluster
+        fits = fit_matrix(c.free[node][None], (c.gpu_capacity[node] - c.gpu_used[node])[None],
+                          self.class_request[classes], self.class_gpu_count[classes], self.class_gpu_milli[classes])[0]
+        pool = self.class_pool[classes]
+        fits &= (pool < 0) | (pool == c.pool_of[node])
+        if fits.any():
+            self.queue.move_classes(classes[fits], t)
+            self._drain(t)
 
     # --- departures, kills, ticks --------------------------------------------------------------------
     def _depart(self, pod: int, t: float) -> None:
@@ -339,7 +391,7 @@ class Simulation:
         self.state[pod] = DONE
         if self.events:
             self.events.write(t, "departure", pod=str(self.w.name[pod]), node=str(self.cluster.names[node]))
-        self._retry(t, node)
+        self._capacity_freed(node, t)
 
     def _kill(self, pod: int, t: float) -> None:
         node = self._release(pod, t)
@@ -347,7 +399,15 @@ class Simulation:
         self.metrics.oom_kills += 1
         if self.events:
             self.events.write(t, "oom_kill", pod=str(self.w.name[pod]), node=str(self.cluster.names[node]))
-        self._enqueue(pod, t)
+        self._recreate(pod, t)
+
+    def _recreate(self, pod: int, t: float) -> None:
+        """A pod killed or evicted off its node is recreated by its controller with the run time it
+        has left, and queued like a new pod (the caller drains the queue once its pass is done)."""
+        self.state[pod] = PENDING
+        self.queued_at[pod] = t
+        self.flagged[pod] = False
+        self.queue.add(pod, t)
 
     def _tick(self, t: float) -> None:
         c, cfg = self.cluster, self.cfg
@@ -362,16 +422,16 @@ class Simulation:
             nodes_of = self.node[running]
             for node in hot:
                 self._oom_node(int(node), running[nodes_of == node], t)
+            for node in hot:
+                self._capacity_freed(int(node), t)
+            self._drain(t)
         self._sample(t)
-        if cfg.autoscaler.enabled:
-            self._autoscale(t)
         # pods pending too long: one violation per wait
-        if self.pending:
-            pend = np.array(self.pending, dtype=np.int64)
+        if self.queue.pending:
+            pend = np.fromiter(self.queue.pending, dtype=np.int64, count=len(self.queue.pending))
             late = pend[(t - self.queued_at[pend] > cfg.sla_pending_s) & ~self.flagged[pend]]
             self.flagged[late] = True
             self.metrics.pending_violations += len(late)
-        self._retry(t)
 
     def _refresh_usage(self, t: float) -> None:
         """Re-read every running pod's usage from its profile and rebuild node usage from it."""
@@ -485,50 +545,44 @@ class Simulation:
                           overloaded=overloaded, latency_ms=latency, breaches=breaches,
                           breach_samples=breach_samples, node_util=node_util)
 
+    # --- cluster-autoscaler ----------------------------------------------------------------------
     def _autoscale(self, t: float) -> None:
-        c, w, a = self.cluster, self.w, self.cfg.autoscaler
-        # Scale down: nodes empty for scale_down_unneeded_s, never below a pool's min_count.
-        idle = c.provisioned & c.ready & (c.pod_count == 0) & (t - c.empty_since >= a.scale_down_unneeded_s)
-        for k, (pool, sl) in enumerate(zip(c.pools, c.pool_slice)):
-            cand = np.flatnonzero(idle[sl]) + sl.start
-            room = c.provisioned_count(k) - pool.min_count
-            if len(cand) and room > 0:
-                gone = cand[::-1][:room]  # highest slots first, so pools stay packed at the front
-                c.provisioned[gone] = False
-                self._provisioned_changed()
-                c.ready[gone] = False
-                c.ready_at[gone] = np.inf
-                c.empty_since[gone] = np.inf
-                c.usage[gone] = 0.0
-                c.observed[gone] = 0.0
-                self.pipeline.forget(gone)
-                self.dirty[gone] = True
-                if self.events:
-                    for n in gone:
-                        self.events.write(t, "node_removed", node=str(c.names[n]))
-        if not self.pending:
-            return
-        # Scale up: pods pending long enough that fit an empty node of their pool.
-        pend = np.array(self.pending, dtype=np.int64)
-        pend = pend[t - self.queued_at[pend] >= a.pending_threshold_s]
-        if len(pend) == 0:
-            return
-        for k, (pool, sl) in enumerate(zip(c.pools, c.pool_slice)):
-            pools = self.pool_to_cluster[w.pool[pend]]
-            mine = pend[(pools == k) | (pools < 0)]
+        """One cluster-autoscaler scan: scale up for pods that fit no ready node but fit a pool's
+        node template, then scale down unneeded nodes (empty ones in bulk, one drain at most)."""
+        if self._scale_up(t):
+            self._last_scale_up_s = t
+        if t - self._last_scale_up_s >= self.cfg.autoscaler.scale_down_delay_after_add_s:
+            self._scale_down(t)
+
+    def _scale_up(self, t: float) -> bool:
+        c, w, a, q = self.cluster, self.w, self.cfg.autoscaler, self.queue
+        if not q.pending:
+            return False
+        pend = np.fromiter(q.pending, dtype=np.int64, count=len(q.pending))
+        # only pods the scheduler found no node for by resources alone: not held back by a policy or
+        # the safety filter (some node fits them), not unschedulable by shape, waited long enough
+        pend = pend[(q.reasons[pend] == RESOURCES) & (q.attempts[pend] > 0)
+                    & (t - self.queued_at[pend] >= a.new_pod_scale_up_delay_s)]
+        added = False
+        for k, sl in enumerate(c.pool_slice):
+            if len(pend) == 0:
+                break
+            cls = self.fit_class[pend]
+            mine = pend[self.template_fits[k, cls] & ((self.class_pool[cls] == k) | (self.class_pool[cls] < 0))]
             free_slots = np.flatnonzero(~c.provisioned[sl]) + sl.start
             if len(mine) == 0 or len(free_slots) == 0:
                 continue
             shape = c.allocatable[free_slots[0]]
-            gpu_cap = c.gpu_capacity[free_slots[0]][None, :]
-            mine = mine[fit_matrix(shape[None, :], gpu_cap, w.request[mine], w.gpu_count[mine], w.gpu_milli[mine])[0]]
-            if len(mine) == 0:
-                continue
-            need = int(np.ceil((w.request[mine].sum(axis=0) / shape).max()))
+            gpus = int((c.gpu_capacity[free_slots[0]] > 0).sum())
+            need = float((w.request[mine].sum(axis=0) / shape).max())
+            if gpus:
+                need = max(need, float((w.gpu_count[mine] * w.gpu_milli[mine]).sum()) / (gpus * GPU_MILLI))
             inflight = int((c.provisioned[sl] & ~c.ready[sl]).sum())
-            add = free_slots[: max(0, min(need - inflight, len(free_slots)))]
+            add = free_slots[: max(0, min(int(np.ceil(need)) - inflight, len(free_slots)))]
+            pend = pend[~np.isin(pend, mine)]
             if len(add) == 0:
                 continue
+            added = True
             c.provisioned[add] = True
             self._provisioned_changed()
             c.ready_at[add] = t + a.provision_delay_s
@@ -536,10 +590,101 @@ class Simulation:
             for n in add:
                 self._push(t + a.provision_delay_s, _READY, int(n), 0)
                 if self.events:
-                    self.events.write(t, "node_added", node=str(c.names[n]))
-            pend = pend[~np.isin(pend, mine)]
-            if len(pend) == 0:
-                break
+                    self.events.write(t, "node_added", node=str(c.names[n]), pool=c.pool_names[k],
+                                      allocatable=c.allocatable[n].tolist(), gpus=int((c.gpu_capacity[n] > 0).sum()))
+        return added
+
+    def _requested_utilisation(self) -> np.ndarray:
+        """cluster-autoscaler's node utilisation: max of requested CPU and memory over allocatable;
+        GPU nodes by requested GPUs alone (simulator/cluster/utilization/info.go)."""
+        c = self.cluster
+        util = (c.requested[:, :2] / c.allocatable[:, :2]).max(axis=1)
+        gpu_cap = c.gpu_capacity.sum(axis=1)
+        return np.where(gpu_cap > 0, c.gpu_used.sum(axis=1) / np.maximum(gpu_cap, 1), util)
+
+    def _scale_down(self, t: float) -> None:
+        c, a = self.cluster, self.cfg.autoscaler
+        low = c.provisioned & c.ready & (self._requested_utilisation() < a.scale_down_utilization_threshold)
+        self._unneeded_since[~low] = np.inf
+        self._unneeded_since[low & np.isinf(self._unneeded_since)] = t
+        ripe = low & (t - self._unneeded_since >= a.scale_down_unneeded_s)
+        if not ripe.any():
+            return
+        room = np.array([c.provisioned_count(k) - p.min_count for k, p in enumerate(c.pools)])
+        empty = np.flatnonzero(ripe & (c.pod_count == 0))[::-1][: a.max_empty_bulk_delete]  # highest slots first
+        gone = []
+        for n in empty:
+            if room[c.pool_of[n]] > 0:
+                room[c.pool_of[n]] -= 1
+                gone.append(int(n))
+        self._remove_nodes(np.array(gone, dtype=np.int64), t)
+        busy = np.flatnonzero(ripe & (c.pod_count > 0))
+        busy = busy[room[c.pool_of[busy]] > 0]
+        if len(busy) == 0:
+            return
+        util = self._requested_utilisation()[busy]
+        for n in busy[np.argsort(util, kind="stable")][: a.scale_down_non_empty_candidates]:
+            pods = self.running[: self.n_running][self.node[self.running[: self.n_running]] == n]
+            if self._fit_elsewhere(int(n), pods):
+                for pod in pods:
+                    self._evict(int(pod), t)
+                self._remove_nodes(np.array([n]), t)
+                self._drain(t)
+                return
+
+    def _fit_elsewhere(self, node: int, pods: np.ndarray) -> bool:
+        """Would every pod of ``node`` fit some other ready node (resources, GPUs, pool and
+        anti-affinity; first fit, largest CPU request first, on a scratch copy of free resources)?"""
+        c, w = self.cluster, self.w
+        free = c.free.copy()
+        gpu_free = c.gpu_capacity - c.gpu_used
+        ready = c.ready.copy()
+        ready[node] = False
+        for pod in pods[np.argsort(-w.request[pods, 0], kind="stable")]:
+            k = self.pool_to_cluster[w.pool[pod]]
+            ok = ready & fits_one(free, gpu_free, w.request[pod], int(w.gpu_count[pod]), int(w.gpu_milli[pod]))
+            if k >= 0:
+                ok &= c.pool_of == k
+            cap = w.max_per_node[pod]
+            if cap > 0 and int(w.app[pod]) in c.app_count:
+                ok &= c.app_count[int(w.app[pod])] < cap
+            where = np.flatnonzero(ok)
+            if len(where) == 0:
+                return False
+            target = int(where[0])
+            free[target] -= w.request[pod]
+            if w.gpu_count[pod]:
+                g = choose_gpus(gpu_free[target], int(w.gpu_count[pod]), int(w.gpu_milli[pod]))
+                gpu_free[target, g] -= int(w.gpu_milli[pod])
+        return True
+
+    def _evict(self, pod: int, t: float) -> None:
+        """Drain for scale-down: the pod is evicted and recreated elsewhere by its controller."""
+        node = self._release(pod, t)
+        self.remaining[pod] = max(self.remaining[pod] - (t - self.started[pod]), 0.0)
+        self.metrics.evictions += 1
+        if self.events:
+            self.events.write(t, "eviction", pod=str(self.w.name[pod]), node=str(self.cluster.names[node]),
+                              reason="scale_down")
+        self._recreate(pod, t)
+
+    def _remove_nodes(self, gone: np.ndarray, t: float) -> None:
+        if len(gone) == 0:
+            return
+        c = self.cluster
+        c.provisioned[gone] = False
+        self._provisioned_changed()
+        c.ready[gone] = False
+        c.ready_at[gone] = np.inf
+        c.empty_since[gone] = np.inf
+        c.usage[gone] = 0.0
+        c.observed[gone] = 0.0
+        self._unneeded_since[gone] = np.inf
+        self.pipeline.forget(gone)
+        self.dirty[gone] = True
+        if self.events:
+            for n in gone:
+                self.events.write(t, "node_removed", node=str(c.names[n]))
 
     def _node_ready(self, node: int, t: float) -> None:
         c = self.cluster
@@ -548,9 +693,26 @@ class Simulation:
         c.ready[node] = True
         c.empty_since[node] = t
         self.dirty[node] = True
+        self._epoch += 1
         if self.events:
             self.events.write(t, "node_ready", node=str(c.names[node]))
-        self._retry(t)
+        # queueing hint for a new node: the unschedulable pods it fits, by resources or by shape
+        q = self.queue
+        classes = q.classes_waiting_for_resources()
+        gpu_free = (c.gpu_capacity[node] - c.gpu_used[node])[None]
+        if len(classes):
+            fits = fit_matrix(c.free[node][None], gpu_free, self.class_request[classes],
+                              self.class_gpu_count[classes], self.class_gpu_milli[classes])[0]
+            pool = self.class_pool[classes]
+            q.move_classes(classes[fits & ((pool < 0) | (pool == c.pool_of[node]))], t)
+        if q.shape_held:
+            held = np.fromiter(q.shape_held, dtype=np.int64, count=len(q.shape_held))
+            cls = self.fit_class[held]
+            fits = fit_matrix(c.free[node][None], gpu_free, self.class_request[cls], self.class_gpu_count[cls],
+                              self.class_gpu_milli[cls])[0]
+            fits &= (self.class_pool[cls] < 0) | (self.class_pool[cls] == c.pool_of[node])
+            q.move_shape_held(held[fits].tolist(), t)
+        self._drain(t)
 
     # --- the loop ----------------------------------------------------------------------------------
     def run(self) -> dict:
@@ -560,12 +722,14 @@ class Simulation:
         c.usage[:, :2] = c.overhead * c.provisioned[:, None]
         next_tick = self.start_s
         next_scrape = self.start_s
+        next_scan = self.start_s if cfg.autoscaler.enabled else math.inf
         ai, n_arr = 0, len(self.arrival_order)
         last_progress = self.start_s
         while True:
             t_arr = self.arrival_time[ai] if ai < n_arr else math.inf
             t_heap = self.heap[0][0] if self.heap else math.inf
-            t = min(t_arr, t_heap, next_tick, next_scrape)
+            t_queue = self.queue.next_event_s()
+            t = min(t_arr, t_heap, t_queue, next_tick, next_scrape, next_scan)
             if t >= self.end_s:
                 break
             if t_heap == t:
@@ -575,6 +739,12 @@ class Simulation:
                         self._depart(a, t)
                 else:
                     self._node_ready(a, t)
+                continue
+            if t_queue == t:
+                self.queue.release_backoff(t)
+                if self.queue.next_flush_s <= t:
+                    self.queue.flush_leftover(t)
+                self._drain(t)
                 continue
             if next_tick == t:
                 self._tick(t)
@@ -587,19 +757,25 @@ class Simulation:
                 c.observed[:] = self.pipeline.scrape(c.usage)
                 c.last_scrape_s = t
                 next_scrape += cfg.scrape_s
+                self._epoch += 1
+                if self.queue.usage_held:  # new node metrics: pods held back by usage try again
+                    self.queue.move_usage_held(t)
+                    self._drain(t)
+                continue
+            if next_scan == t:
+                self._autoscale(t)
+                next_scan += cfg.autoscaler.scan_interval_s
                 continue
             pod = int(self.arrival_order[ai])
             ai += 1
             self.metrics.arrivals += 1
             if self.events:
                 self.events.write(t, "arrival", pod=str(self.w.name[pod]))
-            self.queued_at[pod] = t
-            if not self.schedule(pod, t):
-                self._enqueue(pod, t)
+            self._enqueue(pod, t)
         if self.progress:
             self.progress(self.end_s - last_progress)
-        waits = [self.end_s - self.queued_at[p] for p in self.pending]
-        result = self.metrics.result(unschedulable=len(self.pending), still_pending_waits=waits)
+        waits = [self.end_s - self.queued_at[p] for p in self.queue.pending]
+        result = self.metrics.result(unschedulable=len(self.queue.pending), still_pending_waits=waits)
         result.update(self.reward.result())
         wall = time.perf_counter() - wall0
         runtime = {

@@ -1,0 +1,233 @@
+"""kube-scheduler's scheduling queue: an active queue, a backoff queue and the unschedulable pods.
+
+Source: kubernetes ``pkg/scheduler/backend/queue/scheduling_queue.go`` (``PriorityQueue``) and the
+scheduler's default configuration (``pkg/scheduler/apis/config/v1/defaults.go``):
+
+- a new pod enters the **active queue** and gets a scheduling cycle; the simulator's scheduler is
+  instantaneous, so the active queue is drained at the instant pods enter it, oldest first
+  (``PrioritySort``: equal priorities, then the queue timestamp, refreshed on every re-queue);
+- a pod that no node passes goes to the **unschedulable pods** with the plugins that rejected it
+  (here: the *reasons* below) and ``attempts + 1``;
+- a **cluster event** moves the unschedulable pods it could help (the plugins' queueing hints) to
+  the active queue, or to the **backoff queue** while their backoff runs:
+  backoff = ``podInitialBackoffSeconds`` (1 s) x 2^(attempts - 1), at most ``podMaxBackoffSeconds``
+  (10 s) (``calculateBackoffDuration``); the backoff queue releases a pod when its backoff ends
+  (kube-scheduler's ``flushBackoffQCompleted`` checks every second; here exactly at expiry);
+- a pod in the unschedulable set longer than ``podMaxInUnschedulablePodsDuration`` (5 min) is moved
+  whatever happened (``flushUnschedulablePodsLeftover``, every 30 s).
+
+Reasons and the events that move a pod (queueing hints):
+
+| reason | rejected by | moved by |
+|---|---|---|
+| ``RESOURCES`` | NodeResourcesFit, the GPU rule, anti-affinity, readiness | a pod deleted from a node the pod now fits; a node becoming ready that the pod fits |
+| ``USAGE`` | the safety filter, the memory-pressure taint, a policy's own filter | a metrics scrape (the node metrics those filters read changed) |
+| ``SHAPE`` | fits no node template of any pool it may use, even empty | only a node becoming ready that it fits (a larger shape), or the 5-minute flush |
+
+NodeResourcesFit's own hint queues on *any* deletion of a scheduled pod; the hint here also checks
+that the pod fits the freed node, which only drops attempts that would fail (the deletion changed
+nothing else), so placements are the same and the attempts far fewer.
+
+The queue holds pod indices; the simulator owns everything else about a pod.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+RESOURCES, USAGE, SHAPE = 1, 2, 4
+"""Reasons a scheduling cycle found no node (bits of ``SchedulingQueue.reasons``)."""
+OUT, ACTIVE, BACKOFF, UNSCHEDULABLE = 0, 1, 2, 3
+"""Where a pod is (``SchedulingQueue.where``); OUT = not in the queue (future, running or done)."""
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """kube-scheduler's queue settings (KubeSchedulerConfiguration), at their defaults."""
+
+    pod_initial_backoff_s: float = 1.0
+    """podInitialBackoffSeconds (default 1)."""
+    pod_max_backoff_s: float = 10.0
+    """podMaxBackoffSeconds (default 10)."""
+    max_in_unschedulable_s: float = 300.0
+    """podMaxInUnschedulablePodsDuration (default 5 min)."""
+    unschedulable_flush_s: float = 30.0
+    """How often leftover unschedulable pods are checked (flushUnschedulablePodsLeftover, 30 s)."""
+
+    def __post_init__(self) -> None:
+        for name in ("pod_initial_backoff_s", "pod_max_backoff_s", "max_in_unschedulable_s", "unschedulable_flush_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"queue setting {name}={v!r}: expected a positive number of seconds")
+        if self.pod_max_backoff_s < self.pod_initial_backoff_s:
+            raise ValueError(f"queue setting pod_max_backoff_s={self.pod_max_backoff_s} must be at least "
+                             f"pod_initial_backoff_s={self.pod_initial_backoff_s}")
+
+
+class SchedulingQueue:
+    """Pods waiting for a node: active, backing off, or unschedulable until an event helps them.
+
+    ``fit_class`` groups pods by what the RESOURCES hint reads (requests, GPUs, pool): the hint is
+    evaluated once per class, never per pod.
+    """
+
+    def __init__(self, n_pods: int, config: QueueConfig, fit_class: np.ndarray):
+        if len(fit_class) != n_pods:
+            raise ValueError(f"fit_class has {len(fit_class)} entries for {n_pods} pods")
+        self.cfg = config
+        self.fit_class = fit_class
+        self.where = np.zeros(n_pods, dtype=np.int8)
+        self.attempts = np.zeros(n_pods, dtype=np.int64)
+        self.reasons = np.zeros(n_pods, dtype=np.int8)
+        self.backoff_until = np.zeros(n_pods)
+        self.stamp = np.zeros(n_pods)
+        """Queue timestamp: when the pod last entered the queue (the active queue's order)."""
+        self.unschedulable_since = np.zeros(n_pods)
+        self._seq = np.zeros(n_pods, dtype=np.int64)
+        """Bumped whenever a pod changes place, so stale heap / deque entries are skipped."""
+        self.active: list[tuple[float, int, int]] = []
+        self.backoff: list[tuple[float, int, int]] = []
+        self._leftover: deque[tuple[float, int, int]] = deque()
+        self.by_class: dict[int, set[int]] = {}
+        """Unschedulable RESOURCES pods by fit class."""
+        self.usage_held: set[int] = set()
+        """Unschedulable pods that some node rejected only by usage (moved by a scrape)."""
+        self.shape_held: set[int] = set()
+        self.pending: set[int] = set()
+        """Every pod in the queue, wherever it is."""
+        self.next_flush_s = math.inf
+
+    # --- entering the queue ----------------------------------------------------------------------
+    def add(self, pod: int, t: float) -> None:
+        """A new (or recreated) pod: active queue, no attempts yet."""
+        self._leave(pod)
+        self.attempts[pod] = 0
+        self.backoff_until[pod] = t
+        self.stamp[pod] = t
+        self._to_active(pod)
+        self.pending.add(pod)
+
+    def failed(self, pod: int, t: float, reasons: int) -> None:
+        """A scheduling cycle at ``t`` found no node: count the attempt, start its backoff and park
+        the pod in the unschedulable set with the reasons that rejected it."""
+        if reasons == 0:
+            raise ValueError(f"pod {pod} failed with no reason: expected RESOURCES, USAGE or SHAPE bits")
+        self._leave(pod)
+        self.pending.add(pod)
+        self.attempts[pod] += 1
+        self.backoff_until[pod] = t + self.backoff_s(int(self.attempts[pod]))
+        self.stamp[pod] = t
+        self.reasons[pod] = reasons
+        self.where[pod] = UNSCHEDULABLE
+        self.unschedulable_since[pod] = t
+        if reasons & SHAPE:
+            self.shape_held.add(pod)
+        else:
+            if reasons & RESOURCES:
+                self.by_class.setdefault(int(self.fit_class[pod]), set()).add(pod)
+            if reasons & USAGE:
+                self.usage_held.add(pod)
+        self._seq[pod] += 1
+        self._leftover.append((t + self.cfg.max_in_unschedulable_s, pod, int(self._seq[pod])))
+        if math.isinf(self.next_flush_s):
+            self.next_flush_s = t + self.cfg.unschedulable_flush_s
+
+    def backoff_s(self, attempts: int) -> float:
+        """initial x 2^(attempts - 1), capped at the maximum (calculateBackoffDuration)."""
+        return min(self.cfg.pod_initial_backoff_s * 2.0 ** max(attempts - 1, 0), self.cfg.pod_max_backoff_s)
+
+    def bound(self, pod: int) -> None:
+        """The pod was placed (or deleted): it leaves the queue."""
+        self._leave(pod)
+        self.pending.discard(pod)
+
+    # --- cluster events (queueing hints) ----------------------------------------------------------
+    def classes_waiting_for_resources(self) -> np.ndarray:
+        """Fit classes with unschedulable RESOURCES pods."""
+        return np.fromiter(self.by_class.keys(), dtype=np.int64, count=len(self.by_class))
+
+    def move_classes(self, classes, t: float) -> None:
+        """A pod deletion or a new node that the pods of ``classes`` now fit."""
+        for k in classes:
+            for pod in list(self.by_class.get(int(k), ())):
+                self._move(pod, t)
+
+    def move_shape_held(self, pods, t: float) -> None:
+        for pod in pods:
+            if pod in self.shape_held:
+                self._move(pod, t)
+
+    def move_usage_held(self, t: float) -> None:
+        """Node metrics changed (a scrape): pods held back by usage filters are tried again."""
+        for pod in list(self.usage_held):
+            self._move(pod, t)
+
+    def flush_leftover(self, t: float) -> None:
+        """Pods unschedulable for longer than the maximum are moved whatever happened."""
+        while self._leftover and self._leftover[0][0] <= t:
+            _, pod, seq = self._leftover.popleft()
+            if self._seq[pod] == seq and self.where[pod] == UNSCHEDULABLE:
+                self._move(pod, t)
+        self.next_flush_s = t + self.cfg.unschedulable_flush_s if self._leftover else math.inf
+
+    def release_backoff(self, t: float) -> None:
+        """Pods whose backoff has ended move from the backoff queue to the active queue."""
+        while self.backoff and self.backoff[0][0] <= t:
+            _, pod, seq = heapq.heappop(self.backoff)
+            if self._seq[pod] == seq and self.where[pod] == BACKOFF:
+                self._to_active(pod)
+
+    def next_event_s(self) -> float:
+        """When the queue next moves pods by itself (a backoff ending, a leftover flush)."""
+        nxt = self.next_flush_s
+        while self.backoff and (self.where[self.backoff[0][1]] != BACKOFF or self._seq[self.backoff[0][1]] != self.backoff[0][2]):
+            heapq.heappop(self.backoff)
+        if self.backoff:
+            nxt = min(nxt, self.backoff[0][0])
+        return nxt
+
+    def pop_active(self) -> int | None:
+        """The next pod to schedule, oldest queue timestamp first; None when the active queue is empty."""
+        while self.active:
+            _, pod, seq = heapq.heappop(self.active)
+            if self.where[pod] == ACTIVE and self._seq[pod] == seq:
+                self.where[pod] = OUT  # in flight: back in the queue only through failed() or add()
+                return pod
+        return None
+
+    # --- internals -----------------------------------------------------------------------------------
+    def _move(self, pod: int, t: float) -> None:
+        self._leave(pod)
+        if self.backoff_until[pod] > t:
+            self.where[pod] = BACKOFF
+            self._seq[pod] += 1
+            heapq.heappush(self.backoff, (float(self.backoff_until[pod]), pod, int(self._seq[pod])))
+        else:
+            self._to_active(pod)
+
+    def _to_active(self, pod: int) -> None:
+        self.where[pod] = ACTIVE
+        self._seq[pod] += 1
+        heapq.heappush(self.active, (float(self.stamp[pod]), pod, int(self._seq[pod])))
+
+    def _leave(self, pod: int) -> None:
+        """Take a pod out of whichever sub-queue holds it (heap entries are dropped lazily)."""
+        if self.where[pod] == UNSCHEDULABLE:
+            r = self.reasons[pod]
+            if r & SHAPE:
+                self.shape_held.discard(pod)
+            else:
+                if r & RESOURCES:
+                    members = self.by_class.get(int(self.fit_class[pod]))
+                    if members is not None:
+                        members.discard(pod)
+                        if not members:
+                            del self.by_class[int(self.fit_class[pod])]
+                if r & USAGE:
+                    self.usage_held.discard(pod)
+        self.where[pod] = OUT
