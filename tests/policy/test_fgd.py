@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from td3sched.metrics.fragmentation import PoolTypicalPods, TypicalPods
 from td3sched.policy import make_policy
 from td3sched.policy.base import PodRequest, PolicyContext
 from td3sched.policy.fgd import FGD, assign_gpus
@@ -27,6 +28,8 @@ def _pod(cpu, mem, gpus=0, gpu_milli=0):
 
 
 def _attached(cluster, typ):
+    if isinstance(typ, TypicalPods):
+        typ = PoolTypicalPods.same(typ, len(cluster.pools))
     policy = FGD()
     policy.attach(PolicyContext(cluster, 30.0, 60.0, typ, None))
     return policy
@@ -48,6 +51,18 @@ def test_cpu_memory_fragmentation_growth_by_hand():
     # FGD puts the pod on n2, the node that is already fragmented.
     scores = _attached(c, typ).score(_pod(1000, 2048), np.array([0, 1, 2]), c)
     assert scores == pytest.approx([-500, -1125, 550])
+
+
+def test_each_node_is_scored_with_its_pools_typical_pods():
+    # Pool a: A = (2000m, 4096Mi) only; pool b: B = (500m, 8192Mi) only. Same node shape and state.
+    typ = PoolTypicalPods((typical([(2000, 4096)], [1.0]), typical([(500, 8192)], [1.0])))
+    c = Cluster([pool("a", node(4000, 32768), 1), pool("b", node(4000, 32768), 1)])
+    c.free[:, :2] = [[3000, 10000], [3000, 10000]]
+    # The pod (1000m, 2048Mi) leaves (2000, 7952) on either node:
+    #   a: A still fits                                   score 0
+    #   b: B no longer fits (7952 < 8192): F = 2000 x 1   score -2000
+    scores = _attached(c, typ).score(_pod(1000, 2048), np.array([0, 1]), c)
+    assert scores == pytest.approx([0, -2000])
 
 
 def test_gpu_share_follows_binds_best_fit_by_hand():

@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from td3sched.metrics.fragmentation import TypicalPods
+from td3sched.metrics.fragmentation import PoolTypicalPods
 from td3sched.simulator.cluster import GPU_MILLI
 from td3sched.simulator.config import Autoscaler
 from td3sched.simulator.engine import DONE, FUTURE, PENDING, RUNNING, World
@@ -81,7 +82,8 @@ def small_worlds(draw):
     cfg = config(autoscaler=Autoscaler(enabled=autoscale, scale_down_unneeded_s=draw(st.sampled_from([120.0, 600.0]))),
                  tick_s=draw(st.sampled_from([30.0, 60.0])), mem_level=draw(st.sampled_from([0.5, 0.85, 1.0])),
                  usage_scale=draw(st.sampled_from([1.0, 5.0])))
-    return World(tuple(pools), w, profiles_from(shape), cfg, TypicalPods.from_workload(w, max_shapes=5))
+    typ = PoolTypicalPods.from_workload(w, names, 0.0, END_S, max_shapes=5)
+    return World(tuple(pools), w, profiles_from(shape), cfg, typ)
 
 
 def _on(sim, node):
@@ -207,4 +209,5 @@ def test_invariants_on_random_worlds(w, seed):
     assert 0.0 <= m["latency_breach_frac"] <= 1.0
     assert m["pending_p99_s"] >= 0.0 and m["node_hours"] >= 0.0
     assert m["sla_violations"] == m["oom_kills"] + m["sla_latency_breaches"] + m["sla_pending_too_long"]
-    np.testing.assert_allclose(w.typical.weight.sum(), 1.0)
+    for typ in w.typical.pools:
+        assert len(typ) == 0 or typ.weight.sum() == pytest.approx(1.0)

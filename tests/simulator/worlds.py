@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from td3sched.metrics.fragmentation import TypicalPods
+from td3sched.metrics.fragmentation import PoolTypicalPods, TypicalPods
 from td3sched.policy.base import Policy
 from td3sched.policy.k8s_default import K8sDefault
 from td3sched.simulator.cluster import NodeShape, Pool
@@ -125,7 +125,7 @@ def profiles_from(shape: np.ndarray) -> UsageProfiles:
 
 
 def typical(shapes: list[tuple], weights: list[float]) -> TypicalPods:
-    """shapes: (cpu, mem[, disk, rdma[, gpu_count, gpu_milli]])."""
+    """One pool's typical pods; shapes: (cpu, mem[, disk, rdma[, gpu_count, gpu_milli]])."""
     req, gc, gm = [], [], []
     for s in shapes:
         s = tuple(s) + (0,) * (6 - len(s))
@@ -147,11 +147,15 @@ def config(autoscaler: bool | Autoscaler = False, latency: LatencyModel | None =
 
 
 def world(pools: list[Pool] | tuple[Pool, ...], pods: list[P] | Workload, profiles: UsageProfiles | None = None,
-          cfg: SimConfig | None = None, typ: TypicalPods | None = None) -> World:
+          cfg: SimConfig | None = None, typ: TypicalPods | PoolTypicalPods | None = None) -> World:
+    """``typ``: typical pods per pool, or one ``TypicalPods`` used for every pool."""
     pools = tuple(pools)
     w = pods if isinstance(pods, Workload) else workload(pods)
+    typ = typ if typ is not None else typical([(1, 1)], [1.0])
+    if isinstance(typ, TypicalPods):
+        typ = PoolTypicalPods.same(typ, len(pools))
     return World(pools=pools, workload=w, profiles=profiles or constant_profiles(),
-                 config=cfg or config(), typical=typ or typical([(1, 1)], [1.0]))
+                 config=cfg or config(), typical=typ)
 
 
 @dataclass

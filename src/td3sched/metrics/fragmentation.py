@@ -1,15 +1,20 @@
 """Fragmentation: the share of provisioned CPU that is free but unusable by the workload.
 
 FGD (Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation
-Gradient Descent", USENIX ATC'23), generalised from GPUs to CPU and memory:
+Gradient Descent", USENIX ATC'23), generalised from GPUs to CPU and memory, with one typical set
+per node pool:
 
-    typical pods M: the scenario's request shapes, clustered into at most 20 representatives,
-                    each weighted by its frequency p_m (sum p_m = 1)
-    F_n  = sum_m p_m * freeCPU_n * [m does not fit node n in some resource]
+    typical pods M_k of pool k: the request shapes of the pods that may run on pool k (node
+                    selector) and arrive in the scenario's train span, clustered into at most 20
+                    representatives, each weighted by the CPU-seconds its pods request, p_m
+                    (sum p_m = 1 per pool; a shape without CPU request has p_m = 0 and is dropped)
+    F_n  = sum_{m in M_pool(n)} p_m * freeCPU_n * [m does not fit node n in some resource]
     fragmentation = sum_n F_n / sum_n allocatable CPU_n        (provisioned nodes only)
 
-"Fits" is the scheduler's own Filter rule (``simulator.filter.fit_matrix``): CPU, memory, disk,
-RDMA and GPUs. Anti-affinity and node selectors are placement rules, not resources, and are left out.
+so the cluster value is the allocatable-CPU-weighted mean of the per-pool values. "Fits" is the
+scheduler's own Filter rule (``simulator.filter.fit_matrix``): CPU, memory, disk, RDMA and GPUs.
+Anti-affinity is a placement rule, not a resource, and is left out; node selectors decide which
+pool's typical set a pod belongs to.
 """
 
 from __future__ import annotations
@@ -26,33 +31,110 @@ MAX_SHAPES = 20
 
 @dataclass(frozen=True)
 class TypicalPods:
-    """Representative request shapes and their frequencies."""
+    """Representative request shapes of one pool and their weights."""
 
     request: np.ndarray
     """[M, 4] CPU milli, memory MiB, disk GiB, RDMA %."""
     gpu_count: np.ndarray
     gpu_milli: np.ndarray
     weight: np.ndarray
-    """p_m, summing to 1."""
+    """p_m, summing to 1 (an empty set has no shapes)."""
+
+    def __len__(self) -> int:
+        return len(self.weight)
 
     @classmethod
-    def from_workload(cls, workload: Workload, max_shapes: int = MAX_SHAPES, seed: int = 0) -> "TypicalPods":
-        """Distinct request shapes; when there are more than ``max_shapes``, a weighted k-means on
-        log-scaled features picks clusters and each is represented by its most frequent member."""
-        if len(workload) == 0:
-            raise ValueError("cannot derive typical pods from an empty workload")
-        feats = np.column_stack([workload.request, workload.gpu_count, workload.gpu_milli])
-        shapes, counts = np.unique(feats, axis=0, return_counts=True)
+    def empty(cls) -> "TypicalPods":
+        """No typical pods: every node of the pool has F_n = 0."""
+        return cls(np.zeros((0, 4)), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
+
+    @classmethod
+    def from_requests(cls, request: np.ndarray, gpu_count: np.ndarray, gpu_milli: np.ndarray,
+                      weight: np.ndarray, max_shapes: int = MAX_SHAPES, seed: int = 0) -> "TypicalPods":
+        """Distinct request shapes with the summed ``weight`` of their pods (shapes of weight 0
+        dropped); when there are more than ``max_shapes``, a weighted k-means on log-scaled features
+        picks clusters and each is represented by its heaviest member, with the cluster's weight."""
+        feats = np.column_stack([np.asarray(request, dtype=float).reshape(-1, 4), gpu_count, gpu_milli])
+        weight = np.asarray(weight, dtype=float)
+        if len(feats) != len(weight):
+            raise ValueError(f"{len(feats)} pods but {len(weight)} weights")
+        if not np.all(np.isfinite(weight) & (weight >= 0)):
+            raise ValueError("pod weights must be finite and non-negative")
+        keep = weight > 0
+        if not keep.any():
+            return cls.empty()
+        shapes, inverse = np.unique(feats[keep], axis=0, return_inverse=True)
+        weights = np.bincount(inverse.reshape(-1), weights=weight[keep], minlength=len(shapes))
         if len(shapes) > max_shapes:
-            labels = _weighted_kmeans(np.log1p(shapes), counts.astype(float), max_shapes, seed)
-            reps, weights = [], []
+            labels = _weighted_kmeans(np.log1p(shapes), weights, max_shapes, seed)
+            reps, merged = [], []
             for k in np.unique(labels):
                 members = np.flatnonzero(labels == k)
-                reps.append(shapes[members[np.argmax(counts[members])]])
-                weights.append(counts[members].sum())
-            shapes, counts = np.array(reps), np.array(weights)
-        w = counts / counts.sum()
+                reps.append(shapes[members[np.argmax(weights[members])]])
+                merged.append(weights[members].sum())
+            shapes, weights = np.array(reps), np.array(merged)
+        w = weights / weights.sum()
         return cls(shapes[:, :4].astype(float), shapes[:, 4].astype(np.int64), shapes[:, 5].astype(np.int64), w)
+
+
+def cpu_seconds(workload: Workload, end_s: float) -> np.ndarray:
+    """CPU-seconds (milli-CPU x s) each pod requests before ``end_s``: CPU request x
+    min(lifetime, end_s - arrival); 0 for pods arriving at or after ``end_s``."""
+    return workload.request[:, 0] * np.clip(np.minimum(workload.duration_s, end_s - workload.arrival_s), 0.0, None)
+
+
+@dataclass(frozen=True)
+class PoolTypicalPods:
+    """One ``TypicalPods`` per node pool, indexed like ``Cluster.pools``."""
+
+    pools: tuple[TypicalPods, ...]
+
+    def __len__(self) -> int:
+        return len(self.pools)
+
+    def __getitem__(self, pool: int) -> TypicalPods:
+        return self.pools[pool]
+
+    @classmethod
+    def same(cls, typical: TypicalPods, n_pools: int) -> "PoolTypicalPods":
+        """The same typical set for each of ``n_pools`` pools."""
+        return cls((typical,) * n_pools)
+
+    @classmethod
+    def from_workload(cls, workload: Workload, pool_names: tuple[str, ...] | list[str], start_s: float,
+                      end_s: float, max_shapes: int = MAX_SHAPES, seed: int = 0) -> "PoolTypicalPods":
+        """Per pool (``pool_names``, the cluster's pools in order): the typical pods of the pods
+        arriving in ``[start_s, end_s)`` that may run on the pool (no node selector, or one naming
+        it), each weighted by the CPU-seconds it requests before ``end_s`` (``cpu_seconds``)."""
+        if not end_s > start_s:
+            raise ValueError(f"typical pods: window [{start_s}, {end_s}) is empty")
+        arrives = (workload.arrival_s >= start_s) & (workload.arrival_s < end_s)
+        weight = np.where(arrives, cpu_seconds(workload, end_s), 0.0)
+        sets = []
+        for name in pool_names:
+            may_run = workload.pool == -1
+            if name in workload.pool_names:
+                may_run = may_run | (workload.pool == workload.pool_names.index(name))
+            rows = np.flatnonzero(may_run & (weight > 0))
+            sets.append(TypicalPods.from_requests(workload.request[rows], workload.gpu_count[rows],
+                                                  workload.gpu_milli[rows], weight[rows], max_shapes, seed))
+        return cls(tuple(sets))
+
+    def node_fragmentation(self, free: np.ndarray, gpu_free: np.ndarray, pool: np.ndarray) -> np.ndarray:
+        """F_n of each node row, with the typical set of its pool (``pool``: [N] pool indices)."""
+        pool = np.asarray(pool)
+        if len(pool) != len(free):
+            raise ValueError(f"{len(free)} nodes but {len(pool)} pool indices")
+        if len(pool) and (pool.min() < 0 or pool.max() >= len(self.pools)):
+            raise ValueError(f"pool index out of range: typical pods for {len(self.pools)} pools")
+        out = np.zeros(len(free))
+        for k, typical in enumerate(self.pools):
+            rows = pool == k
+            if rows.all():
+                return node_fragmentation(free, gpu_free, typical)
+            if rows.any():
+                out[rows] = node_fragmentation(free[rows], gpu_free[rows], typical)
+        return out
 
 
 def _weighted_kmeans(x: np.ndarray, w: np.ndarray, k: int, seed: int, iters: int = 50) -> np.ndarray:
@@ -88,9 +170,16 @@ def node_fragmentation(free: np.ndarray, gpu_free: np.ndarray, typical: TypicalP
 
 
 def cluster_fragmentation(free: np.ndarray, gpu_free: np.ndarray, allocatable_cpu: np.ndarray,
-                          typical: TypicalPods) -> float:
-    """sum F_n / sum allocatable CPU over the given (provisioned) nodes; 0 for no nodes."""
+                          typical: TypicalPods | PoolTypicalPods, pool: np.ndarray | None = None) -> float:
+    """sum F_n / sum allocatable CPU over the given (provisioned) nodes; 0 for no nodes. With a
+    ``PoolTypicalPods``, ``pool`` gives each node's pool index."""
     total = float(allocatable_cpu.sum())
     if total <= 0:
         return 0.0
-    return float(node_fragmentation(free, gpu_free, typical).sum() / total)
+    if isinstance(typical, PoolTypicalPods):
+        if pool is None:
+            raise ValueError("cluster_fragmentation: per-pool typical pods need the nodes' pool indices")
+        f = typical.node_fragmentation(free, gpu_free, pool)
+    else:
+        f = node_fragmentation(free, gpu_free, typical)
+    return float(f.sum() / total)

@@ -47,7 +47,8 @@ class PolicyContext:
     scrape_s: float
     window_s: float
     typical: object
-    """``metrics.fragmentation.TypicalPods`` of the scenario."""
+    """``metrics.fragmentation.PoolTypicalPods`` of the scenario: typical pods per node pool,
+    indexed like ``cluster.pools``."""
     pipeline: object
     """``simulator.metrics_pipeline.MetricsPipeline``: usage statistics over its history."""
     oom_kills: Callable[[], int] | None = None

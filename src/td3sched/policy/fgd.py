@@ -2,10 +2,10 @@
 GPU-Sharing Workloads with Fragmentation Gradient Descent", USENIX ATC'23).
 
 Each feasible node is scored by how much placing the pod there *grows* the simulator's own
-fragmentation measure (``metrics.fragmentation.node_fragmentation``, with the scenario's typical
-pods M and their frequencies p_m):
+fragmentation measure (``metrics.fragmentation.node_fragmentation``, with the typical pods M of
+the node's pool and their CPU-seconds weights p_m):
 
-    F_n(free, gpu_free) = max(freeCPU_n, 0) * sum_m p_m * [typical pod m does not fit node n]
+    F_n(free, gpu_free) = max(freeCPU_n, 0) * sum_{m in M_pool(n)} p_m * [typical pod m does not fit node n]
 
     score_n = -( F_n(free_n - request, gpu_free_n - assigned_n) - F_n(free_n, gpu_free_n) )
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from td3sched.metrics.fragmentation import TypicalPods, node_fragmentation
+from td3sched.metrics.fragmentation import PoolTypicalPods
 from td3sched.policy.base import Policy, PodRequest
 from td3sched.simulator.cluster import GPU_MILLI, Cluster
 
@@ -54,12 +54,13 @@ class FGD(Policy):
     name = "fgd"
 
     def __init__(self) -> None:
-        self.typical: TypicalPods | None = None
+        self.typical: PoolTypicalPods | None = None
 
     def attach(self, context) -> None:
         super().attach(context)
-        if context.typical is None:
-            raise ValueError("fgd needs the scenario's typical pods (PolicyContext.typical), got None")
+        if not isinstance(context.typical, PoolTypicalPods):
+            raise ValueError("fgd needs the scenario's typical pods per pool (PolicyContext.typical), "
+                             f"got {type(context.typical).__name__}")
         self.typical = context.typical
         c = context.cluster
         self._seen_free = np.full_like(c.free, np.nan)
@@ -67,12 +68,12 @@ class FGD(Policy):
         self._before = np.zeros(c.size)
 
     def _fragmentation_before(self, nodes: np.ndarray, free: np.ndarray, gpu_free: np.ndarray,
-                              gpu_used: np.ndarray) -> np.ndarray:
+                              gpu_used: np.ndarray, pool: np.ndarray) -> np.ndarray:
         """F_n of ``nodes`` as they are, recomputed only where free resources changed."""
         changed = (free != self._seen_free[nodes]).any(axis=1) | (gpu_used != self._seen_gpu_used[nodes]).any(axis=1)
         if changed.any():
             idx = nodes[changed]
-            self._before[idx] = node_fragmentation(free[changed], gpu_free[changed], self.typical)
+            self._before[idx] = self.typical.node_fragmentation(free[changed], gpu_free[changed], pool[changed])
             self._seen_free[idx] = free[changed]
             self._seen_gpu_used[idx] = gpu_used[changed]
         return self._before[nodes]
@@ -83,7 +84,8 @@ class FGD(Policy):
         free = cluster.free[nodes]
         gpu_used = cluster.gpu_used[nodes]
         gpu_free = cluster.gpu_capacity[nodes] - gpu_used
-        before = self._fragmentation_before(nodes, free, gpu_free, gpu_used)
+        pool = cluster.pool_of[nodes]
+        before = self._fragmentation_before(nodes, free, gpu_free, gpu_used, pool)
         gpu_after = gpu_free - assign_gpus(gpu_free, pod.gpu_count, pod.gpu_milli) if pod.gpu_count else gpu_free
-        after = node_fragmentation(free - pod.request, gpu_after, self.typical)
+        after = self.typical.node_fragmentation(free - pod.request, gpu_after, pool)
         return before - after

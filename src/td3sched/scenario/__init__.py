@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import yaml
 
-from td3sched.metrics.fragmentation import TypicalPods
+from td3sched.metrics.fragmentation import PoolTypicalPods
 from td3sched.simulator.cluster import NodeShape, Pool
 from td3sched.simulator.config import Autoscaler, LatencyModel, SimConfig
 from td3sched.simulator.queue import QueueConfig
@@ -27,6 +28,9 @@ from td3sched.workload.profiles import UsageProfiles
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 DAY_S = 86400.0
+TYPICAL_SEED = 1
+"""Seed of the workload the typical pods are taken from, whatever the run's seed."""
+TYPICAL_KMEANS_SEED = 0
 
 POOL_KEYS = {f.name for f in dataclasses.fields(NodeShape)} | {"count", "max_count", "min_count"}
 
@@ -131,8 +135,55 @@ class Scenario:
 
         pools = self.pools(seed)
         workload, profiles = build_workload(self, pools, seed, lenient, reports)
-        typical = TypicalPods.from_workload(workload, int(self.config["fragmentation"]["max_shapes"]), seed=0)
+        reference = self.typical_reference()
+        if seed == TYPICAL_SEED and reference.config == self.config:  # this build is the reference's
+            typical = _typical_pods(reference, lenient, lambda: reference._typical_of(pools, workload))
+        else:
+            typical = _typical_pods(reference, lenient)
         return World(pools, workload, profiles, self.sim_config(), typical, RewardConfig(**self.config["reward"]))
+
+    def typical_reference(self) -> "Scenario":
+        """The scenario the typical pods come from: this one with ``days`` as in its file (a ``days``
+        override is dropped), so the fragmentation metric does not change with the run's length."""
+        kept = tuple(o for o in self.overrides if o.split("=", 1)[0].strip() != "days")
+        if kept == self.overrides or not (SCENARIO_DIR / f"{self.name}.yaml").is_file():
+            return self
+        return load_scenario(self.name, kept)
+
+    def typical_window(self) -> tuple[float, float]:
+        """[start_s, end_s) of the pods the typical pods come from: the train span, or the first
+        2/3 of the scenario when it has none."""
+        if "train" in self.config.get("spans", {}):
+            return self.span("train")
+        return 0.0, self.days * DAY_S * 2 / 3
+
+    def _typical_of(self, pools: tuple[Pool, ...], workload: Workload) -> PoolTypicalPods:
+        start, end = self.typical_window()
+        return PoolTypicalPods.from_workload(workload, [p.name for p in pools], start, end,
+                                             int(self.config["fragmentation"]["max_shapes"]), TYPICAL_KMEANS_SEED)
+
+
+_TYPICAL: dict[tuple[str, bool], PoolTypicalPods] = {}
+"""Typical pods per (reference scenario's config, lenient), computed once per process."""
+
+
+def _typical_pods(reference: Scenario, lenient: bool,
+                  compute: Callable[[], PoolTypicalPods] | None = None) -> PoolTypicalPods:
+    """The typical pods of ``reference`` (its own days), from its workload built with TYPICAL_SEED;
+    ``compute`` gives them from a workload already built that way."""
+    key = (json.dumps(reference.config, sort_keys=True, default=str), lenient)
+    if key not in _TYPICAL:
+        if compute is None:
+            from td3sched.scenario.build import build_workload
+
+            def compute() -> PoolTypicalPods:
+                pools = reference.pools(TYPICAL_SEED)
+                workload, _ = build_workload(reference, pools, TYPICAL_SEED, lenient, [])
+                return reference._typical_of(pools, workload)
+        if len(_TYPICAL) >= 8:
+            _TYPICAL.clear()
+        _TYPICAL[key] = compute()
+    return _TYPICAL[key]
 
 
 def _openb_pool(nodes: dict, seed: int) -> Pool:

@@ -22,7 +22,7 @@ from typing import Callable, TextIO
 import numpy as np
 
 from td3sched.metrics.collector import MetricsCollector
-from td3sched.metrics.fragmentation import TypicalPods, node_fragmentation
+from td3sched.metrics.fragmentation import PoolTypicalPods, node_fragmentation
 from td3sched.policy.base import Policy, PolicyContext, PodRequest
 from td3sched.reward import RewardConfig, RewardTracker, overload
 from td3sched.simulator.cluster import GPU_MILLI, Cluster, Pool
@@ -47,7 +47,8 @@ class World:
     workload: Workload
     profiles: UsageProfiles
     config: SimConfig
-    typical: TypicalPods
+    typical: PoolTypicalPods
+    """Typical pods of each pool (indexed like ``pools``), for the fragmentation metric."""
     reward: RewardConfig = RewardConfig()
 
 
@@ -478,23 +479,25 @@ class Simulation:
 
     def _refresh_fragmentation(self) -> None:
         """Recompute F_n of the nodes whose free resources changed since the last call. F_n depends
-        only on a node's free resources, so values are memoised by that state (exact)."""
+        only on a node's pool and free resources, so values are memoised by those (exact)."""
         if not self.dirty.any():
             return
         c = self.cluster
         d = np.flatnonzero(self.dirty)
         self.dirty[d] = False
         if len(d) > 8:
-            self.frag_cache[d] = node_fragmentation(c.free[d], c.gpu_capacity[d] - c.gpu_used[d], self.world.typical)
+            self.frag_cache[d] = self.world.typical.node_fragmentation(c.free[d], c.gpu_capacity[d] - c.gpu_used[d],
+                                                                       c.pool_of[d])
             return
         if len(self._frag_memo) > 200_000:
             self._frag_memo.clear()
         for n in d:
             gpu_free = c.gpu_capacity[n] - c.gpu_used[n]
-            key = c.free[n].tobytes() + gpu_free.tobytes()
+            key = c.pool_of[n].tobytes() + c.free[n].tobytes() + gpu_free.tobytes()
             value = self._frag_memo.get(key)
             if value is None:
-                value = float(node_fragmentation(c.free[n][None], gpu_free[None], self.world.typical)[0])
+                typical = self.world.typical[int(c.pool_of[n])]
+                value = float(node_fragmentation(c.free[n][None], gpu_free[None], typical)[0])
                 self._frag_memo[key] = value
             self.frag_cache[n] = value
 
