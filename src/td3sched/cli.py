@@ -112,7 +112,8 @@ def evaluate(
     span: str = typer.Option("test", help="Span of the scenario: full, train or test."),
     policies: Optional[list[str]] = typer.Option(
         None, "--policies",
-        help="Comma-separated policy specs, or all (default). A spec may carry arguments after a colon "
+        help="Comma-separated policy specs, or all (default: every competitor; the hindsight bound oracle runs "
+             "only when named). A spec may carry arguments after a colon "
              "(td3:runs/NAME); repeat --policies to keep specs whose arguments hold commas apart."),
     seeds: int = typer.Option(5, help="Seeds per policy: runs seeds 1..N."),
     out_dir: Path = typer.Option(..., "--out", help="Results folder, e.g. results/NAME/ (resumes what is there)."),

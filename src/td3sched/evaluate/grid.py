@@ -150,17 +150,19 @@ def _split(values: Iterable[str], registered: list[str]) -> list[str]:
     return specs
 
 
-def split_policies(values: Iterable[str], names: Iterable[str]) -> list[str]:
-    """Policy specs from comma-separated ``--policies`` values, ``all`` expanded, duplicates dropped.
+def split_policies(values: Iterable[str], names: Iterable[str], everything: Iterable[str] | None = None) -> list[str]:
+    """Policy specs from comma-separated ``--policies`` values, ``all`` expanded (to ``everything``,
+    by default ``names``), duplicates dropped.
 
     A spec's arguments may themselves hold commas (``static-weights:w=0.4,0.3,0.2,0.1;tau=0.5``):
     a piece that is not a registered name, not ``all`` and has no colon of its own continues the
     arguments of the spec before it. Repeat ``--policies`` to keep specs apart unambiguously.
     """
     registered = list(names)
+    expanded = registered if everything is None else list(everything)
     out: list[str] = []
     for spec in _split(values, registered):
-        for s in (registered if spec == "all" else [spec]):
+        for s in (expanded if spec == "all" else [spec]):
             if s not in out:
                 out.append(s)
     return out
@@ -172,11 +174,12 @@ def prepare(scenario: str, span: str, policies: Iterable[str], seeds: int, out: 
     """Check every argument, in the order a user reads them; a GridError names the bad one.
     ``runner`` ("module:function", default ``DEFAULT_RUNNER``) is what each run calls."""
     runner = runner or DEFAULT_RUNNER
-    from td3sched.policy import POLICIES, make_policy
+    from td3sched.policy import POLICIES, REFERENCE_POLICIES, make_policy
     from td3sched.scenario import load_scenario
     from td3sched.search.best_static import VARIANTS, resolve_policy
 
-    names = [*POLICIES, *VARIANTS]
+    competitors = [*POLICIES, *VARIANTS]
+    names = [*competitors, *REFERENCE_POLICIES]
 
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise GridError(f"--seeds {seeds}: expected a whole number >= 1 (runs seeds 1..N)")
@@ -194,9 +197,10 @@ def prepare(scenario: str, span: str, policies: Iterable[str], seeds: int, out: 
     except ValueError as exc:
         raise GridError(str(exc)) from None
     values = list(policies)
-    specs = split_policies(values, names)
+    specs = split_policies(values, names, competitors)
     explicit = {s for s in _split(values, names) if s != "all"}
-    valid = f"{', '.join(names)}, or all (every registered policy that runs without arguments)"
+    valid = (f"{', '.join(names)}, or all (every registered policy that runs without arguments, "
+             f"except the hindsight bounds {', '.join(REFERENCE_POLICIES)})")
     if not specs:
         raise GridError(f"--policies {','.join(values)!r}: no policy given; expected one of {valid}")
     skipped: list[tuple[str, str]] = []

@@ -249,9 +249,11 @@ class Analysis:
         return (seeds[0], self.result.records[(policy, seeds[0])]) if seeds else None
 
     def best_policy(self) -> tuple[str | None, str]:
-        """The best non-default policy and the rule that chose it."""
-        others = [p for p in self.policies if p != DEFAULT_POLICY and any(
-            s.mean is not None for s in self.stats[p].values())]
+        """The best non-default policy and the rule that chose it; never a hindsight bound (oracle)."""
+        from td3sched.policy import REFERENCE_POLICIES
+
+        others = [p for p in self.policies if p != DEFAULT_POLICY and p.partition(":")[0] not in REFERENCE_POLICIES
+                  and any(s.mean is not None for s in self.stats[p].values())]
         if not others:
             return None, "no policy other than the default has results"
 

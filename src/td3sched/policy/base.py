@@ -41,7 +41,8 @@ class PodRequest:
 class PolicyContext:
     """What a policy may see of a run besides the pod: the cluster (requests, allocatable and the
     *observed* usage of the metrics pipeline; never the ground truth), the metrics pipeline's
-    settings, and the scenario's typical pods (for fragmentation-aware policies)."""
+    settings, and the scenario's typical pods (for fragmentation-aware policies). ``hindsight`` and
+    ``Cluster.usage`` are ground truth, for hindsight policies (reference bounds) only."""
 
     cluster: Cluster
     scrape_s: float
@@ -53,6 +54,9 @@ class PolicyContext:
     """``simulator.metrics_pipeline.MetricsPipeline``: usage statistics over its history."""
     oom_kills: Callable[[], int] | None = None
     """Node OOM kills so far in the run (Kubernetes reports them as events any scheduler can watch)."""
+    hindsight: object | None = None
+    """Ground truth for hindsight policies only (``oracle``): ``simulator.usage.Hindsight``, every pod's
+    future usage. The simulator fills it; a policy that competes must never read it."""
 
 
 class Policy(ABC):

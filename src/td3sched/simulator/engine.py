@@ -30,6 +30,7 @@ from td3sched.simulator.config import SimConfig
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one, gpu_summary
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import RESOURCES, SHAPE, USAGE, SchedulingQueue
+from td3sched.simulator.usage import Hindsight, pod_usage
 from td3sched.workload.pods import BEST_EFFORT, BURSTABLE, Workload
 from td3sched.workload.profiles import UsageProfiles
 
@@ -132,7 +133,8 @@ class Simulation:
         self.arrival_time = np.maximum(w.arrival_s[self.arrival_order], self.start_s)
         self.metrics = MetricsCollector(self.end_s - self.start_s, self.cfg.tick_s)
         policy.attach(PolicyContext(c, self.cfg.scrape_s, self.cfg.window_s, world.typical, self.pipeline,
-                                    oom_kills=lambda: self.metrics.oom_kills))
+                                    oom_kills=lambda: self.metrics.oom_kills,
+                                    hindsight=Hindsight(w, world.profiles, self.cfg, lambda pod: self.remaining[pod])))
         self.frag_cache = np.zeros(c.size)
         self.dirty = np.ones(c.size, dtype=bool)
         self.decision_wall_s = 0.0
@@ -158,10 +160,7 @@ class Simulation:
         slot = prof.slot(t)
         if slot != self._slot:  # one contiguous [4, V] copy per profile slot
             self._slot, self._slot_shape = slot, np.ascontiguousarray(prof.shape[:, :, slot])
-        shape = self._slot_shape[:, w.profile[pods]]
-        cpu = np.minimum(self.cfg.usage_scale * shape[0] * w.size_cpu_milli[pods], w.cpu_limit_milli[pods])
-        mem = self.cfg.mem_level * shape[1] * w.size_mem_mib[pods]
-        return np.stack([cpu, mem, shape[2] * w.size_disk_mbps[pods], shape[3] * w.size_net_mbps[pods]], axis=-1)
+        return pod_usage(w, self.cfg, pods, self._slot_shape[:, w.profile[pods]])
 
     # --- scheduling cycle ------------------------------------------------------------------------
     def _init_queue(self) -> None:
