@@ -39,6 +39,7 @@ def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = 
     start_s, end_s = scenario.span(span)
     reports: list = []
     world = scenario.build(seed, lenient=lenient, reports=reports)
+    warmup_s = world.config.warmup_days * 86400.0
     events, stream = open_event_log(events_path)
     try:
         if progress:
@@ -46,19 +47,20 @@ def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = 
 
             with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                           TimeElapsedColumn(), TimeRemainingColumn(), transient=True) as bar:
-                task = bar.add_task(f"{scenario_name} {span} {policy_name}", total=(end_s - start_s) / 3600)
+                task = bar.add_task(f"{scenario_name} {span} {policy_name}", total=(end_s - max(0.0, start_s - warmup_s)) / 3600)
                 sim = Simulation(world, policy, seed, start_s, end_s, events,
-                                 progress=lambda dt: bar.advance(task, dt / 3600))
+                                 progress=lambda dt: bar.advance(task, dt / 3600), warmup_s=warmup_s)
                 record = sim.run()
         else:
-            record = Simulation(world, policy, seed, start_s, end_s, events).run()
+            record = Simulation(world, policy, seed, start_s, end_s, events, warmup_s=warmup_s).run()
     finally:
         if stream:
             stream.close()
     return {
         "scenario": scenario_name,
         "overrides": list(scenario.overrides),
-        "span": {"name": span, "start_s": start_s, "end_s": end_s},
+        "span": {"name": span, "start_s": start_s, "end_s": end_s, "measured_from_s": record["runtime"]["warmup_s"]
+                 + max(0.0, start_s - warmup_s)},
         "seed": seed,
         "policy": label,
         "policy_spec": spec,

@@ -224,3 +224,21 @@ def test_bad_input_names_the_argument(name, value):
     kw[name] = value
     with pytest.raises(ValueError, match=name):
         deliver_cpu(**kw)
+
+
+def test_sharing_pressure_by_hand():
+    from td3sched.simulator.contention import sharing_pressure
+
+    # node 0, capacity 4000m: G (d 2000, w 79), B (d 3000, w 39), BE (d 2000, w 1)
+    # r = d / w: BE 2000, B 76.9, G 25.3.
+    # G:  min(2000, 25.3*79) + min(3000, 25.3*39) + min(2000, 25.3*1) = 2000 + 987.3 + 25.3
+    # B:  2000 + 3000 + 76.9 ;  BE: 2000 + 3000 + 2000 = 7000 (the whole demand)
+    d = np.array([2000.0, 3000.0, 2000.0, 500.0])
+    w = np.array([79.0, 39.0, 1.0, 39.0])
+    got = sharing_pressure(np.array([0, 0, 0, 1]), d, w, np.array([4000.0, 1000.0]))
+    rg, rb = 2000 / 79, 3000 / 39
+    expected = [(2000 + rg * 39 + rg) / 4000, (2000 + 3000 + rb) / 4000, 7000 / 4000, 0.5]
+    np.testing.assert_allclose(got, expected)
+    # the pods not fully served are exactly those with pressure >= 1 (deliver_cpu)
+    share = deliver_cpu(np.array([0, 0, 0, 1]), d, w, np.full(4, np.inf), np.array([4000.0, 1000.0]))
+    np.testing.assert_array_equal(share.delivered_milli < d - 1e-9, got > 1)

@@ -1,8 +1,11 @@
 """Accumulates a run's metrics tick by tick; ``result()`` gives the exact definitions' values.
 
 Definitions (docs/simulator.md, section Metrics), all over the evaluation span's ticks:
-- cpu_util / mem_util: sum of running pods' real usage / sum of allocatable of provisioned nodes,
-  averaged over ticks;
+- cpu_util / mem_util: sum of running pods' real usage (CPU delivered: a node serves at most its
+  cores) / sum of allocatable of provisioned nodes, averaged over ticks;
+- cpu_contention_frac: CPU demand (after limits) that nodes could not serve / pods' CPU demand;
+  cpu_throttled_frac: demand cut by CPU limits (CFS quota) / pods' CPU demand; both summed over ticks;
+- batch_cpu_share: CPU demand (after limits) of pods that are not latency-sensitive / all pods';
 - fragmentation: ``metrics.fragmentation.cluster_fragmentation``, averaged over ticks;
 - latency_p99_ms: 99th percentile over all (latency-sensitive pod, tick) samples, read from a
   log-spaced histogram (bins 0.4% wide);
@@ -53,6 +56,11 @@ class MetricsCollector:
         self.pending_waits: list[float] = []
         self.arrivals = 0
         self.decisions = 0
+        self.cpu_demand_sum = 0.0
+        self.cpu_unserved_sum = 0.0
+        self.cpu_throttled_sum = 0.0
+        self.batch_demand_sum = 0.0
+        self.pods_demand_sum = 0.0
         self.binds = 0
         self.evictions = 0
         self.unschedulable_by_shape = 0
@@ -65,9 +73,16 @@ class MetricsCollector:
 
     def tick(self, *, pods_cpu: float, pods_mem: float, alloc_cpu: float, alloc_mem: float,
              fragmentation: float, nodes: int, overloaded: int, latency_ms: np.ndarray, breaches: int,
-             breach_samples: int = 0, node_util: np.ndarray | None = None) -> None:
+             breach_samples: int = 0, node_util: np.ndarray | None = None, cpu_demand: float = 0.0,
+             cpu_unserved: float = 0.0, cpu_throttled: float = 0.0, batch_demand: float = 0.0,
+             pods_demand: float = 0.0) -> None:
         cpu_util = pods_cpu / alloc_cpu if alloc_cpu > 0 else 0.0
         self.ticks += 1
+        self.cpu_demand_sum += cpu_demand
+        self.cpu_unserved_sum += cpu_unserved
+        self.cpu_throttled_sum += cpu_throttled
+        self.batch_demand_sum += batch_demand
+        self.pods_demand_sum += pods_demand
         self.cpu_util_sum += cpu_util
         self.mem_util_sum += pods_mem / alloc_mem if alloc_mem > 0 else 0.0
         self.frag_sum += fragmentation
@@ -113,6 +128,9 @@ class MetricsCollector:
         return {
             "cpu_util": self.cpu_util_sum / t,
             "mem_util": self.mem_util_sum / t,
+            "cpu_contention_frac": self.cpu_unserved_sum / self.cpu_demand_sum if self.cpu_demand_sum else 0.0,
+            "batch_cpu_share": self.batch_demand_sum / self.pods_demand_sum if self.pods_demand_sum else 0.0,
+            "cpu_throttled_frac": self.cpu_throttled_sum / self.cpu_demand_sum if self.cpu_demand_sum else 0.0,
             "fragmentation": self.frag_sum / t,
             "latency_p99_ms": self.latency_quantile(0.99),
             "latency_p50_ms": self.latency_quantile(0.50),

@@ -78,7 +78,7 @@ class SimConfig:
     """Metrics pipeline scrape interval (Prometheus' default-ish 30 s)."""
     window_s: float = 60.0
     """Rate window: observed usage is the mean of the scrapes within it (rate(...[1m]))."""
-    usage_scale: float = 5.0
+    usage_scale: float = 1.1
     """Global CPU usage scale: pod CPU = min(limit, usage_scale x shape x size). Calibrated once so
     that dlrm under k8s-default runs at 42% time-averaged cpu_util (benchmarks/
     calibrate_usage_scale.py, docs/simulator.md); never tuned per policy."""
@@ -88,6 +88,10 @@ class SimConfig:
     """Safety filter: nodes whose observed CPU utilisation is above this are never chosen."""
     overload_util: float = 0.85
     """A (node, tick) sample is overloaded when real CPU utilisation is above this."""
+    warmup_days: float = 3.0
+    """A span starts from the state its policy reaches after this warm-up before it (the train
+    span, which starts at the trace's beginning, gives up its own first days); metrics and the
+    reward count only the span."""
     sla_pending_s: float = 60.0
     """A pod pending longer than this is an SLA violation (once per wait)."""
     latency: LatencyModel = field(default_factory=LatencyModel)
@@ -99,6 +103,8 @@ class SimConfig:
             v = getattr(self, name)
             if not v > 0:
                 raise ValueError(f"simulator setting {name}={v!r}: expected a positive number")
+        if not self.warmup_days >= 0:
+            raise ValueError(f"simulator setting warmup_days={self.warmup_days!r}: expected days >= 0")
         if self.window_s < self.scrape_s:
             raise ValueError(f"window_s={self.window_s} must be at least scrape_s={self.scrape_s}")
         for name in ("safety_cpu_util", "overload_util"):

@@ -116,6 +116,41 @@ def deliver_cpu(node_of: np.ndarray, demand_milli: np.ndarray, weight: np.ndarra
     )
 
 
+def sharing_pressure(node_of: np.ndarray, demand_milli: np.ndarray, weight: np.ndarray,
+                     capacity_milli: np.ndarray) -> np.ndarray:
+    """[P] the CPU pressure each pod meets on its node under weighted processor sharing (GPS):
+
+        rho_i = sum_j min(d_j, r_i * w_j) / C_n,     r_i = d_i / w_i,  j over the pods of i's node
+
+    the demand the node must serve before pod i is fully served at its own weighted level, over the
+    node's capacity (Parekh and Gallager, "A Generalized Processor Sharing Approach to Flow Control",
+    IEEE/ACM ToN 1993). With equal weights and one pod it is the node's utilisation; a heavy
+    weight (a large request) shields a pod from BestEffort neighbours; rho_i >= 1 exactly when pod
+    i does not get its demand (``deliver_cpu``). ``demand_milli`` is after the limit; a pod with
+    no demand meets no pressure.
+    """
+    node_of, demand, w, _, capacity = _validated(node_of, demand_milli, weight, np.full(len(demand_milli), np.inf),
+                                                 capacity_milli)
+    if len(demand) == 0:
+        return np.zeros(0)
+    order = _order_by_node_then(node_of, demand / w, len(capacity))
+    d_s, w_s, n_s = demand[order], w[order], node_of[order]
+    count = np.bincount(node_of, minlength=len(capacity))
+    nodes = np.flatnonzero(count)
+    count = count[nodes]
+    start = np.cumsum(count) - count
+    d_before = np.cumsum(d_s) - d_s
+    w_before = np.cumsum(w_s) - w_s
+    d_before -= np.repeat(d_before[start], count)
+    w_before -= np.repeat(w_before[start], count)
+    w_from = np.repeat(np.add.reduceat(w_s, start), count) - w_before
+    level_at = d_before + (d_s / w_s) * w_from
+    out = np.empty_like(demand)
+    cap = capacity[n_s]
+    out[order] = np.where(cap > 0, level_at / np.where(cap > 0, cap, 1.0), np.where(d_s > 0, np.inf, 0.0))
+    return out
+
+
 def _per_node(node_of: np.ndarray, values: np.ndarray, n_nodes: int) -> np.ndarray:
     """Sum of ``values`` per node, float64 [N] (``np.bincount`` gives int64 when there are no pods)."""
     return np.bincount(node_of, weights=values, minlength=n_nodes).astype(np.float64, copy=False)

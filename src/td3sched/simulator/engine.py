@@ -27,6 +27,7 @@ from td3sched.policy.base import Policy, PolicyContext, PodRequest
 from td3sched.reward import RewardConfig, RewardTracker, overload
 from td3sched.simulator.cluster import GPU_MILLI, Cluster, Pool
 from td3sched.simulator.config import SimConfig
+from td3sched.simulator.contention import cpu_weight, sharing_pressure
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one, gpu_summary
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import RESOURCES, SHAPE, USAGE, SchedulingQueue
@@ -64,12 +65,27 @@ class EventLog:
 
 
 class Simulation:
-    """One run of one policy over ``[start_s, end_s)`` of a world."""
+    """One run of one policy over ``[start_s, end_s)`` of a world.
+
+    With ``warmup_s``, the run starts from the state the same policy reaches after a warm-up: the
+    simulation begins at ``max(0, start_s - warmup_s)`` and measures from ``measure_s =
+    max(start_s, begin + warmup_s)`` (a span that starts at the trace's beginning gives up its own
+    first ``warmup_s``); metrics and the reward count only ``[measure_s, end_s)``.
+    """
 
     def __init__(self, world: World, policy: Policy, seed: int, start_s: float, end_s: float,
-                 events: EventLog | None = None, progress: Callable[[float], None] | None = None):
+                 events: EventLog | None = None, progress: Callable[[float], None] | None = None,
+                 warmup_s: float = 0.0):
         if not end_s > start_s:
             raise ValueError(f"span [{start_s}, {end_s}) is empty: expected end_s > start_s")
+        if not warmup_s >= 0:
+            raise ValueError(f"warmup_s={warmup_s!r}: expected seconds >= 0")
+        begin = max(0.0, float(start_s) - warmup_s)
+        self.measure_s = max(float(start_s), begin + warmup_s)
+        if not self.measure_s < end_s:
+            raise ValueError(f"span [{start_s}, {end_s}) with a warm-up of {warmup_s:g} s leaves nothing to "
+                             f"measure (it would start at {self.measure_s:g} s): expected a shorter warm-up")
+        start_s = begin
         self.world = world
         self.cfg = world.config
         self.policy = policy
@@ -131,7 +147,8 @@ class Simulation:
         in_span = (w.arrival_s >= self.start_s) & (w.arrival_s < self.end_s)
         self.arrival_order = np.flatnonzero(alive | in_span)
         self.arrival_time = np.maximum(w.arrival_s[self.arrival_order], self.start_s)
-        self.metrics = MetricsCollector(self.end_s - self.start_s, self.cfg.tick_s)
+        self.metrics = MetricsCollector(self.end_s - self.measure_s, self.cfg.tick_s)
+        self.measuring = self.measure_s <= self.start_s
         policy.attach(PolicyContext(c, self.cfg.scrape_s, self.cfg.window_s, world.typical, self.pipeline,
                                     oom_kills=lambda: self.metrics.oom_kills,
                                     hindsight=Hindsight(w, world.profiles, self.cfg, lambda pod: self.remaining[pod])))
@@ -150,7 +167,12 @@ class Simulation:
         self._mem_capacity = self.cluster.allocatable[:, 1] + self.cluster.overhead[:, 1]
         lat = self.cfg.latency
         self._lat_weights = np.array([lat.weight_cpu, lat.weight_disk, lat.weight_net])
-        self._lat_capacity = np.ascontiguousarray(self.cluster.capacity_usage[:, [0, 2, 3]])
+        self._lat_capacity = np.ascontiguousarray(self.cluster.capacity_usage[:, [2, 3]])
+        self.cpu_weight = cpu_weight(w.request[:, 0]) if len(w) else np.zeros(0, dtype=np.int64)
+        """cgroup v2 cpu.weight of each pod, from its CPU request (simulator.contention)."""
+        self._cpu_cores = self.cluster.allocatable[:, 0] + self.cluster.overhead[:, 0]
+        self._pressure = np.zeros(len(w))
+        """Scratch: each running pod's CPU pressure at the last tick (contention.sharing_pressure)."""
 
     # --- pod usage -------------------------------------------------------------------------------
     def _usage_of(self, pods, t: float) -> np.ndarray:
@@ -219,7 +241,7 @@ class Simulation:
         if not ok.any():
             shape = 0 if self.class_fits_a_template[self.fit_class[pod]] else SHAPE
             return np.empty(0, dtype=np.int64), RESOURCES | shape
-        fits_everywhere = ok.all()
+        fits_everywhere = not (c.provisioned[sl] & ~ok).any()  # no node of the pool rejected it by resources
         ok &= c.observed[sl, 0] <= self._safety_cpu_milli[sl]
         if w.qos[pod] == BEST_EFFORT:  # node.kubernetes.io/memory-pressure taint
             ok &= c.observed[sl, 1] < c.memory_pressure_mib[sl]
@@ -511,11 +533,22 @@ class Simulation:
         self._refresh_fragmentation()
         return float(self.frag_cache @ self._prov_f / self._prov_alloc_cpu) if self._prov_alloc_cpu > 0 else 0.0
 
+    def delivered_usage(self) -> np.ndarray:
+        """[N, 4] node usage as node_exporter reports it: CPU delivered, not demanded. A node serves
+        its system daemons first (the overhead) and its pods at most the rest of its cores, so
+        delivered CPU = min(demand incl. daemons, allocatable + overhead); ``cluster.usage`` holds
+        the demand (after each pod's CFS quota)."""
+        c = self.cluster
+        out = c.usage.copy()
+        np.minimum(out[:, 0], self._cpu_cores, out=out[:, 0])
+        return out
+
     def _reward_step(self) -> None:
         """r_t of the decision just made (reward.py), from the ground truth."""
         m = self.metrics
         events = m.oom_kills + m.slo_breaches + m.pending_violations
-        load = overload(self.cluster.usage[:, 0] * self._inv_alloc_cpu, self._prov_f, self.reward.cfg.overload_util)
+        cpu = np.minimum(self.cluster.usage[:, 0], self._cpu_cores)
+        load = overload(cpu * self._inv_alloc_cpu, self._prov_f, self.reward.cfg.overload_util)
         self.reward.step(self.cluster_fragmentation(), load, events, self._prov_count / self._max_nodes)
 
     def _sample(self, t: float) -> None:
@@ -523,16 +556,41 @@ class Simulation:
         prov = c.provisioned.astype(np.float64)
         self._refresh_fragmentation()
         alloc = prov @ c.allocatable
-        pods_cpu, pods_mem = prov @ c.usage[:, :2] - prov @ c.overhead
+        usage = self.delivered_usage()
+        pods_cpu, pods_mem = prov @ usage[:, :2] - prov @ c.overhead
         frag = float(self.frag_cache @ prov / alloc[0]) if alloc[0] > 0 else 0.0
-        overloaded = int(prov @ (c.usage[:, 0] > cfg.overload_util * c.allocatable[:, 0]))
+        overloaded = int(prov @ (usage[:, 0] > cfg.overload_util * c.allocatable[:, 0]))
+
+        # CPU contention: demand (after quotas) a node could not serve, and demand cut by quotas
+        running = self.running[: self.n_running]
+        demand = np.maximum(c.usage[:, 0] - c.overhead[:, 0], 0.0) * prov
+        unserved = float(np.maximum(demand - c.allocatable[:, 0], 0.0).sum())
+        raw = self.cfg.usage_scale * self._slot_shape[0, w.profile[running]] * w.size_cpu_milli[running] \
+            if len(running) and self._slot_shape.shape[1] else np.zeros(0)
+        raw = np.where(self.pod_usage[running, 0] > 0, np.maximum(raw, self.pod_usage[running, 0]), 0.0)
+        raw_total = float(raw.sum())
+        pods_demand = self.pod_usage[running, 0]
+        batch_demand = float(pods_demand[~w.latency_sensitive[running]].sum())
+        throttled = raw_total - float(self.pod_usage[running, 0].sum())
 
         lat = cfg.latency
         ls = self.ls_index[self.state[self.ls_index] == RUNNING]
+        waiting = self.ls_index[self.state[self.ls_index] == PENDING]
+        cap_factor = 1.0 + (1.0 / (1.0 - lat.rho_cap) - 1.0) * (lat.weight_cpu + lat.weight_disk + lat.weight_net)
         if len(ls):
-            rho = np.minimum(c.usage[:, [0, 2, 3]] / self._lat_capacity, lat.rho_cap)
-            factor = 1.0 + ((1.0 / (1.0 - rho) - 1.0) @ self._lat_weights)
-            pod_factor = factor[self.node[ls]]
+            # CPU: the pressure each pod meets under weighted processor sharing on its node
+            nodes_of = self.node[running]
+            on_ls_node = np.zeros(c.size, dtype=bool)
+            on_ls_node[self.node[ls]] = True
+            mates = running[on_ls_node[nodes_of]]
+            rho_pod = sharing_pressure(self.node[mates], self.pod_usage[mates, 0], self.cpu_weight[mates],
+                                       c.allocatable[:, 0])
+            self._pressure[mates] = rho_pod
+            rho_cpu = self._pressure[ls]
+            rho_cpu = np.minimum(rho_cpu, lat.rho_cap)
+            rho_io = np.minimum(c.usage[self.node[ls]][:, 2:] / self._lat_capacity[self.node[ls]], lat.rho_cap)
+            pod_factor = 1.0 + lat.weight_cpu * (1.0 / (1.0 - rho_cpu) - 1.0) \
+                + (1.0 / (1.0 - rho_io) - 1.0) @ np.array([lat.weight_disk, lat.weight_net])
             latency = self.base_ms[w.app[ls]] * pod_factor
             above = pod_factor > lat.slo_factor
             breach_samples = int(above.sum())
@@ -540,12 +598,19 @@ class Simulation:
             self.breaching[ls] = above
         else:
             latency, breaches, breach_samples = np.empty(0), 0, 0
+        if len(waiting):
+            # a latency-sensitive pod not running (pending, or not yet placed) serves its requests at
+            # the cap: breach samples, not breach episodes (its wait counts as sla_pending_too_long)
+            latency = np.concatenate([latency, self.base_ms[w.app[waiting]] * cap_factor])
+            breach_samples += len(waiting)
         sample = self._heatmap_nodes
-        node_util = np.where(c.provisioned[sample], c.usage[sample, 0] / c.allocatable[sample, 0], np.nan)
+        node_util = np.where(c.provisioned[sample], usage[sample, 0] / c.allocatable[sample, 0], np.nan)
         self.metrics.tick(pods_cpu=float(pods_cpu), pods_mem=float(pods_mem), alloc_cpu=float(alloc[0]),
                           alloc_mem=float(alloc[1]), fragmentation=frag, nodes=int(prov.sum()),
                           overloaded=overloaded, latency_ms=latency, breaches=breaches,
-                          breach_samples=breach_samples, node_util=node_util)
+                          breach_samples=breach_samples, node_util=node_util,
+                          cpu_demand=raw_total, cpu_unserved=unserved, cpu_throttled=throttled,
+                          batch_demand=batch_demand, pods_demand=float(pods_demand.sum()))
 
     # --- cluster-autoscaler ----------------------------------------------------------------------
     def _autoscale(self, t: float) -> None:
@@ -716,6 +781,16 @@ class Simulation:
             q.move_shape_held(held[fits].tolist(), t)
         self._drain(t)
 
+    def _start_measuring(self) -> None:
+        """End of the warm-up: metrics and the reward start afresh; the pods alive now count as
+        the span's pods (as pods alive at a span's start always have)."""
+        self.measuring = True
+        self.metrics = MetricsCollector(self.end_s - self.measure_s, self.cfg.tick_s)
+        self.metrics.arrivals = int(np.isin(self.state, (PENDING, RUNNING)).sum())
+        self.reward = type(self.reward)(self.world.reward)
+        for pod in self.queue.pending:  # a wait that began in the warm-up counts once more in the span
+            self.flagged[pod] = False
+
     # --- the loop ----------------------------------------------------------------------------------
     def run(self) -> dict:
         """Run the span; return the metrics (see ``metrics.collector``)."""
@@ -734,6 +809,8 @@ class Simulation:
             t = min(t_arr, t_heap, t_queue, next_tick, next_scrape, next_scan)
             if t >= self.end_s:
                 break
+            if not self.measuring and t >= self.measure_s:
+                self._start_measuring()
             if t_heap == t:
                 _, kind, _, a, b = heapq.heappop(self.heap)
                 if kind == _DEPART:
@@ -756,7 +833,7 @@ class Simulation:
                     last_progress = t
                 continue
             if next_scrape == t:
-                c.observed[:] = self.pipeline.scrape(c.usage)
+                c.observed[:] = self.pipeline.scrape(self.delivered_usage())
                 c.last_scrape_s = t
                 next_scrape += cfg.scrape_s
                 self._epoch += 1
@@ -784,6 +861,7 @@ class Simulation:
             "wall_s": wall,
             "decisions_per_s": self.metrics.decisions / self.decision_wall_s if self.decision_wall_s else 0.0,
             "sim_days_per_wall_s": (self.end_s - self.start_s) / 86400 / wall if wall else 0.0,
+            "warmup_s": self.measure_s - self.start_s,
         }
         return {"metrics": result, "series_hourly": self.metrics.hourly, "runtime": runtime,
                 "latency_hist": self.metrics.latency_histogram(),

@@ -1,0 +1,149 @@
+"""kube-scheduler's scheduling queue (simulator/queue.py) on hand-built queues and worlds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.simulator.worlds import P, config, node, pool, simulate, world
+from td3sched.policy.k8s_default import K8sDefault
+from td3sched.simulator.queue import (ACTIVE, BACKOFF, OUT, RESOURCES, SHAPE, UNSCHEDULABLE, USAGE,
+                                      QueueConfig, SchedulingQueue)
+
+
+def _queue(n=4, **kw) -> SchedulingQueue:
+    return SchedulingQueue(n, QueueConfig(**kw), fit_class=np.arange(n))
+
+
+def test_backoff_doubles_from_one_second_to_the_ten_second_cap():
+    q = _queue()
+    assert [q.backoff_s(a) for a in range(1, 7)] == [1, 2, 4, 8, 10, 10]
+
+
+def test_a_moved_pod_waits_out_its_backoff_in_the_backoff_queue():
+    q = _queue()
+    q.add(0, 100.0)
+    assert q.pop_active() == 0
+    q.failed(0, 100.0, RESOURCES)                 # attempt 1: backoff 1 s, until 101
+    assert q.where[0] == UNSCHEDULABLE and q.attempts[0] == 1
+    q.move_classes([0], 100.5)                    # an event helps it before the backoff ends
+    assert q.where[0] == BACKOFF and q.pop_active() is None
+    assert q.next_event_s() == 101.0
+    q.release_backoff(101.0)
+    assert q.where[0] == ACTIVE and q.pop_active() == 0
+    q.failed(0, 101.0, RESOURCES)                 # attempt 2: 2 s, until 103
+    q.move_classes([0], 104.0)                    # after the backoff: straight to the active queue
+    assert q.where[0] == ACTIVE and q.pop_active() == 0
+
+
+def test_events_move_only_the_pods_they_could_help():
+    q = _queue(3)
+    for pod, reason in ((0, RESOURCES), (1, USAGE), (2, SHAPE)):
+        q.add(pod, 0.0)
+        q.pop_active()
+        q.failed(pod, 0.0, reason)
+    q.move_usage_held(20.0)                       # a scrape: only the pod held back by usage
+    assert q.where.tolist() == [UNSCHEDULABLE, ACTIVE, UNSCHEDULABLE]
+    q.move_classes(q.classes_waiting_for_resources(), 20.0)   # a deletion: the resource-bound pod
+    assert q.where.tolist() == [ACTIVE, ACTIVE, UNSCHEDULABLE]
+    assert q.pop_active() == 0 and q.pop_active() == 1 and q.pop_active() is None
+
+
+def test_leftover_pods_are_flushed_after_five_minutes():
+    q = _queue(1)
+    q.add(0, 0.0)
+    q.pop_active()
+    q.failed(0, 0.0, SHAPE)
+    q.flush_leftover(270.0)                        # checked every 30 s: not yet 5 minutes
+    assert q.where[0] == UNSCHEDULABLE
+    q.flush_leftover(300.0)
+    assert q.where[0] == ACTIVE
+
+
+def test_active_queue_pops_oldest_queue_timestamp_first():
+    q = _queue(3)
+    q.add(2, 5.0)
+    q.add(0, 7.0)
+    q.add(1, 5.0)
+    assert [q.pop_active() for _ in range(4)] == [1, 2, 0, None]
+
+
+def test_failed_without_a_reason_is_refused():
+    q = _queue(1)
+    with pytest.raises(ValueError, match="no reason"):
+        q.failed(0, 0.0, 0)
+
+
+@pytest.mark.parametrize("bad", [{"pod_initial_backoff_s": 0}, {"pod_max_backoff_s": 0.5},
+                                 {"max_in_unschedulable_s": float("nan")}])
+def test_bad_queue_settings_name_the_setting(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        QueueConfig(**bad)
+
+
+# --- in the simulator -------------------------------------------------------------------------------
+
+def _failures(sim, name):
+    """Scheduling cycles of the pod that found no node (the queue's attempts before a bind)."""
+    return int(sim.queue.attempts[int(np.flatnonzero(sim.w.name == name)[0])])
+
+
+def test_a_pod_too_large_for_every_node_is_attempted_once_then_only_on_a_larger_node_or_the_flush():
+    # two 1000m nodes; "big" (3000m) fits no template of its pool; small pods come and go all along
+    small = [P(f"s{i}", t=10 * i, dur=15, cpu=100) for i in range(60)]
+    pods = [P("big", t=1, cpu=3000)] + small
+    run = simulate(world([pool("a", node(cpu=1000), 2)], pods), end_s=599)
+    assert run.metrics["unschedulable_by_shape"] == 1
+    assert [e["pod"] for e in run.of("unschedulable_by_shape")] == ["big"]
+    # attempted at 1 s, and again only at the flush after 5 minutes (checks every 30 s from 1 s: 301)
+    assert _failures(run.sim, "big") == 2
+    assert run.metrics["decisions"] == run.metrics["binds"] + 2
+
+
+def test_a_larger_node_becoming_ready_brings_a_shape_held_pod_back():
+    big_node = node(cpu=4000)
+    pools = [pool("a", node(cpu=1000), 1), pool("b", big_node, 0, max_count=1)]
+    pods = [P("big", t=1, cpu=3000)]
+    w = world(pools, pods, cfg=config(autoscaler=True))
+    run = simulate(w, end_s=400)
+    # the autoscaler does not scale up for a pod that fits pool a's shape... it fits pool b's template:
+    # asked for at the scan at 10 s, ready at 130 s, the node-ready hint brings the pod back at once
+    assert run.metrics["unschedulable_by_shape"] == 0
+    assert [(e["t"], e["pod"]) for e in run.of("placement")] == [(130, "big")]
+
+
+def test_no_scale_up_for_a_pod_that_fits_no_pool_template():
+    pods = [P("huge", t=1, cpu=99000)]
+    w = world([pool("a", node(cpu=1000), 1, max_count=3)], pods, cfg=config(autoscaler=True))
+    run = simulate(w, end_s=600)
+    assert run.of("node_added") == []
+    assert run.metrics["unschedulable_by_shape"] == 1
+
+
+def test_no_scale_up_for_a_pod_a_policy_holds_back():
+    class HoldBack(K8sDefault):
+        name = "hold-back"
+
+        def filter(self, pod, nodes, cluster):
+            return np.zeros(len(nodes), dtype=bool)
+
+    pods = [P("a", t=1, cpu=100)]
+    w = world([pool("a", node(cpu=1000), 1, max_count=3)], pods, cfg=config(autoscaler=True))
+    run = simulate(w, HoldBack(), end_s=600)
+    assert run.of("node_added") == []
+    sim = run.sim
+    assert sim.queue.reasons[0] == USAGE
+    # held back by usage: retried at every scrape (30 s) from 30 s to 570 s, besides its first try
+    assert _failures(sim, "a") == 1 + len(range(30, 600, 30))
+
+
+def test_a_departure_retries_only_pods_that_fit_the_freed_node():
+    # one 1000m node: "blocker" (800m) leaves at 100; "w700" (700m) fits then, "w900" never fits
+    # beside anything, but fits the empty node after "w700" leaves at 200
+    pods = [P("blocker", t=0, dur=100, cpu=800), P("w900", t=1, cpu=900), P("w700", t=2, dur=100, cpu=700)]
+    run = simulate(world([pool("a", node(cpu=1000), 1)], pods), end_s=400)
+    placed = [(e["t"], e["pod"]) for e in run.of("placement")]
+    assert placed == [(0, "blocker"), (100, "w900")]
+    # at 100 both fit the freed node: the older queue timestamp (w900, failed at 1 s) goes first and
+    # takes it; w700 failed at 2 s, is tried at 100 and fails again
+    assert _failures(run.sim, "w900") == 1 and _failures(run.sim, "w700") == 2
