@@ -8,7 +8,7 @@ import pytest
 
 from td3sched.run import run_simulation
 
-OVERRIDES = ["simulator.usage_scale=1.3", "autoscaler.scale_down_unneeded_s=300"]
+OVERRIDES = ["simulator.usage_scale=1.3", "autoscaler.scale_down_unneeded_s=300", "simulator.warmup_days=0"]
 
 
 def _run(tmp_path, seed, tag):

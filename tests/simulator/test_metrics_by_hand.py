@@ -119,7 +119,7 @@ def test_overload_node_frac():
     assert run.metrics["overload_node_frac"] == pytest.approx(9 / 20)
 
 
-# --- node OOM: order, re-queue, oom_per_week -------------------------------------------------------
+# --- kernel OOM killer, kubelet eviction, CrashLoopBackOff (docs/simulator.md §5) ------------------
 
 def _oom_world(alloc_mem, overhead_mem, pods):
     # memory shape 0.1 in [0, 300), 1.0 in [300, 600): pods fit at bind, the node overflows at t = 300
@@ -129,35 +129,42 @@ def _oom_world(alloc_mem, overhead_mem, pods):
                  profiles_from(shape), config(mem_level=0.5))
 
 
-def test_node_oom_kill_order_and_requeue():
+def _pod(sim, name):
+    return int(np.flatnonzero(sim.w.name == name)[0])
+
+
+def test_kernel_oom_kills_by_oom_score_and_pods_stay_bound():
     pods = [  # usages at t = 300 (0.5 x 1.0 x size)
         P("g", dur=1000, cpu=100, cpu_limit=100, mem=3000, mem_limit=3000, size_mem=6000),  # 3000, Guaranteed
-        P("b1", dur=1000, mem=500, size_mem=5000),    # 2500, Burstable, 2000 above its request
-        P("b2", dur=1000, mem=1500, size_mem=6000),   # 3000, Burstable, 1500 above its request
+        P("b1", dur=1000, mem=500, size_mem=5000),    # 2500, Burstable
+        P("b2", dur=1000, mem=1500, size_mem=6000),   # 3000, Burstable
         P("be", dur=1000, size_mem=2000),             # 1000, BestEffort
     ]
     # requests 3000 + 500 + 1500 = 5000 <= allocatable 5400; capacity = 5400 + 500 overhead = 5900
     # at t = 300 usage = 500 + 3000 + 2500 + 3000 + 1000 = 10000 > 5900
-    #   kill be (BestEffort first, though the smallest):          9000 > 5900
-    #   kill b1 (most above request, though b2 uses more):        6500 > 5900
-    #   kill b2:                                                  3500 <= 5900: stop; g survives
+    # oom_score = floor(usage / 5900 x 1000) + oom_score_adj (pkg/kubelet/qos/policy.go):
+    #   g   508 - 997                                   = -489
+    #   b1  423 + (1000 - floor(1000 x 500 / 5900) = 916)  = 1339
+    #   b2  508 + (1000 - floor(1000 x 1500 / 5900) = 746) = 1254
+    #   be  169 + 1000                                  = 1169
+    #   kill b1: 7500 > 5900; kill b2: 4500 <= 5900: stop. be survives though BestEffort.
+    # the kubelet then sees 4500 < 0.95 x 5900 = 5605: no eviction
     run = simulate(_oom_world(5400, 500, pods), end_s=301)
     kills = run.of("oom_kill")
-    assert [(e["t"], e["pod"]) for e in kills] == [(300, "be"), (300, "b1"), (300, "b2")]
+    assert [(e["t"], e["pod"], e["restart_in"]) for e in kills] == [(300, "b1", 10), (300, "b2", 10)]
     m = run.metrics
-    assert m["oom_kills"] == 3
-    assert m["oom_per_week"] == pytest.approx(3 * WEEK_S / 301)
-    assert m["sla_violations"] == 3  # the kills; no latency-sensitive pods, no long waits
-    # the killed pods went back to the queue and were retried in arrival order at once
-    replaced = [e["pod"] for e in run.of("placement") if e["t"] == 300]
-    assert replaced == ["b1", "b2", "be"]
+    assert m["oom_kills"] == 2 and m["container_oom"] == 0 and m["oom_kills_total"] == 2
+    assert m["oom_per_week"] == m["oom_total_per_week"] == pytest.approx(2 * WEEK_S / 301)
+    assert m["evictions"] == 0
+    assert m["sla_violations"] == 2  # the kills; no latency-sensitive pods, no long waits
     sim = run.sim
-    for name in ("b1", "b2", "be"):
-        i = int(np.flatnonzero(sim.w.name == name)[0])
-        assert sim.state[i] == RUNNING
-        assert sim.remaining[i] == pytest.approx(1000 - 300)  # what was left of their run time
-    g = int(np.flatnonzero(sim.w.name == "g")[0])
-    assert sim.started[g] == 0 and sim.remaining[g] == 1000
+    for name in ("b1", "b2"):   # killed in place: bound, requests kept, using nothing, run time unchanged
+        i = _pod(sim, name)
+        assert sim.state[i] == RUNNING and sim.crashed[i] and sim.node[i] == 0
+        assert sim.pod_usage[i, 1] == 0 and sim.remaining[i] == 1000
+    assert sim.cluster.usage[0, 1] == pytest.approx(4500)
+    np.testing.assert_allclose(sim.cluster.requested[0, 1], 5000)
+    assert not run.of("placement")[4:]   # no re-placement
 
 
 def test_node_oom_stops_as_soon_as_memory_fits_largest_best_effort_first():
@@ -166,18 +173,50 @@ def test_node_oom_stops_as_soon_as_memory_fits_largest_best_effort_first():
         P("be_small", size_mem=2000),  # 1000
         P("be_big", size_mem=3000),    # 1500
     ]
-    # capacity 5000 (no overhead); usage 5500 -> kill be_big (largest BestEffort): 4000 <= 5000
+    # capacity 5000 (no overhead); usage 5500; oom_score be_big 300 + 1000 > be_small 200 + 1000
+    # -> kill be_big: 4000 <= 5000 (and 4000 < 0.95 x 5000: no eviction)
     run = simulate(_oom_world(5000, 0, pods), end_s=301)
     assert [e["pod"] for e in run.of("oom_kill")] == ["be_big"]
     assert run.metrics["oom_kills"] == 1
 
 
+def test_kubelet_evicts_under_memory_pressure_in_rank_memory_pressure_order():
+    pods = [  # usages at t = 300 (0.5 x size); usage - request
+        P("be1", size_mem=600),                                    # 300, +300 (BestEffort)
+        P("b2", mem=100, size_mem=700),                            # 350, +250 (Burstable)
+        P("be2", size_mem=400),                                    # 200, +200 (BestEffort)
+        P("g", cpu=100, cpu_limit=100, mem=4000, mem_limit=4000, size_mem=8000),  # 4000, 0 (Guaranteed)
+        P("b3", mem=5500, size_mem=10280),                         # 5140, -360 (Burstable)
+    ]
+    # capacity 10000, requests 9600; at 300 usage 9990 <= 10000 (no kernel OOM) but available
+    # 10 < 5% x 10000 = 500: MemoryPressure. kubelet order: usage above request first, by that
+    # excess (be1 300, b2 250, be2 200), then the others by usage (b3 5140, g 4000):
+    #   evict be1: 9690 > 9500; evict b2: 9340 <= 9500: stop. (The kernel would take be2 before b2.)
+    run = simulate(_oom_world(10000, 0, pods), end_s=301)
+    ev = run.of("eviction")
+    assert [(e["t"], e["pod"], e["reason"]) for e in ev] == [(300, "be1", "memory_pressure"),
+                                                            (300, "b2", "memory_pressure")]
+    m = run.metrics
+    assert m["evictions"] == m["evictions_memory"] == 2 and m["oom_kills"] == 0
+    sim = run.sim
+    # recreated at once: b2 (Burstable) is placed again on the node (the eviction manager looks
+    # again only 10 s later); be1 (BestEffort) is kept off by the memory-pressure taint until 600
+    assert [e["pod"] for e in run.of("placement") if e["t"] == 300] == ["b2"]
+    assert sim.state[_pod(sim, "be1")] == PENDING
+    assert sim.cluster.pressure_until[0] == 600
+    assert sim.remaining[_pod(sim, "be1")] == math.inf
+
+
 def test_killed_best_effort_pod_waits_while_the_node_is_under_memory_pressure():
-    # alloc 4000 MiB, no overhead, mem_level 1; MemoryPressure from observed 0.95 x 4000 = 3800.
+    # alloc 4000 MiB, no overhead, mem_level 1; MemoryPressure below 5% available: above 3800.
     # g (Guaranteed 3000) uses 300, 3000, 3000 in slots [0,300), [300,600), [600,900);
     # be (BestEffort)    uses 100,  850, 1200.
-    # [300,600): 3850 -> under pressure but fits; at 600: 4200 > 4000 -> be is killed, and cannot
-    # come back: observed memory (scrapes at 540 and 570) is 3850 >= 3800.
+    # At 300: 3850 > 3800 -> the kubelet evicts be (850 above its request 0; g is at its request).
+    # be is recreated but the MemoryPressure condition holds for the 5-min transition period, to
+    # 600, although the node's memory (a gauge: the last scrape, 3000 from 300 on) is fine: be waits.
+    # At 600 it is placed again: 3000 + 1200 = 4200 > 4000 -> the kernel kills be's container
+    # (oom_score 300 + 1000 against g's 750 - 997); be stays bound and restarts after 10 s, at 610,
+    # crashes again (20 s), at 630 again (40 s); next restart at 670, after the span.
     shape = np.zeros((4, 2, 3))
     shape[1, 0] = [0.1, 0.85, 1.2]
     shape[1, 1] = [0.1, 1.0, 1.0]
@@ -185,45 +224,72 @@ def test_killed_best_effort_pod_waits_while_the_node_is_under_memory_pressure():
             P("be", dur=1000, size_mem=1000, profile=0)]
     w = world([pool("a", node(cpu=8000, mem=4000), 1)], pods, profiles_from(shape), config(mem_level=1.0))
     run = simulate(w, end_s=650)
-    assert [(e["t"], e["pod"]) for e in run.of("oom_kill")] == [(600, "be")]
+    assert [(e["t"], e["pod"], e["reason"]) for e in run.of("eviction")] == [(300, "be", "memory_pressure")]
+    assert [(e["t"], e["pod"]) for e in run.of("placement")][2:] == [(600, "be")]
+    assert [(e["t"], e["pod"], e["restart_in"]) for e in run.of("oom_kill")] == \
+        [(600, "be", 10), (610, "be", 20), (630, "be", 40)]
+    assert [e["t"] for e in run.of("container_restart")] == [610, 630]
     sim = run.sim
-    be = int(np.flatnonzero(sim.w.name == "be")[0])
-    assert sim.state[be] == PENDING and sim.pending == [be]
-    assert sim.remaining[be] == pytest.approx(1000 - 600)
+    be = _pod(sim, "be")
+    assert sim.state[be] == RUNNING and sim.crashed[be]
+    assert sim.remaining[be] == pytest.approx(1000 - 300)   # what was left at the eviction
     m = run.metrics
-    assert m["unschedulable"] == 1
-    assert m["pods_arrived"] == 2   # a kill is not a new arrival
-    # waits: g 0, be 0 (first placement) and be's second wait so far, 650 - 600 = 50
-    assert m["pending_p99_s"] == pytest.approx(0 + 0.98 * (50 - 0))
+    assert m["unschedulable"] == 0 and m["evictions_memory"] == 1 and m["oom_kills"] == 3
+    assert m["pods_arrived"] == 2   # an eviction is not a new arrival
+    # waits: g 0, be 0 (first placement) and be's second wait, 600 - 300 = 300 (flagged: > 60 s)
+    assert m["sla_pending_too_long"] == 1
+    assert m["pending_p99_s"] == pytest.approx(0 + 0.98 * (300 - 0))
 
 
-# --- container OOM ---------------------------------------------------------------------------------
+# --- container OOM and CrashLoopBackOff --------------------------------------------------------------
 
-def test_container_oom_counts_each_crossing_of_the_limit_and_caps_usage():
-    # memory shape per 300 s slot: 0.5, 1.0, 0.5, 1.0 -> usage 0.8 x shape x 1500 = 600, 1200, 600, 1200
-    # against a limit of 1000: above in [300, 600) and [900, 1200): two crossings (collector docstring:
-    # "times a container's memory crossed its limit"), not one per tick above it
-    shape = np.zeros((4, 1, 4))
-    shape[1, 0] = [0.5, 1.0, 0.5, 1.0]
+def test_crash_loop_back_off_doubles_to_five_minutes():
+    # usage 1200 > limit 1000 all the time: killed at the bind (t = 0) and at every restart, which
+    # comes after 10, 20, 40, 80, 160, then 300 s (capped): restarts 10, 30, 70, 150, 310, 610, 910, ...
+    pods = [P("p", mem=500, mem_limit=1000, size_mem=1200)]
+    run = simulate(world([pool("a", node(mem=8192), 1)], pods), end_s=1800)
+    ooms = run.of("container_oom")
+    assert [e["t"] for e in ooms] == [0, 10, 30, 70, 150, 310, 610, 910, 1210, 1510]
+    assert [e["restart_in"] for e in ooms] == [10, 20, 40, 80, 160, 300, 300, 300, 300, 300]
+    assert [e["t"] for e in run.of("container_restart")] == [10, 30, 70, 150, 310, 610, 910, 1210, 1510]
+    m = run.metrics
+    assert m["container_oom"] == 10 and m["oom_kills"] == 0 and m["oom_kills_total"] == 10
+    assert m["mem_util"] == 0.0   # never runs
+    assert run.sim.crashed[0] and run.sim.state[0] == RUNNING
+
+
+def test_container_oom_back_off_resets_ten_minutes_after_the_last_crash():
+    # memory shape per 300 s slot 0.5, 1.0, 0.5, 0.5, 1.0 -> usage 0.8 x shape x 1500 = 600, 1200,
+    # 600, 600, 1200 against a limit of 1000. At 300: killed, restarts at 310, 330, 370, 450 and
+    # 610 (back-off 10, 20, 40, 80, 160), each time still above; at 610 (600 in use) it runs.
+    # After 1200 it restarts at 1210, 1230, 1270 (each killed again) and 1350, after the span.
+    # At 1200: killed; the previous crash was at 450, 750 s > 600 s before (client-go flowcontrol
+    # hasExpired: 2 x MaxContainerBackOff): the back-off starts again at 10 s.
+    shape = np.zeros((4, 1, 5))
+    shape[1, 0] = [0.5, 1.0, 0.5, 0.5, 1.0]
     pods = [P("p", mem=500, mem_limit=1000, size_mem=1500)]
     w = world([pool("a", node(mem=8192), 1)], pods, profiles_from(shape), config(mem_level=0.8))
-    run = simulate(w, end_s=1200)
-    assert run.metrics["container_oom"] == 2
-    assert [e["t"] for e in run.of("container_oom")] == [300, 900]
+    run = simulate(w, end_s=1300)
+    ooms = run.of("container_oom")
+    assert [(e["t"], e["restart_in"]) for e in ooms] == \
+        [(300, 10), (310, 20), (330, 40), (370, 80), (450, 160), (1200, 10), (1210, 20), (1230, 40),
+         (1270, 80)]
+    assert run.metrics["container_oom"] == 9
     assert run.metrics["oom_kills"] == 0  # not a node OOM
-    # memory is counted at the limit while above it: ticks 60..240 and 600..840 at 600 (9 ticks),
-    # ticks 300..540 and 900..1140 at 1000 (10 ticks), tick 0 empty; 20 ticks
-    expected = (9 * 600 + 10 * 1000) / 8192 / 20
+    # memory in use at the ticks: 600 at 60..240 (4 ticks), 0 at 300..540 (crashed), 600 at
+    # 600..1140 (610 restart: the tick at 600 sees 0, then 660..1140, 9 ticks), 0 from 1200; 22 ticks
+    expected = (4 * 600 + 9 * 600) / 8192 / 22
     assert run.metrics["mem_util"] == pytest.approx(expected, rel=1e-6)
-    assert run.sim.cluster.usage[0, 1] == pytest.approx(1000)
+    assert run.sim.cluster.usage[0, 1] == 0
 
 
-def test_memory_usage_is_capped_at_the_limit_from_the_bind():
+def test_container_over_its_limit_at_the_bind_is_killed_at_once():
     pods = [P("p", mem=500, mem_limit=1000, size_mem=1500)]   # 0.8 x 1500 = 1200 > 1000
     w = world([pool("a", node(mem=8192), 1)], pods, cfg=config(mem_level=0.8))
-    run = simulate(w, end_s=30)   # bound at t = 0 after the tick; no later tick
-    assert run.sim.cluster.usage[0, 1] == pytest.approx(1000)
-    assert run.metrics["container_oom"] == 1
+    run = simulate(w, end_s=30)   # bound at t = 0 after the tick; killed, restarts at 10, killed
+    assert run.sim.cluster.usage[0, 1] == 0
+    assert [e["t"] for e in run.of("container_oom")] == [0, 10]
+    assert run.metrics["container_oom"] == 2
 
 
 # --- latency ---------------------------------------------------------------------------------------
@@ -415,10 +481,12 @@ def test_autoscaler_scale_up_estimate_counts_gpus():
     w = world([pool("gpu", gpu_node, 1, max_count=4)], pods, cfg=config(autoscaler=True))
     run = simulate(w, end_s=400)
     # three pods each needing both GPUs of a node: need = max(300 / 8000, 6000 / 2000) = 3 nodes,
-    # asked for at the scan at 20 s, ready at 140 s, one pod each
+    # asked for at the scan at 20 s, ready at 140 s one after another. The first node-ready hint moves
+    # all three: w0 takes gpu-0001, w1 and w2 fail again (their second failure: backoff 2 s), so the
+    # next two hints find them backing off until 142 s.
     assert [(e["t"], e["node"]) for e in run.of("node_added")] == \
         [(20, "gpu-0001"), (20, "gpu-0002"), (20, "gpu-0003")]
-    assert sorted((e["t"], e["pod"]) for e in run.of("placement"))[1:] == [(140, "w0"), (140, "w1"), (140, "w2")]
+    assert sorted((e["t"], e["pod"]) for e in run.of("placement"))[1:] == [(140, "w0"), (142, "w1"), (142, "w2")]
     assert run.metrics["unschedulable"] == 0
 
 
@@ -449,6 +517,14 @@ def test_metrics_pipeline_window_mean_by_hand():
         last = three.scrape(np.array([[v]]))
     assert last[0, 0] == pytest.approx((3 + 6 + 9) / 3)
     assert three.scrape(np.array([[12.0]]))[0, 0] == pytest.approx((6 + 9 + 12) / 3)
+
+
+def test_metrics_pipeline_memory_is_a_gauge():
+    # the engine's pipeline publishes memory (column 1) as the last scrape, the rest as window means
+    pipe = MetricsPipeline(nodes=1, columns=4, scrape_s=30, window_s=60, gauges=(1,))
+    pipe.scrape(np.array([[10.0, 100.0, 1.0, 2.0]]))
+    out = pipe.scrape(np.array([[20.0, 300.0, 3.0, 4.0]]))
+    np.testing.assert_allclose(out, [[15.0, 300.0, 2.0, 3.0]])
 
 
 class Recorder(K8sDefault):

@@ -121,6 +121,7 @@ def assert_passes_filter(sim, pod, node):
     assert c.observed[node, 0] <= sim.cfg.safety_cpu_util * c.allocatable[node, 0], "safety filter ignored"
     if w.qos[pod] == BEST_EFFORT:
         assert c.observed[node, 1] < c.memory_pressure_mib[node], "BestEffort on a node under MemoryPressure"
+        assert c.pressure_until[node] <= sim._now, "BestEffort on a node within the pressure transition period"
 
 
 def assert_books(sim):
@@ -187,9 +188,22 @@ def test_invariants_on_random_worlds(w, seed):
     assert sim.pending == sorted(set(sim.pending)) == np.flatnonzero(sim.state == PENDING).tolist()
     assert m["unschedulable"] == n_pending
     assert np.all((sim.node >= 0) == (sim.state == RUNNING))
-    # each bind is undone by exactly one departure or kill; killed pods went back to the queue
-    kills = len(run.of("oom_kill")) + len(run.of("eviction"))
-    assert kills == m["oom_kills"] + m["evictions"]
+    # each bind is undone by exactly one departure or eviction; evicted pods went back to the queue;
+    # OOM kills (kernel and container) leave the pod bound, crashed, using nothing until its restart
+    kills = len(run.of("eviction"))
+    assert kills == m["evictions"] >= m["evictions_memory"]
+    assert len(run.of("oom_kill")) == m["oom_kills"] and len(run.of("container_oom")) == m["container_oom"]
+    assert m["oom_kills_total"] == m["oom_kills"] + m["container_oom"]
+    assert np.all(sim.state[sim.crashed] == RUNNING), "a crashed pod is not bound"
+    assert np.all(sim.pod_usage[sim.crashed] == 0), "a crashed pod uses something"
+    c = sim.cluster
+    on = sim.node >= 0
+    for j in range(4):   # node usage = its pods' usage (crashed: 0) + overhead
+        pods_j = np.bincount(sim.node[on], weights=sim.pod_usage[on, j], minlength=c.size)
+        oh = c.overhead[:, j] * c.provisioned if j < 2 else 0.0
+        np.testing.assert_allclose(c.usage[:, j], pods_j + oh, atol=1e-6)
+    # the kernel never leaves a node's memory above its capacity
+    assert np.all(c.usage[:, 1] <= c.allocatable[:, 1] + c.overhead[:, 1] + EPS)
     assert watch.binds == len(run.of("placement")) == m["binds"]
     assert watch.releases == n_done + kills == len(run.of("departure")) + kills
     assert watch.binds - watch.releases == n_running

@@ -9,18 +9,22 @@ Definitions (docs/simulator.md, section Metrics), all over the evaluation span's
 - fragmentation: ``metrics.fragmentation.cluster_fragmentation``, averaged over ticks;
 - latency_p99_ms: 99th percentile over all (latency-sensitive pod, tick) samples, read from a
   log-spaced histogram (bins 0.4% wide);
-- oom_per_week: node OOM kills per 7 simulated days (container OOMs reported apart);
+- oom_kills: kernel OOM kills on a node out of memory (node level); oom_per_week: those per 7
+  simulated days; oom_kills_total: oom_kills + container_oom (what node_vmstat_oom_kill counts),
+  oom_total_per_week: those per 7 simulated days;
 - overload_node_frac: share of (provisioned node, tick) samples with real CPU usage > 85%;
 - sla_violations: node OOM kills + latency SLO breaches + pods pending longer than 60 s; a breach
   is an episode: a latency-sensitive pod whose latency goes above its SLO (it counts again only
   after coming back under); also per 1,000 pods that arrived in the span. latency_breach_frac is
   the share of latency samples above the SLO;
-- container_oom: times a container's memory crossed its limit (it restarts in place);
+- container_oom: containers killed for memory above their limit (each restarts in place after the
+  kubelet's CrashLoopBackOff delay);
 - pending_p99_s: 99th percentile of time from entering the queue to placement (pods still pending
   at the end count with their wait so far); unschedulable: pods still pending at the end;
 - node_hours: provisioned node-hours;
 - decisions: scheduling cycles (attempts, failed ones included); binds: placements; evictions: pods
-  drained off nodes the autoscaler removes; unschedulable_by_shape: pods that fit no node template
+  evicted (drained off nodes the autoscaler removes, or by the kubelet under memory pressure:
+  evictions_memory); unschedulable_by_shape: pods that fit no node template
   of any pool they may use (reported once each).
 """
 
@@ -63,6 +67,7 @@ class MetricsCollector:
         self.pods_demand_sum = 0.0
         self.binds = 0
         self.evictions = 0
+        self.evictions_memory = 0
         self.unschedulable_by_shape = 0
         self.hourly: dict[str, list[float]] = {"cpu_util": [], "nodes": [], "fragmentation": []}
         self._hour_acc = np.zeros(3)
@@ -137,6 +142,8 @@ class MetricsCollector:
             "oom_per_week": self.oom_kills * 7 * 86400 / self.span_s,
             "oom_kills": self.oom_kills,
             "container_oom": self.container_ooms,
+            "oom_kills_total": self.oom_kills + self.container_ooms,
+            "oom_total_per_week": (self.oom_kills + self.container_ooms) * 7 * 86400 / self.span_s,
             "overload_node_frac": self.overloaded_samples / max(self.node_samples, 1),
             "sla_violations": violations,
             "sla_violations_per_1k_pods": 1000.0 * violations / max(self.arrivals, 1),
@@ -151,5 +158,6 @@ class MetricsCollector:
             "binds": self.binds,
             "attempts_per_pod": self.decisions / max(self.arrivals, 1),
             "evictions": self.evictions,
+            "evictions_memory": self.evictions_memory,
             "unschedulable_by_shape": self.unschedulable_by_shape,
         }

@@ -111,6 +111,10 @@ class Cluster:
         self.memory_pressure_mib = (self.allocatable[:, 1] + self.overhead[:, 1]) * (1 - MEMORY_EVICTION_AVAILABLE)
         """Observed memory use at which the kubelet reports MemoryPressure (BestEffort pods are then
         kept off the node by the node.kubernetes.io/memory-pressure taint)."""
+        self.pressure_until = np.full(n, -np.inf)
+        """The MemoryPressure condition holds while ``t < pressure_until``: set to ``t`` + the
+        pressure transition period (5 min) whenever the kubelet (real memory) or the metrics (observed
+        memory) see less than 5% available."""
         self.provisioned = np.zeros(n, dtype=bool)
         self.ready = np.zeros(n, dtype=bool)
         """Provisioned and past the provisioning delay: schedulable."""

@@ -71,6 +71,34 @@ class Autoscaler:
 
 
 @dataclass(frozen=True)
+class Kubelet:
+    """The kubelet's memory handling at its defaults; docs/simulator.md §5 cites each."""
+
+    backoff_initial_s: float = 10.0
+    """First restart delay of a crashed container (kubelet ``backOffPeriod``, pkg/kubelet/kubelet.go)."""
+    backoff_max_s: float = 300.0
+    """Cap of the doubling restart delay (kubelet ``MaxContainerBackOff``, 5 min)."""
+    backoff_reset_s: float = 600.0
+    """A crash more than this after the previous one starts the back-off again at ``backoff_initial_s``
+    (client-go util/flowcontrol/backoff.go ``hasExpired``: 2 x the max delay)."""
+    eviction_monitoring_s: float = 10.0
+    """The eviction manager evicts on a node at most once per this period (kubelet
+    ``evictionMonitoringPeriod``, 10 s)."""
+    pressure_transition_s: float = 300.0
+    """MemoryPressure stays on this long after the pressure ends
+    (--eviction-pressure-transition-period, 5 min)."""
+
+    def __post_init__(self) -> None:
+        for name in ("backoff_initial_s", "backoff_max_s", "backoff_reset_s", "eviction_monitoring_s"):
+            v = getattr(self, name)
+            if not v > 0:
+                raise ValueError(f"kubelet setting {name}={v!r}: expected a positive number of seconds")
+        if not self.pressure_transition_s >= 0:
+            raise ValueError(f"kubelet setting pressure_transition_s={self.pressure_transition_s!r}: "
+                             "expected seconds >= 0")
+
+
+@dataclass(frozen=True)
 class SimConfig:
     tick_s: float = 60.0
     """Usage tick: pod usage is re-read from its profile and metrics are sampled."""
@@ -97,6 +125,7 @@ class SimConfig:
     latency: LatencyModel = field(default_factory=LatencyModel)
     autoscaler: Autoscaler = field(default_factory=Autoscaler)
     queue: QueueConfig = field(default_factory=QueueConfig)
+    kubelet: Kubelet = field(default_factory=Kubelet)
 
     def __post_init__(self) -> None:
         for name in ("tick_s", "scrape_s", "window_s", "usage_scale", "mem_level"):

@@ -1,8 +1,8 @@
 """The discrete-event loop: arrivals, scheduling cycles, departures, usage ticks, scrapes, OOM kills
 and the autoscaler, in time order.
 
-At equal times events run in this order: departures, nodes becoming ready, the scheduling queue's
-own moves (backoffs ending, the unschedulable flush), the usage tick, the metrics scrape, arrivals.
+At equal times events run in this order: departures, nodes becoming ready, container restarts
+(CrashLoopBackOff ends), the kubelet's eviction re-checks, the scheduling queue's own moves (backoffs ending, the unschedulable flush), the usage tick, the metrics scrape, arrivals.
 Pods wait in kube-scheduler's scheduling queue (``simulator.queue``): each arrival enters the active
 queue and gets a scheduling cycle at once; a pod that fits nowhere waits, unschedulable, until a
 cluster event that could help it (a pod leaving a node it fits, a node becoming ready, new node
@@ -38,7 +38,8 @@ from td3sched.workload.profiles import UsageProfiles
 FUTURE, PENDING, RUNNING, DONE = 0, 1, 2, 3
 HEATMAP_NODES = 256
 """Node slots (evenly spaced) whose hourly CPU utilisation a run records for heatmaps."""
-_DEPART, _READY = 0, 1
+_DEPART, _READY, _RESTART, _EVICT_CHECK = 0, 1, 2, 3
+"""Heap event kinds, in their order at equal times."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class Simulation:
             if name not in c.pool_names:
                 raise ValueError(f"workload selects pool {name!r}, the cluster has {', '.join(c.pool_names)}")
         self.pool_to_cluster = np.array([c.pool_names.index(n) for n in w.pool_names] + [-1], dtype=np.int64)
-        self.pipeline = MetricsPipeline(c.size, 4, self.cfg.scrape_s, self.cfg.window_s)
+        self.pipeline = MetricsPipeline(c.size, 4, self.cfg.scrape_s, self.cfg.window_s, gauges=(1,))
         c.empty_since[c.provisioned] = self.start_s  # the span's first nodes are new, not idle since t=0
 
         p = len(w)
@@ -113,8 +114,16 @@ class Simulation:
         self.started = np.full(p, np.nan)
         self.queued_at = np.full(p, np.nan)
         self.flagged = np.zeros(p, dtype=bool)
-        self.over_limit = np.zeros(p, dtype=bool)
-        """Memory above its limit at the last tick (one container OOM per crossing)."""
+        self.crashed = np.zeros(p, dtype=bool)
+        """Bound pods whose container was OOM-killed and waits for its restart (CrashLoopBackOff):
+        they keep their node and requests but use nothing (``pod_usage`` row 0) and serve nothing;
+        latency code counts latency-sensitive crashed pods as served at the cap."""
+        self.crashes = np.zeros(p, dtype=np.int64)
+        """Consecutive crashes of a pod's container (its back-off exponent)."""
+        self.last_crash_s = np.full(p, -np.inf)
+        self._mem_check: list[int] = []
+        """Nodes that got a pod's usage since their last memory check (checked after the bind)."""
+        self._next_evict_s = None  # per node, set once the cluster exists
         self.breaching = np.zeros(p, dtype=bool)
         """Latency above its SLO at the last tick (one SLA violation per breach episode)."""
         self.gen = np.zeros(p, dtype=np.int64)
@@ -165,6 +174,9 @@ class Simulation:
         self._usage_slot = -1
         self._safety_cpu_milli = self.cfg.safety_cpu_util * self.cluster.allocatable[:, 0]
         self._mem_capacity = self.cluster.allocatable[:, 1] + self.cluster.overhead[:, 1]
+        self._now = self.start_s
+        self._next_evict_s = np.full(self.cluster.size, -np.inf)
+        """The eviction manager may evict on a node again from this time (monitoring period)."""
         lat = self.cfg.latency
         self._lat_weights = np.array([lat.weight_cpu, lat.weight_disk, lat.weight_net])
         self._lat_capacity = np.ascontiguousarray(self.cluster.capacity_usage[:, [2, 3]])
@@ -225,9 +237,10 @@ class Simulation:
         """Indices of the nodes that pass Filter for ``pod``."""
         return self._filter(pod)[0]
 
-    def _filter(self, pod: int) -> tuple[np.ndarray, int]:
+    def _filter(self, pod: int, t: float | None = None) -> tuple[np.ndarray, int]:
         """The nodes that pass Filter for ``pod`` and, when none does, why (queue reason bits)."""
         w, c = self.w, self.cluster
+        t = self._now if t is None else t
         k = self.pool_to_cluster[w.pool[pod]]
         sl = c.pool_slice[k] if k >= 0 else slice(0, c.size)
         gpu_free = c.gpu_capacity[sl] - c.gpu_used[sl] if w.gpu_count[pod] else c.gpu_used[sl]
@@ -243,8 +256,8 @@ class Simulation:
             return np.empty(0, dtype=np.int64), RESOURCES | shape
         fits_everywhere = not (c.provisioned[sl] & ~ok).any()  # no node of the pool rejected it by resources
         ok &= c.observed[sl, 0] <= self._safety_cpu_milli[sl]
-        if w.qos[pod] == BEST_EFFORT:  # node.kubernetes.io/memory-pressure taint
-            ok &= c.observed[sl, 1] < c.memory_pressure_mib[sl]
+        if w.qos[pod] == BEST_EFFORT:  # node.kubernetes.io/memory-pressure taint (MemoryPressure)
+            ok &= (c.observed[sl, 1] < c.memory_pressure_mib[sl]) & (c.pressure_until[sl] <= t)
         return np.flatnonzero(ok) + sl.start, USAGE | (0 if fits_everywhere else RESOURCES)
 
     def pod_request(self, pod: int, t: float) -> PodRequest:
@@ -262,7 +275,7 @@ class Simulation:
             self._memo_key, self._memo_failed = (t, self._epoch), {}
         reasons = self._memo_failed.get(k)
         if reasons is None:  # a class that found no node finds none until capacity frees up
-            nodes, reasons = self._filter(pod)
+            nodes, reasons = self._filter(pod, t)
             req = self.pod_request(pod, t) if len(nodes) else None
             if req is not None:
                 keep = self.policy.filter(req, nodes, self.cluster)
@@ -313,14 +326,15 @@ class Simulation:
             if app not in c.app_count:
                 c.app_count[app] = np.zeros(c.size, dtype=np.int64)
             c.app_count[app][node] += 1
+        self.state[pod] = RUNNING
+        self.node[pod] = node
         usage = self._usage_of(pod, t)
         if usage[1] > w.mem_limit_mib[pod]:
             usage = self._limit_memory(np.array([pod]), usage[None, :], t)[0]
         self.pod_usage[pod] = usage
         c.usage[node] += usage
+        self._mem_check.append(node)  # kernel OOM and kubelet eviction, once the cycle is done
         self.dirty[node] = True
-        self.state[pod] = RUNNING
-        self.node[pod] = node
         self.running[self.n_running] = pod
         self.run_pos[pod] = self.n_running
         self.n_running += 1
@@ -353,7 +367,9 @@ class Simulation:
             c.app_count[int(w.app[pod])][node] -= 1
         c.usage[node] -= self.pod_usage[pod]
         self.pod_usage[pod] = 0.0
-        self.over_limit[pod] = False
+        self.crashed[pod] = False
+        self.crashes[pod] = 0
+        self.last_crash_s[pod] = -np.inf
         self.breaching[pod] = False
         self.dirty[node] = True
         self.node[pod] = -1
@@ -390,6 +406,9 @@ class Simulation:
         """Scheduling cycles for every pod in the active queue, oldest queue timestamp first."""
         while (pod := self.queue.pop_active()) is not None:
             self.schedule(pod, t)
+            if self._mem_check:
+                nodes, self._mem_check = np.unique(self._mem_check), []
+                self._memory_changed(nodes, t)
 
     def _capacity_freed(self, node: int, t: float) -> None:
         """Queueing hint for a pod deleted from ``node``: the unschedulable pods that now fit it
@@ -415,14 +434,6 @@ class Simulation:
             self.events.write(t, "departure", pod=str(self.w.name[pod]), node=str(self.cluster.names[node]))
         self._capacity_freed(node, t)
 
-    def _kill(self, pod: int, t: float) -> None:
-        node = self._release(pod, t)
-        self.remaining[pod] = max(self.remaining[pod] - (t - self.started[pod]), 0.0)
-        self.metrics.oom_kills += 1
-        if self.events:
-            self.events.write(t, "oom_kill", pod=str(self.w.name[pod]), node=str(self.cluster.names[node]))
-        self._recreate(pod, t)
-
     def _recreate(self, pod: int, t: float) -> None:
         """A pod killed or evicted off its node is recreated by its controller with the run time it
         has left, and queued like a new pod (the caller drains the queue once its pass is done)."""
@@ -437,16 +448,7 @@ class Simulation:
         if slot != self._usage_slot:  # profiles are step-wise: usage only moves when the slot does
             self._usage_slot = slot
             self._refresh_usage(t)
-        # Node OOM: real memory above capacity (allocatable + system overhead).
-        hot = np.flatnonzero(c.usage[:, 1] > self._mem_capacity)
-        if len(hot):
-            running = self.running[: self.n_running].copy()
-            nodes_of = self.node[running]
-            for node in hot:
-                self._oom_node(int(node), running[nodes_of == node], t)
-            for node in hot:
-                self._capacity_freed(int(node), t)
-            self._drain(t)
+            self._memory_changed(np.flatnonzero(c.provisioned), t)
         self._sample(t)
         # pods pending too long: one violation per wait
         if self.queue.pending:
@@ -469,34 +471,124 @@ class Simulation:
         c.usage[:] = node_usage
 
     def _limit_memory(self, pods: np.ndarray, usage: np.ndarray, t: float) -> np.ndarray:
-        """Memory above a container's limit OOM-kills the container, which restarts in place at the
-        limit; one container OOM is counted each time a pod crosses its limit."""
-        w = self.w
-        over = usage[:, 1] > w.mem_limit_mib[pods]
-        crossed = over & ~self.over_limit[pods]
-        self.over_limit[pods] = over
-        if over.any():
-            self.metrics.container_ooms += int(crossed.sum())
-            usage[over, 1] = w.mem_limit_mib[pods[over]]
-            if self.events:
-                for pod in pods[crossed]:
-                    self.events.write(t, "container_oom", pod=str(w.name[pod]))
+        """``usage`` of bound ``pods`` as it is: zero for pods in CrashLoopBackOff, and a container
+        whose memory is above its limit is OOM-killed by the kernel (``_crash``) and uses nothing
+        until its restart. The caller puts the returned usage on the nodes."""
+        crashed = self.crashed[pods]
+        over = ~crashed & (usage[:, 1] > self.w.mem_limit_mib[pods])
+        for pod in pods[over]:
+            self.pod_usage[pod] = 0.0  # the caller books the node's usage
+            self._crash(int(pod), t, "container_oom")
+        usage[crashed | over] = 0.0
         return usage
 
+    # --- memory: container OOM, CrashLoopBackOff, kernel OOM killer, kubelet eviction --------------
+    def _crash(self, pod: int, t: float, kind: str) -> None:
+        """The kernel kills ``pod``'s container (``kind``: "container_oom" for memory above its limit,
+        "oom_kill" for a node out of memory). The pod stays bound with its requests and uses nothing
+        until the kubelet restarts it after the CrashLoopBackOff delay (10 s doubling per consecutive
+        crash, at most 5 min; a crash more than 10 min after the previous one starts again at 10 s)."""
+        k, c = self.cfg.kubelet, self.cluster
+        node = int(self.node[pod])
+        c.usage[node] -= self.pod_usage[pod]
+        self.pod_usage[pod] = 0.0
+        self.crashed[pod] = True
+        self.dirty[node] = True
+        self.breaching[pod] = False
+        if t - self.last_crash_s[pod] > k.backoff_reset_s:
+            self.crashes[pod] = 0
+        delay = min(k.backoff_initial_s * 2.0 ** self.crashes[pod], k.backoff_max_s)
+        self.crashes[pod] += 1
+        self.last_crash_s[pod] = t
+        if kind == "container_oom":
+            self.metrics.container_ooms += 1
+        else:
+            self.metrics.oom_kills += 1
+        self._push(t + delay, _RESTART, pod, int(self.gen[pod]))
+        if self.events:
+            self.events.write(t, kind, pod=str(self.w.name[pod]), node=str(c.names[node]), restart_in=delay)
+
+    def _restart(self, pod: int, t: float) -> None:
+        """The kubelet restarts a crashed container: its usage is re-read from its profile now (it may
+        crash again at once), and the node's memory is checked."""
+        self.crashed[pod] = False
+        node = int(self.node[pod])
+        if self.events:
+            self.events.write(t, "container_restart", pod=str(self.w.name[pod]), node=str(self.cluster.names[node]))
+        usage = self._limit_memory(np.array([pod]), self._usage_of(pod, t)[None, :], t)[0]
+        self.pod_usage[pod] = usage
+        self.cluster.usage[node] += usage
+        self.dirty[node] = True
+        self._memory_changed(np.array([node]), t)
+
+    def _memory_changed(self, nodes: np.ndarray, t: float) -> None:
+        """Memory usage of ``nodes`` changed: the kernel OOM killer acts on those above their capacity
+        (allocatable + overhead), then, at the same instant, the kubelet evicts on those below 5%
+        available. Pods evicted re-enter the queue, which is drained once all nodes are done."""
+        c = self.cluster
+        nodes = nodes[c.provisioned[nodes]]
+        if len(nodes) == 0:
+            return
+        hot = nodes[c.usage[nodes, 1] > self._mem_capacity[nodes]]
+        pressed = nodes[c.usage[nodes, 1] > c.memory_pressure_mib[nodes]]
+        if len(hot) == 0 and len(pressed) == 0:
+            return
+        running = self.running[: self.n_running]
+        bound = running[~self.crashed[running]]
+        nodes_of = self.node[bound]
+        for node in hot:
+            self._oom_node(int(node), bound[nodes_of == node], t)
+        freed = []
+        for node in pressed:
+            if self._evict_memory(int(node), bound[nodes_of == node], t):
+                freed.append(int(node))
+        for node in freed:
+            self._capacity_freed(node, t)
+        if freed:
+            self._drain(t)
+
     def _oom_node(self, node: int, pods: np.ndarray, t: float) -> None:
-        """Kill ``pods`` of ``node`` in the kernel's order until its memory fits: BestEffort first,
-        then Burstable by usage above request, Guaranteed last; largest usage first within a class."""
+        """The kernel OOM killer on ``node`` out of memory: kill the container of the highest
+        oom_score = memory / capacity x 1000 + oom_score_adj until memory fits. oom_score_adj by QoS
+        (pkg/kubelet/qos/policy.go): Guaranteed -997, BestEffort 1000, Burstable
+        min(max(2, 1000 - 1000 x memory request / capacity), 999). Ties by workload index."""
         w, c = self.w, self.cluster
+        capacity = self._mem_capacity[node]
         mem = self.pod_usage[pods, 1]
-        excess = mem - w.request[pods, 1]
-        rank = np.where(w.qos[pods] == BEST_EFFORT, 0, np.where(w.qos[pods] == BURSTABLE, 1, 2))
-        key = np.where(rank == 1, -excess, -mem)
-        order = np.lexsort((pods, key, rank))
-        capacity = c.allocatable[node, 1] + c.overhead[node, 1]
-        for pod in pods[order]:
+        burstable = np.clip(1000 - np.floor(1000 * w.request[pods, 1] / capacity), 2, 999)
+        adj = np.where(w.qos[pods] == BEST_EFFORT, 1000, np.where(w.qos[pods] == BURSTABLE, burstable, -997))
+        score = np.floor(mem / capacity * 1000) + adj
+        for pod in pods[np.lexsort((pods, -score))]:
             if c.usage[node, 1] <= capacity:
                 break
-            self._kill(int(pod), t)
+            if self.pod_usage[pod, 1] > 0:
+                self._crash(int(pod), t, "oom_kill")
+
+    def _evict_memory(self, node: int, pods: np.ndarray, t: float) -> bool:
+        """The kubelet's eviction manager on ``node`` under memory pressure (memory.available < 5% of
+        capacity): MemoryPressure holds for the transition period; if the node did not evict within
+        the monitoring period, evict pods one at a time, ranked as ``rankMemoryPressure`` does (usage
+        above request first, by that excess; then the others by usage; largest first), until
+        available is back at the threshold. Returns whether a pod was evicted."""
+        c, k = self.cluster, self.cfg.kubelet
+        pods = pods[self.pod_usage[pods, 1] > 0]  # evicting a pod using no memory frees none
+        c.pressure_until[node] = max(c.pressure_until[node], t + k.pressure_transition_s)
+        if t < self._next_evict_s[node]:
+            return False
+        mem = self.pod_usage[pods, 1]
+        excess = mem - self.w.request[pods, 1]
+        above = excess > 0
+        order = np.lexsort((pods, -np.where(above, excess, mem), ~above))
+        evicted = False
+        for pod in pods[order]:
+            if c.usage[node, 1] <= c.memory_pressure_mib[node]:
+                break
+            self._evict(int(pod), t, "memory_pressure")
+            evicted = True
+        if evicted:
+            self._next_evict_s[node] = t + k.eviction_monitoring_s
+            self._push(t + k.eviction_monitoring_s, _EVICT_CHECK, node, 0)
+        return evicted
 
     def _refresh_fragmentation(self) -> None:
         """Recompute F_n of the nodes whose free resources changed since the last call. F_n depends
@@ -574,8 +666,9 @@ class Simulation:
         throttled = raw_total - float(self.pod_usage[running, 0].sum())
 
         lat = cfg.latency
-        ls = self.ls_index[self.state[self.ls_index] == RUNNING]
-        waiting = self.ls_index[self.state[self.ls_index] == PENDING]
+        serving = (self.state[self.ls_index] == RUNNING) & ~self.crashed[self.ls_index]
+        ls = self.ls_index[serving]
+        waiting = self.ls_index[~serving & np.isin(self.state[self.ls_index], (PENDING, RUNNING))]
         cap_factor = 1.0 + (1.0 / (1.0 - lat.rho_cap) - 1.0) * (lat.weight_cpu + lat.weight_disk + lat.weight_net)
         if len(ls):
             # CPU: the pressure each pod meets under weighted processor sharing on its node
@@ -599,8 +692,9 @@ class Simulation:
         else:
             latency, breaches, breach_samples = np.empty(0), 0, 0
         if len(waiting):
-            # a latency-sensitive pod not running (pending, or not yet placed) serves its requests at
-            # the cap: breach samples, not breach episodes (its wait counts as sla_pending_too_long)
+            # a latency-sensitive pod pending, or bound but waiting for a container restart, serves its
+            # requests at the cap: breach samples, not breach episodes (a wait counts as
+            # sla_pending_too_long, a crash as an OOM kill)
             latency = np.concatenate([latency, self.base_ms[w.app[waiting]] * cap_factor])
             breach_samples += len(waiting)
         sample = self._heatmap_nodes
@@ -725,14 +819,17 @@ class Simulation:
                 gpu_free[target, g] -= int(w.gpu_milli[pod])
         return True
 
-    def _evict(self, pod: int, t: float) -> None:
-        """Drain for scale-down: the pod is evicted and recreated elsewhere by its controller."""
+    def _evict(self, pod: int, t: float, reason: str = "scale_down") -> None:
+        """The pod is evicted (a drain for scale-down, or the kubelet under memory pressure) and
+        recreated by its controller with the run time it has left."""
         node = self._release(pod, t)
         self.remaining[pod] = max(self.remaining[pod] - (t - self.started[pod]), 0.0)
         self.metrics.evictions += 1
+        if reason == "memory_pressure":
+            self.metrics.evictions_memory += 1
         if self.events:
             self.events.write(t, "eviction", pod=str(self.w.name[pod]), node=str(self.cluster.names[node]),
-                              reason="scale_down")
+                              reason=reason)
         self._recreate(pod, t)
 
     def _remove_nodes(self, gone: np.ndarray, t: float) -> None:
@@ -746,6 +843,8 @@ class Simulation:
         c.empty_since[gone] = np.inf
         c.usage[gone] = 0.0
         c.observed[gone] = 0.0
+        c.pressure_until[gone] = -np.inf
+        self._next_evict_s[gone] = -np.inf
         self._unneeded_since[gone] = np.inf
         self.pipeline.forget(gone)
         self.dirty[gone] = True
@@ -788,6 +887,9 @@ class Simulation:
         self.metrics = MetricsCollector(self.end_s - self.measure_s, self.cfg.tick_s)
         self.metrics.arrivals = int(np.isin(self.state, (PENDING, RUNNING)).sum())
         self.reward = type(self.reward)(self.world.reward)
+        if self.events:
+            self.events.write(self.measure_s, "span_start", pods_alive=self.metrics.arrivals,
+                              pending=len(self.queue.pending))
         for pod in self.queue.pending:  # a wait that began in the warm-up counts once more in the span
             self.flagged[pod] = False
 
@@ -811,13 +913,19 @@ class Simulation:
                 break
             if not self.measuring and t >= self.measure_s:
                 self._start_measuring()
+            self._now = t
             if t_heap == t:
                 _, kind, _, a, b = heapq.heappop(self.heap)
                 if kind == _DEPART:
                     if self.state[a] == RUNNING and self.gen[a] == b:
                         self._depart(a, t)
-                else:
+                elif kind == _READY:
                     self._node_ready(a, t)
+                elif kind == _RESTART:
+                    if self.state[a] == RUNNING and self.gen[a] == b and self.crashed[a]:
+                        self._restart(a, t)
+                else:  # the eviction manager's next look at a node it evicted on
+                    self._memory_changed(np.array([a]), t)
                 continue
             if t_queue == t:
                 self.queue.release_backoff(t)
@@ -835,6 +943,8 @@ class Simulation:
             if next_scrape == t:
                 c.observed[:] = self.pipeline.scrape(self.delivered_usage())
                 c.last_scrape_s = t
+                # MemoryPressure seen in the node's metrics holds for the transition period too
+                c.pressure_until[c.observed[:, 1] >= c.memory_pressure_mib] = t + cfg.kubelet.pressure_transition_s
                 next_scrape += cfg.scrape_s
                 self._epoch += 1
                 if self.queue.usage_held:  # new node metrics: pods held back by usage try again

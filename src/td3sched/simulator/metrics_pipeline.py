@@ -1,7 +1,9 @@
 """The metrics pipeline between the cluster and the scheduler: scrapes and a rate window.
 
 Node usage is scraped every ``scrape_s``; what the scheduler sees is the mean of the scrapes inside
-the last ``window_s`` (Prometheus ``rate(...[1m])`` over 30 s scrapes averages two samples). Pods
+the last ``window_s`` (Prometheus ``rate(...[1m])`` over 30 s scrapes averages two samples), except
+for gauge columns (``gauges``; the engine's memory column), which publish the last scrape as it is:
+memory in use is a gauge (``node_memory_MemAvailable_bytes``), not a rate. Pods
 placed since the last scrape are invisible until the next one: the lag that makes bursts pile up.
 
 Usage statistics over a longer history (Prometheus ``avg_over_time`` / ``stddev_over_time``, which
@@ -17,7 +19,9 @@ import numpy as np
 
 
 class MetricsPipeline:
-    def __init__(self, nodes: int, columns: int, scrape_s: float, window_s: float):
+    def __init__(self, nodes: int, columns: int, scrape_s: float, window_s: float, gauges: tuple[int, ...] = ()):
+        self.gauges = list(gauges)
+        """Columns published as the last scrape (gauges), not the window mean (rates)."""
         self.depth = max(1, int(math.floor(window_s / scrape_s)))
         self.history = np.zeros((self.depth, nodes, columns))
         self.filled = 0
@@ -43,7 +47,10 @@ class MetricsPipeline:
         self.scrapes += 1
         self._version += 1
         # Until the window has filled, slots [0, filled) hold every scrape so far.
-        return self.history[: self.filled].mean(axis=0)
+        out = self.history[: self.filled].mean(axis=0)
+        if self.gauges:
+            out[:, self.gauges] = usage[:, self.gauges]
+        return out
 
     def forget(self, nodes: np.ndarray) -> None:
         """A removed node's history is dropped (its slot may come back as a new node)."""

@@ -6,7 +6,7 @@ a slot (``workload.profiles``):
     cpu  = min(cpu_limit, usage_scale x shape_cpu x size_cpu_milli)    throttled at the limit
     mem  = mem_level x shape_mem x size_mem_mib                        (above its limit the engine
                                                                         OOM-kills the container, which
-                                                                        restarts at the limit)
+                                                                        restarts after its back-off)
     disk = shape_disk x size_disk_mbps,  net = shape_net x size_net_mbps
 
 ``Hindsight`` reads the same formula over future slots: what a pod *will* use, which no real
