@@ -18,6 +18,7 @@ def _queue(n=4, **kw) -> SchedulingQueue:
 def test_backoff_doubles_from_one_second_to_the_ten_second_cap():
     q = _queue()
     assert [q.backoff_s(a) for a in range(1, 7)] == [1, 2, 4, 8, 10, 10]
+    assert q.backoff_s(5000) == 10          # a pod tried thousands of times stays at the cap
 
 
 def test_a_moved_pod_waits_out_its_backoff_in_the_backoff_queue():

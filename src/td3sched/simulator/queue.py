@@ -139,7 +139,8 @@ class SchedulingQueue:
 
     def backoff_s(self, attempts: int) -> float:
         """initial x 2^(attempts - 1), capped at the maximum (calculateBackoffDuration)."""
-        return min(self.cfg.pod_initial_backoff_s * 2.0 ** max(attempts - 1, 0), self.cfg.pod_max_backoff_s)
+        doublings = min(max(attempts - 1, 0), 62)  # past the cap long before; keeps 2**n finite
+        return min(self.cfg.pod_initial_backoff_s * 2.0 ** doublings, self.cfg.pod_max_backoff_s)
 
     def bound(self, pod: int) -> None:
         """The pod was placed (or deleted): it leaves the queue."""
