@@ -206,6 +206,9 @@ class Simulation:
                                 w.qos == BEST_EFFORT]) if len(w) else np.zeros((0, 10))
         classes, fit_class = np.unique(keys, axis=0, return_inverse=True)
         self.fit_class = fit_class.ravel().astype(np.int64)
+        self._class_pod = np.zeros(len(classes), dtype=np.int64)
+        """One pod of each class (for what Filter reads beyond the class columns: the app)."""
+        self._class_pod[self.fit_class[::-1]] = np.arange(len(w))[::-1]
         self.class_request = np.ascontiguousarray(classes[:, :4])
         self.class_gpu_count = classes[:, 4].astype(np.int64)
         self.class_gpu_milli = classes[:, 5].astype(np.int64)
@@ -221,11 +224,14 @@ class Simulation:
                            self.class_pool[None, :] == np.arange(len(c.pools))[:, None])
         self.class_fits_a_template = (self.template_fits & allowed).any(axis=0)
         self.queue = SchedulingQueue(len(w), self.cfg.queue, self.fit_class)
-        self._memo_key: tuple[float, int] = (math.nan, -1)
-        self._memo_failed: dict[int, int] = {}
-        """Fit classes that found no node at this (time, capacity epoch), with their reasons."""
-        self._epoch = 0
-        """Bumped whenever a node may accept more than before (a release, a node ready, new metrics)."""
+        self.failure_memo = True
+        """Skip Filter for a class known to find no node (exact; off only to test that it is)."""
+        self._memo_failed: dict[int, tuple[int, float, int]] = {}
+        """Fit class -> (capacity epoch, time, reasons) of its last cycle that found no node."""
+        self._freed: list[int] = []
+        """The node each capacity epoch freed room on (-1: every node, new metrics); the epoch is
+        its length. Capacity only grows through these events, so a class that found no node finds
+        none until one of them touches a node it fits."""
         self.shape_reported = np.zeros(len(w), dtype=bool)
 
     @property
@@ -265,16 +271,48 @@ class Simulation:
         return PodRequest(pod, w.request[pod], int(w.gpu_count[pod]), int(w.gpu_milli[pod]), int(w.qos[pod]),
                           float(w.cpu_limit_milli[pod]), float(w.mem_limit_mib[pod]), t)
 
+    def _epoch_freed(self, node: int) -> None:
+        self._freed.append(node)
+
+    def _still_failing(self, k: int, t: float) -> int | None:
+        """The reasons class ``k`` finds no node now, known without a Filter pass, or None.
+
+        Exact: binds only take room; room comes back only through the events in ``_freed``. A class
+        held back by usage (policies may depend on time) is known only at the same time and epoch;
+        one rejected by resources alone stays rejected unless a node freed since fits it."""
+        memo = self._memo_failed.get(k) if self.failure_memo else None
+        if memo is None:
+            return None
+        epoch, t_fail, reasons = memo
+        if epoch == len(self._freed) and (t_fail == t or reasons & USAGE == 0):
+            return reasons
+        if reasons & USAGE or len(self._freed) - epoch > 256:
+            return None
+        freed = np.unique(np.array(self._freed[epoch:], dtype=np.int64))
+        if freed[0] < 0:
+            return None
+        c, w = self.cluster, self.w
+        pod_like = self._class_pod[k]
+        pool = self.class_pool[k]
+        ok = c.ready[freed] & ((pool < 0) | (c.pool_of[freed] == pool))
+        ok &= fits_one(c.free[freed], c.gpu_capacity[freed] - c.gpu_used[freed], self.class_request[k],
+                       int(self.class_gpu_count[k]), int(self.class_gpu_milli[k]))
+        cap = w.max_per_node[pod_like]
+        if cap > 0 and int(w.app[pod_like]) in c.app_count:
+            ok &= c.app_count[int(w.app[pod_like])][freed] < cap
+        if ok.any():
+            return None
+        self._memo_failed[k] = (len(self._freed), t, reasons)
+        return reasons
+
     def schedule(self, pod: int, t: float) -> bool:
         """One scheduling cycle: Filter, Score, Select (ties at random), Bind. A pod that no node
         passes goes back to the scheduling queue with the reasons."""
         t0 = time.perf_counter()
         self.metrics.decisions += 1
         k = int(self.fit_class[pod])
-        if self._memo_key != (t, self._epoch):
-            self._memo_key, self._memo_failed = (t, self._epoch), {}
-        reasons = self._memo_failed.get(k)
-        if reasons is None:  # a class that found no node finds none until capacity frees up
+        reasons = self._still_failing(k, t)
+        if reasons is None:
             nodes, reasons = self._filter(pod, t)
             req = self.pod_request(pod, t) if len(nodes) else None
             if req is not None:
@@ -287,7 +325,7 @@ class Simulation:
         else:
             nodes = np.empty(0, dtype=np.int64)
         if len(nodes) == 0:
-            self._memo_failed[k] = reasons
+            self._memo_failed[k] = (len(self._freed), t, reasons)
             self._unschedulable(pod, t, reasons)
             self.decision_wall_s += time.perf_counter() - t0
             return False
@@ -350,6 +388,7 @@ class Simulation:
         """Take a running pod off its node; returns the node."""
         w, c = self.w, self.cluster
         node = int(self.node[pod])
+        self._epoch_freed(node)
         c.requested[node] -= w.request[pod]
         c.free[node] += w.request[pod]
         c.nonzero_requested[node] -= self.nonzero[pod]
@@ -413,7 +452,6 @@ class Simulation:
     def _capacity_freed(self, node: int, t: float) -> None:
         """Queueing hint for a pod deleted from ``node``: the unschedulable pods that now fit it
         (resources, GPUs, pool) move to the active or backoff queue."""
-        self._epoch += 1
         classes = self.queue.classes_waiting_for_resources()
         if len(classes) == 0 or not self.cluster.ready[node]:
             return
@@ -859,7 +897,7 @@ class Simulation:
         c.ready[node] = True
         c.empty_since[node] = t
         self.dirty[node] = True
-        self._epoch += 1
+        self._epoch_freed(node)
         if self.events:
             self.events.write(t, "node_ready", node=str(c.names[node]))
         # queueing hint for a new node: the unschedulable pods it fits, by resources or by shape
@@ -946,7 +984,7 @@ class Simulation:
                 # MemoryPressure seen in the node's metrics holds for the transition period too
                 c.pressure_until[c.observed[:, 1] >= c.memory_pressure_mib] = t + cfg.kubelet.pressure_transition_s
                 next_scrape += cfg.scrape_s
-                self._epoch += 1
+                self._epoch_freed(-1)
                 if self.queue.usage_held:  # new node metrics: pods held back by usage try again
                     self.queue.move_usage_held(t)
                     self._drain(t)
