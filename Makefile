@@ -31,6 +31,7 @@ test: setup
 
 bench: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_sim.py
+	$(PY) benchmarks/bench_queue.py
 	$(PY) benchmarks/bench_train.py
 
 clean:
