@@ -33,6 +33,8 @@ def simulate(
     set_: list[str] = typer.Option([], "--set", help="Override a scenario field, e.g. --set nodes.count=800."),
     out_path: Optional[Path] = typer.Option(None, "--out", help="Write the run's metrics as JSON here."),
     events: Optional[Path] = typer.Option(None, help="Write every event of the run as JSON lines here."),
+    events_detail: bool = typer.Option(False, "--events-detail",
+                                       help="With --events: each tick also writes every node's delivered CPU and memory."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
     lenient: bool = typer.Option(False, help="Skip malformed trace rows (and report them) instead of failing."),
 ) -> None:
@@ -41,7 +43,7 @@ def simulate(
 
     try:
         result = run_simulation(scenario, policy, seed, span, list(set_), events_path=events, progress=progress,
-                                lenient=lenient)
+                                lenient=lenient, events_detail=events_detail)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
     for line in result["skipped_rows"]:

@@ -28,7 +28,7 @@ def code_version() -> str:
 
 def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = "full",
                    overrides: list[str] | None = None, events_path: Path | None = None,
-                   progress: bool = False, lenient: bool = False) -> dict:
+                   progress: bool = False, lenient: bool = False, events_detail: bool = False) -> dict:
     """Run ``policy_name`` on a scenario span; return the JSON-ready record of the run. With
     ``lenient``, malformed trace rows are skipped and counted in the record's ``skipped_rows``."""
     from td3sched.search.best_static import resolve_policy
@@ -40,7 +40,7 @@ def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = 
     reports: list = []
     world = scenario.build(seed, lenient=lenient, reports=reports)
     warmup_s = world.config.warmup_days * 86400.0
-    events, stream = open_event_log(events_path)
+    events, stream = open_event_log(events_path, events_detail)
     try:
         if progress:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn

@@ -32,7 +32,7 @@ from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one, gpu_sum
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import RESOURCES, SHAPE, USAGE, SchedulingQueue
 from td3sched.simulator.usage import Hindsight, pod_usage
-from td3sched.workload.pods import BEST_EFFORT, BURSTABLE, Workload
+from td3sched.workload.pods import BEST_EFFORT, BURSTABLE, QOS_NAMES, Workload
 from td3sched.workload.profiles import UsageProfiles
 
 FUTURE, PENDING, RUNNING, DONE = 0, 1, 2, 3
@@ -56,10 +56,13 @@ class World:
 
 
 class EventLog:
-    """Every event of a run as JSON lines, for audits and independent recomputation."""
+    """Every event of a run as JSON lines, for audits and independent recomputation (schema in
+    docs/simulator.md, "The event log"). With ``detail``, every tick also writes each provisioned
+    node's delivered CPU and memory."""
 
-    def __init__(self, stream: TextIO):
+    def __init__(self, stream: TextIO, detail: bool = False):
         self.stream = stream
+        self.detail = detail
 
     def write(self, t: float, kind: str, **fields) -> None:
         self.stream.write(json.dumps({"t": round(t, 3), "event": kind, **fields}) + "\n")
@@ -687,6 +690,10 @@ class Simulation:
         self._refresh_fragmentation()
         alloc = prov @ c.allocatable
         usage = self.delivered_usage()
+        if self.events and self.events.detail:
+            nodes = np.flatnonzero(c.provisioned)
+            self.events.write(t, "tick", nodes=nodes.tolist(), cpu_milli=np.round(usage[nodes, 0], 3).tolist(),
+                              mem_mib=np.round(usage[nodes, 1], 3).tolist())
         pods_cpu, pods_mem = prov @ usage[:, :2] - prov @ c.overhead
         frag = float(self.frag_cache @ prov / alloc[0]) if alloc[0] > 0 else 0.0
         overloaded = int(prov @ (usage[:, 0] > cfg.overload_util * c.allocatable[:, 0]))
@@ -789,8 +796,7 @@ class Simulation:
             for n in add:
                 self._push(t + a.provision_delay_s, _READY, int(n), 0)
                 if self.events:
-                    self.events.write(t, "node_added", node=str(c.names[n]), pool=c.pool_names[k],
-                                      allocatable=c.allocatable[n].tolist(), gpus=int((c.gpu_capacity[n] > 0).sum()))
+                    self._log_node(t, "node_added", int(n))
         return added
 
     def _requested_utilisation(self) -> np.ndarray:
@@ -918,6 +924,26 @@ class Simulation:
             q.move_shape_held(held[fits].tolist(), t)
         self._drain(t)
 
+    def _log_arrival(self, pod: int, t: float) -> None:
+        w = self.w
+
+        def limit(v: float) -> float | None:
+            return None if math.isinf(v) else float(v)
+
+        pool = int(w.pool[pod])
+        self.events.write(t, "arrival", pod=str(w.name[pod]), request=w.request[pod].tolist(),
+                          gpu_count=int(w.gpu_count[pod]), gpu_milli=int(w.gpu_milli[pod]),
+                          cpu_limit_milli=limit(w.cpu_limit_milli[pod]), mem_limit_mib=limit(w.mem_limit_mib[pod]),
+                          qos=QOS_NAMES[int(w.qos[pod])], pool=w.pool_names[pool] if pool >= 0 else None,
+                          latency_sensitive=bool(w.latency_sensitive[pod]), app=str(w.app_names[int(w.app[pod])]),
+                          max_per_node=int(w.max_per_node[pod]), run_s=limit(self.remaining[pod]))
+
+    def _log_node(self, t: float, kind: str, n: int) -> None:
+        c = self.cluster
+        self.events.write(t, kind, node=str(c.names[n]), index=int(n), pool=c.pool_names[int(c.pool_of[n])],
+                          allocatable=c.allocatable[n].tolist(), overhead=c.overhead[n].tolist(),
+                          bandwidth=c.bandwidth[n].tolist(), gpus=int((c.gpu_capacity[n] > 0).sum()))
+
     def _start_measuring(self) -> None:
         """End of the warm-up: metrics and the reward start afresh; the pods alive now count as
         the span's pods (as pods alive at a span's start always have)."""
@@ -937,6 +963,9 @@ class Simulation:
         wall0 = time.perf_counter()
         c, cfg = self.cluster, self.cfg
         c.usage[:, :2] = c.overhead * c.provisioned[:, None]
+        if self.events:
+            for n in np.flatnonzero(c.provisioned):
+                self._log_node(self.start_s, "node_added", int(n))
         next_tick = self.start_s
         next_scrape = self.start_s
         next_scan = self.start_s if cfg.autoscaler.enabled else math.inf
@@ -997,7 +1026,7 @@ class Simulation:
             ai += 1
             self.metrics.arrivals += 1
             if self.events:
-                self.events.write(t, "arrival", pod=str(self.w.name[pod]))
+                self._log_arrival(pod, t)
             self._enqueue(pod, t)
         if self.progress:
             self.progress(self.end_s - last_progress)
@@ -1017,8 +1046,8 @@ class Simulation:
                 "node_util_slots": [str(self.cluster.names[n]) for n in self._heatmap_nodes]}
 
 
-def open_event_log(path: Path | None) -> tuple[EventLog | None, TextIO | None]:
+def open_event_log(path: Path | None, detail: bool = False) -> tuple[EventLog | None, TextIO | None]:
     if path is None:
         return None, None
     stream = open(path, "w", encoding="utf-8")
-    return EventLog(stream), stream
+    return EventLog(stream, detail), stream
