@@ -115,7 +115,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"code version {code_version()}; overrides {args.overrides or 'none'}")
     if not args.skip_scale:
-        scales = [round(x, 2) for x in np.arange(0.8, 3.01, 0.1)]
+        scales = [round(x, 2) for x in np.arange(0.8, 2.005, 0.01)]
         shares = share_at_limit(scales, args.overrides)
         print("usage_scale -> share of DLRM samples at the CPU limit (train span):")
         for s, f in zip(scales, shares):

@@ -72,14 +72,15 @@ def test_event_log_has_one_placement_per_bound_pod_and_every_arrival(runs):
 
 
 def test_the_detailed_event_log_suffices_to_recompute_cpu_util(tmp_path):
-    """An outside checker recomputes cpu_util from the log alone: node capacities from node_added,
+    """An outside checker recomputes cpu_util from the log alone: node capacities from node_present and
+    node_added,
     delivered CPU per node from the detailed ticks, the span from span_start."""
     from td3sched.run import run_simulation
 
     path = tmp_path / "events.jsonl"
     record = run_simulation("tiny", "k8s-default", 1, "test", [], events_path=path, events_detail=True)
     events = [json.loads(line) for line in path.read_text().splitlines()]
-    nodes = {e["index"]: e for e in events if e["event"] == "node_added"}
+    nodes = {e["index"]: e for e in events if e["event"] in ("node_present", "node_added")}
     start = next(e["t"] for e in events if e["event"] == "span_start")
     arrivals = [e for e in events if e["event"] == "arrival"]
     assert all({"request", "qos", "pool", "cpu_limit_milli", "mem_limit_mib"} <= set(e) for e in arrivals)

@@ -481,12 +481,12 @@ def test_autoscaler_scale_up_estimate_counts_gpus():
     w = world([pool("gpu", gpu_node, 1, max_count=4)], pods, cfg=config(autoscaler=True))
     run = simulate(w, end_s=400)
     # three pods each needing both GPUs of a node: need = max(300 / 8000, 6000 / 2000) = 3 nodes,
-    # asked for at the scan at 20 s, ready at 140 s one after another. The first node-ready hint moves
-    # all three: w0 takes gpu-0001, w1 and w2 fail again (their second failure: backoff 2 s), so the
-    # next two hints find them backing off until 142 s.
+    # asked for at the scan at 20 s, ready at 140 s one after another. Each node-ready hint moves as
+    # many of the waiting pods as the new node has room for (one: two GPUs each), oldest first.
     assert [(e["t"], e["node"]) for e in run.of("node_added")] == \
         [(20, "gpu-0001"), (20, "gpu-0002"), (20, "gpu-0003")]
-    assert sorted((e["t"], e["pod"]) for e in run.of("placement"))[1:] == [(140, "w0"), (142, "w1"), (142, "w2")]
+    assert [(e["t"], e["pod"], e["node"]) for e in run.of("placement")][1:] == \
+        [(140, "w0", "gpu-0001"), (140, "w1", "gpu-0002"), (140, "w2", "gpu-0003")]
     assert run.metrics["unschedulable"] == 0
 
 

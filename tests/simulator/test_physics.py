@@ -116,3 +116,15 @@ def test_warm_up_counts_only_the_span():
     assert sim.measure_s == 600.0 and sim.start_s == 0.0
     with pytest.raises(ValueError, match="warm-up"):
         Simulation(w, K8sDefault(), 0, 0.0, 500.0, warmup_s=600.0)
+
+
+@pytest.mark.slow
+def test_a_span_starts_at_steady_state_node_count():
+    """dlrm's test span, after the default 3-day warm-up: the node count at the span's start is
+    within 5% of the count one day later (before the warm-up, the first hours were a fill burst)."""
+    from td3sched.run import run_simulation
+
+    record = run_simulation("dlrm", "k8s-default", 1, "test", ["spans.test=[21,22.05]", "batch.enabled=false"])
+    nodes = record["series_hourly"]["nodes"]
+    assert len(nodes) >= 25
+    assert abs(nodes[24] - nodes[0]) <= 0.05 * nodes[0]

@@ -148,3 +148,23 @@ def test_a_departure_retries_only_pods_that_fit_the_freed_node():
     # at 100 both fit the freed node: the older queue timestamp (w900, failed at 1 s) goes first and
     # takes it; w700 failed at 2 s, is tried at 100 and fails again
     assert _failures(run.sim, "w900") == 1 and _failures(run.sim, "w700") == 2
+
+
+def test_a_departure_moves_only_as_many_pods_alike_as_the_freed_node_takes():
+    # one 1000m node full with "blocker" (1000m) until 100 s; ten pods of 600m wait. The departure
+    # frees room for one of them: only the longest-waiting moves (and binds); the nine others are
+    # not tried again until the 5-minute flush.
+    pods = [P("blocker", t=0, dur=100, cpu=1000)] + [P(f"w{i}", t=1 + i, cpu=600) for i in range(10)]
+    run = simulate(world([pool("a", node(cpu=1000), 1)], pods), end_s=250)
+    assert [(e["t"], e["pod"]) for e in run.of("placement")] == [(0, "blocker"), (100, "w0")]
+    assert run.metrics["decisions"] == 1 + 10 + 1
+    # a plain queue with the room limit off moves all ten: nine more failed attempts
+    q = SchedulingQueue(3, QueueConfig(), fit_class=np.zeros(3, dtype=np.int64))
+    for pod in range(3):
+        q.add(pod, float(pod))
+        q.pop_active()
+        q.failed(pod, float(pod), RESOURCES)
+    q.move_classes([0], 50.0, room=[1])
+    assert q.where.tolist() == [ACTIVE, UNSCHEDULABLE, UNSCHEDULABLE]
+    q.move_classes([0], 60.0)
+    assert q.where.tolist() == [ACTIVE, ACTIVE, ACTIVE]

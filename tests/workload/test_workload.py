@@ -9,6 +9,8 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pytest
 
 from td3sched.scenario import SCENARIO_DIR
@@ -271,3 +273,15 @@ def test_save_and_load_round_trip_keeps_infinities_and_pools(tmp_path):
                   "size_cpu_milli", "size_mem_mib", "profile"):
         np.testing.assert_array_equal(getattr(back, field), getattr(w, field), err_msg=field)
     assert prof_back.shape.shape == (4, 2, 3) and prof_back.source_ids == prof.source_ids
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.sampled_from([0.5, 1.0, 2.0])), min_size=0, max_size=40))
+def test_unique_rows_is_numpy_unique_over_rows(rows):
+    from td3sched.workload.pods import unique_rows
+
+    a = np.array(rows, dtype=float).reshape(-1, 3)
+    got, inverse = unique_rows(a)
+    want, want_inverse = np.unique(a, axis=0, return_inverse=True)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(inverse, want_inverse.reshape(-1))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from td3sched.simulator.filter import fit_matrix
-from td3sched.workload.pods import Workload
+from td3sched.workload.pods import Workload, unique_rows
 
 MAX_SHAPES = 20
 
@@ -63,7 +63,7 @@ class TypicalPods:
         keep = weight > 0
         if not keep.any():
             return cls.empty()
-        shapes, inverse = np.unique(feats[keep], axis=0, return_inverse=True)
+        shapes, inverse = unique_rows(feats[keep])
         weights = np.bincount(inverse.reshape(-1), weights=weight[keep], minlength=len(shapes))
         if len(shapes) > max_shapes:
             labels = _weighted_kmeans(np.log1p(shapes), weights, max_shapes, seed)

@@ -32,7 +32,7 @@ from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one, gpu_sum
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import RESOURCES, SHAPE, USAGE, SchedulingQueue
 from td3sched.simulator.usage import Hindsight, pod_usage
-from td3sched.workload.pods import BEST_EFFORT, BURSTABLE, QOS_NAMES, Workload
+from td3sched.workload.pods import BEST_EFFORT, BURSTABLE, QOS_NAMES, Workload, unique_rows
 from td3sched.workload.profiles import UsageProfiles
 
 FUTURE, PENDING, RUNNING, DONE = 0, 1, 2, 3
@@ -207,7 +207,7 @@ class Simulation:
         keys = np.column_stack([w.request, w.gpu_count, w.gpu_milli, w.pool,
                                 np.where(self.app_capped[w.app], w.app, -1), w.max_per_node,
                                 w.qos == BEST_EFFORT]) if len(w) else np.zeros((0, 10))
-        classes, fit_class = np.unique(keys, axis=0, return_inverse=True)
+        classes, fit_class = unique_rows(keys)
         self.fit_class = fit_class.ravel().astype(np.int64)
         self._class_pod = np.zeros(len(classes), dtype=np.int64)
         """One pod of each class (for what Filter reads beyond the class columns: the app)."""
@@ -464,8 +464,24 @@ class Simulation:
         pool = self.class_pool[classes]
         fits &= (pool < 0) | (pool == c.pool_of[node])
         if fits.any():
-            self.queue.move_classes(classes[fits], t)
+            self.queue.move_classes(classes[fits], t, self._room(node, classes[fits]))
             self._drain(t)
+
+    def _room(self, node: int, classes: np.ndarray) -> np.ndarray:
+        """How many pods of each fit class the node's free resources and GPUs take (inf: requests nothing)."""
+        c = self.cluster
+        req = self.class_request[classes]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per = np.where(req > 0, np.floor(c.free[node][None, :] / np.where(req > 0, req, 1.0)), np.inf)
+        room = per.min(axis=1)
+        gc, gm = self.class_gpu_count[classes], self.class_gpu_milli[classes]
+        if gc.any():
+            gpu_free = c.gpu_capacity[node] - c.gpu_used[node]
+            share = (gc == 1) & (gm < GPU_MILLI)
+            share_room = (gpu_free[None, :] // np.maximum(gm, 1)[:, None]).sum(axis=1)
+            whole_room = int((gpu_free == GPU_MILLI).sum()) // np.maximum(gc, 1)
+            room = np.where(gc > 0, np.minimum(room, np.where(share, share_room, whole_room)), room)
+        return room
 
     # --- departures, kills, ticks --------------------------------------------------------------------
     def _depart(self, pod: int, t: float) -> None:
@@ -914,7 +930,8 @@ class Simulation:
             fits = fit_matrix(c.free[node][None], gpu_free, self.class_request[classes],
                               self.class_gpu_count[classes], self.class_gpu_milli[classes])[0]
             pool = self.class_pool[classes]
-            q.move_classes(classes[fits & ((pool < 0) | (pool == c.pool_of[node]))], t)
+            helped = classes[fits & ((pool < 0) | (pool == c.pool_of[node]))]
+            q.move_classes(helped, t, self._room(node, helped))
         if q.shape_held:
             held = np.fromiter(q.shape_held, dtype=np.int64, count=len(q.shape_held))
             cls = self.fit_class[held]
@@ -964,8 +981,8 @@ class Simulation:
         c, cfg = self.cluster, self.cfg
         c.usage[:, :2] = c.overhead * c.provisioned[:, None]
         if self.events:
-            for n in np.flatnonzero(c.provisioned):
-                self._log_node(self.start_s, "node_added", int(n))
+            for n in np.flatnonzero(c.provisioned):  # the cluster as the run starts
+                self._log_node(self.start_s, "node_present", int(n))
         next_tick = self.start_s
         next_scrape = self.start_s
         next_scan = self.start_s if cfg.autoscaler.enabled else math.inf

@@ -24,9 +24,12 @@ Reasons and the events that move a pod (queueing hints):
 | ``USAGE`` | the safety filter, the memory-pressure taint, a policy's own filter | a metrics scrape (the node metrics those filters read changed) |
 | ``SHAPE`` | fits no node template of any pool it may use, even empty | only a node becoming ready that it fits (a larger shape), or the 5-minute flush |
 
-NodeResourcesFit's own hint queues on *any* deletion of a scheduled pod; the hint here also checks
-that the pod fits the freed node, which only drops attempts that would fail (the deletion changed
-nothing else), so placements are the same and the attempts far fewer.
+NodeResourcesFit's own hint queues on *any* deletion of a scheduled pod. The hint here is stricter:
+it queues a pod only if it fits the freed node, and of pods alike (one fit class) only as many as
+the freed node has room for, those whose backoff is over first, then the longest waiting. The
+others would fail at once (nothing else changed) and stay where they are, until another event or
+the 5-minute flush: in an overloaded cluster this keeps attempts near one per freed slot instead of
+one per waiting pod per backoff period (docs/simulator.md, Scheduling queue).
 
 The queue holds pod indices; the simulator owns everything else about a pod.
 """
@@ -152,10 +155,20 @@ class SchedulingQueue:
         """Fit classes with unschedulable RESOURCES pods."""
         return np.fromiter(self.by_class.keys(), dtype=np.int64, count=len(self.by_class))
 
-    def move_classes(self, classes, t: float) -> None:
-        """A pod deletion or a new node that the pods of ``classes`` now fit."""
-        for k in classes:
-            for pod in list(self.by_class.get(int(k), ())):
+    def move_classes(self, classes, t: float, room=None) -> None:
+        """A pod deletion or a new node that the pods of ``classes`` now fit. With ``room`` (how many
+        pods of each class the freed node can take), only that many of a class move: those whose
+        backoff is over first, then the longest waiting."""
+        for i, k in enumerate(classes):
+            members = self.by_class.get(int(k))
+            if not members:
+                continue
+            if room is not None and room[i] < len(members):
+                chosen = heapq.nsmallest(int(room[i]), members,
+                                         key=lambda p: (self.backoff_until[p] > t, self.stamp[p], p))
+            else:
+                chosen = list(members)
+            for pod in chosen:
                 self._move(pod, t)
 
     def move_shape_held(self, pods, t: float) -> None:

@@ -108,3 +108,22 @@ class Workload:
             if isinstance(v, np.ndarray):
                 kw[k] = v[order]
         return Workload(**kw)  # type: ignore[arg-type]
+
+
+def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of a 2-D numeric array, sorted, and each row's index into them: what
+    ``np.unique(rows, axis=0, return_inverse=True)`` gives, by a lexsort of the columns (many
+    times faster on millions of pods than np.unique's row-as-bytes sort)."""
+    rows = np.asarray(rows, dtype=np.float64)
+    if rows.ndim != 2:
+        raise ValueError(f"unique_rows: expected a 2-D array, got shape {rows.shape}")
+    if len(rows) == 0:
+        return rows.copy(), np.zeros(0, dtype=np.int64)
+    order = np.lexsort(rows.T[::-1])
+    ordered = rows[order]
+    new = np.ones(len(rows), dtype=bool)
+    new[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    ids = np.cumsum(new) - 1
+    inverse = np.empty(len(rows), dtype=np.int64)
+    inverse[order] = ids
+    return ordered[new], inverse
