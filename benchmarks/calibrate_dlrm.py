@@ -74,17 +74,26 @@ def share_at_limit(scales, overrides) -> list[float]:
     return out
 
 
-def default_row(span: str, seeds: int, overrides: list[str]) -> dict[str, tuple[float, float, float]]:
-    runs = []
-    for seed in range(1, seeds + 1):
-        t0 = time.perf_counter()
-        r = run_simulation("dlrm", "k8s-default", seed, span, overrides)
-        m = r["metrics"]
-        runs.append(m)
-        print(f"  {span} seed {seed}: cpu_util {m['cpu_util']:.4f}  fragmentation {m['fragmentation']:.4f}  "
-              f"p99 {m['latency_p99_ms']:.1f} ms  oom/week {m['oom_per_week']:.1f} (kills {m['oom_kills']}, "
-              f"container {m['container_oom']})  batch share of CPU {m.get('batch_cpu_share', float('nan')):.3f}  "
-              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+def _run(job: tuple[str, int, list[str]]) -> dict:
+    span, seed, overrides = job
+    t0 = time.perf_counter()
+    m = run_simulation("dlrm", "k8s-default", seed, span, overrides)["metrics"]
+    print(f"  {span} seed {seed}: cpu_util {m['cpu_util']:.4f}  fragmentation {m['fragmentation']:.4f}  "
+          f"p99 {m['latency_p99_ms']:.1f} ms  oom/week {m['oom_per_week']:.1f} (kills {m['oom_kills']}, "
+          f"container {m['container_oom']})  batch share of CPU {m['batch_cpu_share']:.3f}  "
+          f"node-hours {m['node_hours']:.0f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return m
+
+
+def default_row(span: str, seeds: int, overrides: list[str], jobs: int = 1) -> dict[str, tuple[float, float, float]]:
+    tasks = [(span, seed, overrides) for seed in range(1, seeds + 1)]
+    if jobs > 1:
+        from multiprocessing import Pool
+
+        with Pool(jobs) as pool:
+            runs = pool.map(_run, tasks)
+    else:
+        runs = [_run(task) for task in tasks]
     out = {}
     for k in TARGETS:
         s = summarize([m[k] for m in runs])
@@ -112,6 +121,7 @@ def main() -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--test", action="store_true", help="also report the test span (5 seeds)")
     ap.add_argument("--skip-scale", action="store_true", help="skip step 1")
+    ap.add_argument("--jobs", type=int, default=1, help="runs in parallel (processes)")
     args = ap.parse_args()
     print(f"code version {code_version()}; overrides {args.overrides or 'none'}")
     if not args.skip_scale:
@@ -124,9 +134,10 @@ def main() -> None:
     if args.days_cap:
         warm = load_scenario("dlrm", overrides).sim_config().warmup_days
         overrides.append(f"spans.train=[0,{warm + args.days_cap}]")
-    report(default_row("train", args.seeds, overrides), f"dlrm train span, k8s-default, {args.seeds} seeds")
+    cap = f", first {args.days_cap:g} days after the warm-up" if args.days_cap else ""
+    report(default_row("train", args.seeds, overrides, args.jobs), f"dlrm train span{cap}, k8s-default, {args.seeds} seeds")
     if args.test:
-        report(default_row("test", 5, args.overrides), "dlrm test span, k8s-default, 5 seeds (not refitted)")
+        report(default_row("test", 5, args.overrides, args.jobs), "dlrm test span, k8s-default, 5 seeds (not refitted)")
 
 
 if __name__ == "__main__":
