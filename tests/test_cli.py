@@ -60,8 +60,10 @@ def test_simulate_writes_json_with_every_documented_metric(tmp_path):
     assert result.exit_code == 0, result.output
     record = json.loads(out.read_text())
     assert record["scenario"] == "tiny" and record["policy"] == "k8s-default" and record["seed"] == 1
-    # the test span of tiny is days [0.75, 1)
-    assert record["span"] == {"name": "test", "start_s": 0.75 * 86400, "end_s": 86400.0}
+    # the test span of tiny is days [0.75, 1), measured from its start after a 0.25-day warm-up
+    assert record["span"] == {"name": "test", "start_s": 0.75 * 86400, "end_s": 86400.0,
+                              "measured_from_s": 0.75 * 86400}
+    assert record["runtime"]["warmup_s"] == 0.25 * 86400
     for name in DOC_METRICS:
         assert name in record["metrics"], name
         assert isinstance(record["metrics"][name], (int, float))
