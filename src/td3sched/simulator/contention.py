@@ -133,22 +133,46 @@ def sharing_pressure(node_of: np.ndarray, demand_milli: np.ndarray, weight: np.n
                                                  capacity_milli)
     if len(demand) == 0:
         return np.zeros(0)
-    order = _order_by_node_then(node_of, demand / w, len(capacity))
-    d_s, w_s, n_s = demand[order], w[order], node_of[order]
-    count = np.bincount(node_of, minlength=len(capacity))
-    nodes = np.flatnonzero(count)
-    count = count[nodes]
-    start = np.cumsum(count) - count
-    d_before = np.cumsum(d_s) - d_s
-    w_before = np.cumsum(w_s) - w_s
-    d_before -= np.repeat(d_before[start], count)
-    w_before -= np.repeat(w_before[start], count)
-    w_from = np.repeat(np.add.reduceat(w_s, start), count) - w_before
-    level_at = d_before + (d_s / w_s) * w_from
+    f = _sorted_levels(node_of, demand, w, len(capacity))
+    cap = capacity[node_of[f.order]]
     out = np.empty_like(demand)
-    cap = capacity[n_s]
-    out[order] = np.where(cap > 0, level_at / np.where(cap > 0, cap, 1.0), np.where(d_s > 0, np.inf, 0.0))
+    out[f.order] = np.where(cap > 0, f.level_at / np.where(cap > 0, cap, 1.0), np.where(f.d_s > 0, np.inf, 0.0))
     return out
+
+
+@dataclass(frozen=True)
+class _Levels:
+    """Pods sorted by (node, d/w), with the water-filling function at each pod's own level."""
+
+    order: np.ndarray
+    d_s: np.ndarray
+    w_s: np.ndarray
+    nodes: np.ndarray
+    """Nodes with pods, in sorted order; ``count`` pods each, the first at ``start``."""
+    count: np.ndarray
+    start: np.ndarray
+    d_before: np.ndarray
+    """sum_{j<k} d_j within the node."""
+    w_from: np.ndarray
+    """sum_{j>=k} w_j within the node."""
+    level_at: np.ndarray
+    """f_k = d_before + r_k * w_from, non-decreasing within a node."""
+
+
+def _sorted_levels(node_of: np.ndarray, demand: np.ndarray, weight: np.ndarray, n_nodes: int) -> _Levels:
+    order = _order_by_node_then(node_of, demand / weight, n_nodes)
+    d_s, w_s = demand[order], weight[order]
+    count = np.bincount(node_of, minlength=n_nodes)
+    nodes = np.flatnonzero(count)                    # sorted pods run node by node, in node order
+    count = count[nodes]
+    start = np.cumsum(count) - count                 # first sorted pod of each node
+    d_before = np.cumsum(d_s) - d_s                  # sum_{j<k} d_j, not yet restarted per node
+    w_before = np.cumsum(w_s) - w_s
+    d_before -= np.repeat(d_before[start], count)    # restart at each node's first pod
+    w_before -= np.repeat(w_before[start], count)
+    w_from = np.repeat(np.add.reduceat(w_s, start), count) - w_before   # sum_{j>=k} w_j
+    level_at = d_before + (d_s / w_s) * w_from
+    return _Levels(order, d_s, w_s, nodes, count, start, d_before, w_from, level_at)
 
 
 def _per_node(node_of: np.ndarray, values: np.ndarray, n_nodes: int) -> np.ndarray:
@@ -161,28 +185,14 @@ def _water_fill(node_of: np.ndarray, demand: np.ndarray, weight: np.ndarray, cap
 
     Every node present must be short (its pods' demand above its capacity).
     """
-    ratio = demand / weight
-    order = _order_by_node_then(node_of, ratio, len(capacity))
-    d_s, w_s = demand[order], weight[order]
-    r_s = d_s / w_s
-    count = np.bincount(node_of, minlength=len(capacity))
-    nodes = np.flatnonzero(count)                    # sorted pods run node by node, in node order
-    count = count[nodes]
-    start = np.cumsum(count) - count                 # first sorted pod of each node
-
-    d_before = np.cumsum(d_s) - d_s                  # sum_{j<k} d_j, not yet restarted per node
-    w_before = np.cumsum(w_s) - w_s
-    d_before -= np.repeat(d_before[start], count)    # restart at each node's first pod
-    w_before -= np.repeat(w_before[start], count)
-    w_from = np.repeat(np.add.reduceat(w_s, start), count) - w_before   # sum_{j>=k} w_j
-    level_at = d_before + r_s * w_from               # f_k, non-decreasing within a node
-    k = np.add.reduceat(level_at < np.repeat(capacity[nodes], count), start, dtype=np.intp)
+    f = _sorted_levels(node_of, demand, weight, len(capacity))
+    cap = capacity[f.nodes]
+    k = np.add.reduceat(f.level_at < np.repeat(cap, f.count), f.start, dtype=np.intp)
     # f_last = the node's demand > capacity, so k < count; the minimum guards against rounding
-    pos = start + np.minimum(k, count - 1)
-    level = np.maximum((capacity[nodes] - d_before[pos]) / w_from[pos], 0.0)
-
+    pos = f.start + np.minimum(k, f.count - 1)
+    level = np.maximum((cap - f.d_before[pos]) / f.w_from[pos], 0.0)
     out = np.empty_like(demand)
-    out[order] = np.minimum(d_s, np.repeat(level, count) * w_s)
+    out[f.order] = np.minimum(f.d_s, np.repeat(level, f.count) * f.w_s)
     return out
 
 
