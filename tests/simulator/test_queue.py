@@ -7,7 +7,7 @@ import pytest
 
 from tests.simulator.worlds import P, config, node, pool, simulate, world
 from td3sched.policy.k8s_default import K8sDefault
-from td3sched.simulator.queue import (ACTIVE, BACKOFF, OUT, RESOURCES, SHAPE, UNSCHEDULABLE, USAGE,
+from td3sched.simulator.queue import (ACTIVE, BACKOFF, RESOURCES, SHAPE, UNSCHEDULABLE, USAGE,
                                       QueueConfig, SchedulingQueue)
 
 
