@@ -77,6 +77,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--days", type=float, default=3.0, help="dlrm window length from day 21 (default 3)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--only", choices=["dlrm", "openb"], help="run one pair only")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -95,7 +96,7 @@ def main() -> None:
     print(header, flush=True)
     times: dict[str, list[float]] = {}
     failed = False
-    plan = pairs(args.days)
+    plan = [p for p in pairs(args.days) if args.only is None or p[1][1] == args.only]
     for rep in range(args.repeats):
         for _, base, other in plan:
             for label, scenario, overrides in ((base, other) if rep % 2 == 0 else (other, base)):

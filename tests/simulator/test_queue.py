@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.simulator.worlds import P, config, node, pool, simulate, world
+from tests.simulator.worlds import P, config, node, pool, profiles_from, simulate, world
 from td3sched.policy.k8s_default import K8sDefault
-from td3sched.simulator.queue import (ACTIVE, BACKOFF, RESOURCES, SHAPE, UNSCHEDULABLE, USAGE,
+from td3sched.simulator.queue import (ACTIVE, BACKOFF, POLICY, RESOURCES, SHAPE, UNSCHEDULABLE, USAGE,
                                       QueueConfig, SchedulingQueue)
 
 
@@ -133,7 +133,7 @@ def test_no_scale_up_for_a_pod_a_policy_holds_back():
     run = simulate(w, HoldBack(), end_s=600)
     assert run.of("node_added") == []
     sim = run.sim
-    assert sim.queue.reasons[0] == USAGE
+    assert sim.queue.reasons[0] == USAGE | POLICY
     # held back by usage: retried at every scrape (30 s) from 30 s to 570 s, besides its first try
     assert _failures(sim, "a") == 1 + len(range(30, 600, 30))
 
@@ -168,3 +168,15 @@ def test_a_departure_moves_only_as_many_pods_alike_as_the_freed_node_takes():
     assert q.where.tolist() == [ACTIVE, UNSCHEDULABLE, UNSCHEDULABLE]
     q.move_classes([0], 60.0)
     assert q.where.tolist() == [ACTIVE, ACTIVE, ACTIVE]
+
+
+def test_a_pod_held_back_by_the_safety_filter_tries_again_only_when_a_node_it_fits_cools_down():
+    # one 1000m node, observed above 90% CPU until the scrape at 300 (hog's demand drops at 300);
+    # "w" (10m) is held back by the safety filter at 100 and tried again only at the scrape at 300,
+    # not at the scrapes of 120 .. 270
+    shape = np.zeros((4, 2, 2))
+    shape[0, 0] = [0.95, 0.0]
+    pods = [P("hog", cpu=100, size_cpu=1000, profile=0), P("w", t=100, cpu=10, profile=1)]
+    run = simulate(world([pool("a", node(cpu=1000), 1)], pods, profiles_from(shape)), end_s=400)
+    assert [(e["t"], e["pod"]) for e in run.of("placement")] == [(0, "hog"), (300, "w")]
+    assert run.metrics["decisions"] == 1 + 2

@@ -31,7 +31,7 @@ from td3sched.simulator.config import SimConfig
 from td3sched.simulator.contention import cpu_weight, sharing_pressure
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
-from td3sched.simulator.queue import RESOURCES, SHAPE, USAGE, SchedulingQueue
+from td3sched.simulator.queue import POLICY, RESOURCES, SHAPE, USAGE, SchedulingQueue
 from td3sched.simulator.usage import Hindsight, pod_usage
 from td3sched.workload.pods import BEST_EFFORT, BURSTABLE, QOS_NAMES, Workload, unique_rows
 from td3sched.workload.profiles import UsageProfiles
@@ -217,6 +217,7 @@ class Simulation(ClusterAutoscaler):
         self.class_gpu_count = classes[:, 4].astype(np.int64)
         self.class_gpu_milli = classes[:, 5].astype(np.int64)
         self.class_pool = self.pool_to_cluster[classes[:, 6].astype(np.int64)] if len(classes) else np.zeros(0, np.int64)
+        self._class_best_effort = classes[:, 9].astype(bool) if len(classes) else np.zeros(0, dtype=bool)
         # node templates of each pool: an empty node of each distinct shape
         self.template_fits = np.zeros((len(c.pools), len(classes)), dtype=bool)
         for k, sl in enumerate(c.pool_slice):
@@ -325,7 +326,7 @@ class Simulation(ClusterAutoscaler):
                     held = len(nodes) > 0
                     nodes = nodes[keep]
                     if held and len(nodes) == 0:
-                        reasons = USAGE | (reasons & RESOURCES)
+                        reasons = USAGE | POLICY | (reasons & RESOURCES)
         else:
             nodes = np.empty(0, dtype=np.int64)
         if len(nodes) == 0:
@@ -781,6 +782,31 @@ class Simulation(ClusterAutoscaler):
                               reason=reason)
         self._recreate(pod, t)
 
+    def _metrics_changed(self, t: float) -> None:
+        """Queueing hint for new node metrics: a pod a policy's filter held back tries again; one
+        the safety filter or the memory-pressure taint held back, only if some ready node it fits
+        by resources now passes them."""
+        c, q = self.cluster, self.queue
+        held = np.fromiter(q.usage_held, dtype=np.int64, count=len(q.usage_held))
+        by_policy = (q.reasons[held] & POLICY) != 0
+        cool = c.ready & (c.observed[:, 0] <= self._safety_cpu_milli)
+        calm = cool & (c.observed[:, 1] < c.memory_pressure_mib) & (c.pressure_until <= t)
+        classes = np.unique(self.fit_class[held[~by_policy]])
+        helped = np.zeros(0, dtype=np.int64)
+        for nodes, ks in ((np.flatnonzero(cool), classes[~self._class_best_effort[classes]]),
+                          (np.flatnonzero(calm), classes[self._class_best_effort[classes]])):
+            if len(nodes) == 0 or len(ks) == 0:
+                continue
+            fits = fit_matrix(c.free[nodes], c.gpu_capacity[nodes] - c.gpu_used[nodes], self.class_request[ks],
+                              self.class_gpu_count[ks], self.class_gpu_milli[ks])
+            pool = self.class_pool[ks]
+            fits &= (pool[None, :] < 0) | (pool[None, :] == c.pool_of[nodes][:, None])
+            helped = np.concatenate([helped, ks[fits.any(axis=0)]])
+        move = held[by_policy | np.isin(self.fit_class[held], helped)]
+        if len(move):
+            q.move_usage_held(t, np.sort(move).tolist())
+            self._drain(t)
+
     def _node_requested(self, node: int, ready_at: float) -> None:
         """A node asked for from the provider becomes ready at ``ready_at``."""
         self._push(ready_at, _READY, node, 0)
@@ -904,9 +930,8 @@ class Simulation(ClusterAutoscaler):
                 c.pressure_until[c.observed[:, 1] >= c.memory_pressure_mib] = t + cfg.kubelet.pressure_transition_s
                 next_scrape += cfg.scrape_s
                 self._epoch_freed(-1)
-                if self.queue.usage_held:  # new node metrics: pods held back by usage try again
-                    self.queue.move_usage_held(t)
-                    self._drain(t)
+                if self.queue.usage_held:  # new node metrics: pods held back by usage may pass now
+                    self._metrics_changed(t)
                 continue
             if next_scan == t:
                 self._autoscale(t)

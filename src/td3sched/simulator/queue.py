@@ -21,7 +21,8 @@ Reasons and the events that move a pod (queueing hints):
 | reason | rejected by | moved by |
 |---|---|---|
 | ``RESOURCES`` | NodeResourcesFit, the GPU rule, anti-affinity, readiness | a pod deleted from a node the pod now fits; a node becoming ready that the pod fits |
-| ``USAGE`` | the safety filter, the memory-pressure taint, a policy's own filter | a metrics scrape (the node metrics those filters read changed) |
+| ``USAGE`` | the safety filter or the memory-pressure taint | a metrics scrape after which a node it fits passes them |
+| ``POLICY`` | a policy's own filter (with ``USAGE``) | every metrics scrape (what the policy reads changed) |
 | ``SHAPE`` | fits no node template of any pool it may use, even empty | only a node becoming ready that it fits (a larger shape), or the 5-minute flush |
 
 NodeResourcesFit's own hint queues on *any* deletion of a scheduled pod. The hint here is stricter:
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-RESOURCES, USAGE, SHAPE = 1, 2, 4
+RESOURCES, USAGE, SHAPE, POLICY = 1, 2, 4, 8
 """Reasons a scheduling cycle found no node (bits of ``SchedulingQueue.reasons``)."""
 OUT, ACTIVE, BACKOFF, UNSCHEDULABLE = 0, 1, 2, 3
 """Where a pod is (``SchedulingQueue.where``); OUT = not in the queue (future, running or done)."""
@@ -176,10 +177,12 @@ class SchedulingQueue:
             if pod in self.shape_held:
                 self._move(pod, t)
 
-    def move_usage_held(self, t: float) -> None:
-        """Node metrics changed (a scrape): pods held back by usage filters are tried again."""
-        for pod in list(self.usage_held):
-            self._move(pod, t)
+    def move_usage_held(self, t: float, pods=None) -> None:
+        """Node metrics changed (a scrape): pods held back by usage (all, or ``pods`` of them) are
+        tried again."""
+        for pod in list(self.usage_held) if pods is None else pods:
+            if pod in self.usage_held:
+                self._move(pod, t)
 
     def flush_leftover(self, t: float) -> None:
         """Pods unschedulable for longer than the maximum are moved whatever happened."""
