@@ -150,24 +150,15 @@ def test_a_departure_retries_only_pods_that_fit_the_freed_node():
     assert _failures(run.sim, "w900") == 1 and _failures(run.sim, "w700") == 2
 
 
-def test_a_departure_moves_only_as_many_pods_alike_as_the_freed_node_takes():
-    # one 1000m node full with "blocker" (1000m) until 100 s; ten pods of 600m wait. The departure
-    # frees room for one of them: only the longest-waiting moves (and binds); the nine others are
-    # not tried again until the 5-minute flush.
-    pods = [P("blocker", t=0, dur=100, cpu=1000)] + [P(f"w{i}", t=1 + i, cpu=600) for i in range(10)]
+def test_a_departure_moves_only_the_pods_the_freed_node_can_take():
+    # one 1000m node full with "blocker" (1000m) until 100 s; ten pods of 600m wait, then "s300"
+    # (300m). The freed node takes w0 (oldest) and then has 400m: w1..w9 would fail, s300 fits.
+    # Only w0 and s300 move and bind; the nine others are not tried again until the 5-minute flush.
+    pods = [P("blocker", t=0, dur=100, cpu=1000)] + [P(f"w{i}", t=1 + i, cpu=600) for i in range(10)] \
+        + [P("s300", t=20, cpu=300)]
     run = simulate(world([pool("a", node(cpu=1000), 1)], pods), end_s=250)
-    assert [(e["t"], e["pod"]) for e in run.of("placement")] == [(0, "blocker"), (100, "w0")]
-    assert run.metrics["decisions"] == 1 + 10 + 1
-    # a plain queue with the room limit off moves all ten: nine more failed attempts
-    q = SchedulingQueue(3, QueueConfig(), fit_class=np.zeros(3, dtype=np.int64))
-    for pod in range(3):
-        q.add(pod, float(pod))
-        q.pop_active()
-        q.failed(pod, float(pod), RESOURCES)
-    q.move_classes([0], 50.0, room=[1])
-    assert q.where.tolist() == [ACTIVE, UNSCHEDULABLE, UNSCHEDULABLE]
-    q.move_classes([0], 60.0)
-    assert q.where.tolist() == [ACTIVE, ACTIVE, ACTIVE]
+    assert [(e["t"], e["pod"]) for e in run.of("placement")] == [(0, "blocker"), (100, "w0"), (100, "s300")]
+    assert run.metrics["decisions"] == 1 + 11 + 2
 
 
 def test_a_pod_held_back_by_the_safety_filter_tries_again_only_when_a_node_it_fits_cools_down():

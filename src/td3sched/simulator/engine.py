@@ -26,7 +26,7 @@ from td3sched.metrics.fragmentation import PoolTypicalPods, node_fragmentation
 from td3sched.policy.base import Policy, PolicyContext, PodRequest
 from td3sched.reward import RewardConfig, RewardTracker, overload
 from td3sched.simulator.autoscaler import ClusterAutoscaler
-from td3sched.simulator.cluster import GPU_MILLI, Cluster, Pool
+from td3sched.simulator.cluster import Cluster, Pool
 from td3sched.simulator.config import SimConfig
 from td3sched.simulator.contention import cpu_weight, sharing_pressure
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
@@ -455,35 +455,43 @@ class Simulation(ClusterAutoscaler):
                 self._memory_changed(nodes, t)
 
     def _capacity_freed(self, node: int, t: float) -> None:
-        """Queueing hint for a pod deleted from ``node``: the unschedulable pods that now fit it
-        (resources, GPUs, pool) move to the active or backoff queue."""
-        classes = self.queue.classes_waiting_for_resources()
-        if len(classes) == 0 or not self.cluster.ready[node]:
-            return
-        c = self.cluster
-        fits = fit_matrix(c.free[node][None], (c.gpu_capacity[node] - c.gpu_used[node])[None],
-                          self.class_request[classes], self.class_gpu_count[classes], self.class_gpu_milli[classes])[0]
+        """Queueing hint for a pod deleted from ``node``: the unschedulable pods that now fit it move
+        to the active or backoff queue (``_room_takers``)."""
+        if self.queue.by_class and self.cluster.ready[node]:
+            takers = self._room_takers(node, t)
+            if len(takers):
+                self.queue.move(takers, t)
+                self._drain(t)
+
+    def _room_takers(self, node: int, t: float) -> np.ndarray:
+        """The unschedulable pods (rejected by resources) that ``node``, the one node that changed,
+        can take: walked in the order the active queue would try them, each taking its share of the
+        node's free resources and GPUs, so pods that would fail at once are not moved."""
+        c, w, q = self.cluster, self.w, self.queue
+        classes = q.classes_waiting_for_resources()
+        gpu_free = c.gpu_capacity[node] - c.gpu_used[node]
+        fits = fit_matrix(c.free[node][None], gpu_free[None], self.class_request[classes],
+                          self.class_gpu_count[classes], self.class_gpu_milli[classes])[0]
         pool = self.class_pool[classes]
         fits &= (pool < 0) | (pool == c.pool_of[node])
-        if fits.any():
-            self.queue.move_classes(classes[fits], t, self._room(node, classes[fits]))
-            self._drain(t)
-
-    def _room(self, node: int, classes: np.ndarray) -> np.ndarray:
-        """How many pods of each fit class the node's free resources and GPUs take (inf: requests nothing)."""
-        c = self.cluster
-        req = self.class_request[classes]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            per = np.where(req > 0, np.floor(c.free[node][None, :] / np.where(req > 0, req, 1.0)), np.inf)
-        room = per.min(axis=1)
-        gc, gm = self.class_gpu_count[classes], self.class_gpu_milli[classes]
-        if gc.any():
-            gpu_free = c.gpu_capacity[node] - c.gpu_used[node]
-            share = (gc == 1) & (gm < GPU_MILLI)
-            share_room = (gpu_free[None, :] // np.maximum(gm, 1)[:, None]).sum(axis=1)
-            whole_room = int((gpu_free == GPU_MILLI).sum()) // np.maximum(gc, 1)
-            room = np.where(gc > 0, np.minimum(room, np.where(share, share_room, whole_room)), room)
-        return room
+        if not fits.any():
+            return np.zeros(0, dtype=np.int64)
+        q._now_hint = t
+        cand = q.waiting_in(classes[fits])
+        free, gpu_free = c.free[node].copy(), gpu_free.copy()
+        takers = []
+        while len(cand):
+            ok = fit_matrix(free[None], gpu_free[None], w.request[cand], w.gpu_count[cand], w.gpu_milli[cand])[0]
+            first = int(np.argmax(ok))
+            if not ok[first]:
+                break
+            pod = int(cand[first])
+            takers.append(pod)
+            free -= w.request[pod]
+            if w.gpu_count[pod]:
+                gpu_free[choose_gpus(gpu_free, int(w.gpu_count[pod]), int(w.gpu_milli[pod]))] -= int(w.gpu_milli[pod])
+            cand = cand[first + 1:]
+        return np.array(takers, dtype=np.int64)
 
     # --- departures, kills, ticks --------------------------------------------------------------------
     def _depart(self, pod: int, t: float) -> None:
@@ -823,14 +831,9 @@ class Simulation(ClusterAutoscaler):
             self.events.write(t, "node_ready", node=str(c.names[node]))
         # queueing hint for a new node: the unschedulable pods it fits, by resources or by shape
         q = self.queue
-        classes = q.classes_waiting_for_resources()
         gpu_free = (c.gpu_capacity[node] - c.gpu_used[node])[None]
-        if len(classes):
-            fits = fit_matrix(c.free[node][None], gpu_free, self.class_request[classes],
-                              self.class_gpu_count[classes], self.class_gpu_milli[classes])[0]
-            pool = self.class_pool[classes]
-            helped = classes[fits & ((pool < 0) | (pool == c.pool_of[node]))]
-            q.move_classes(helped, t, self._room(node, helped))
+        if q.by_class:
+            q.move(self._room_takers(node, t), t)
         if q.shape_held:
             held = np.fromiter(q.shape_held, dtype=np.int64, count=len(q.shape_held))
             cls = self.fit_class[held]

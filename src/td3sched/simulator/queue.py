@@ -26,11 +26,12 @@ Reasons and the events that move a pod (queueing hints):
 | ``SHAPE`` | fits no node template of any pool it may use, even empty | only a node becoming ready that it fits (a larger shape), or the 5-minute flush |
 
 NodeResourcesFit's own hint queues on *any* deletion of a scheduled pod. The hint here is stricter:
-it queues a pod only if it fits the freed node, and of pods alike (one fit class) only as many as
-the freed node has room for, those whose backoff is over first, then the longest waiting. The
-others would fail at once (nothing else changed) and stay where they are, until another event or
-the 5-minute flush: in an overloaded cluster this keeps attempts near one per freed slot instead of
-one per waiting pod per backoff period (docs/simulator.md, Scheduling queue).
+the freed node is the only node that changed, so it can take only the pods that fit what it has;
+the engine walks the waiting pods in the order the active queue would try them and moves those
+that still fit the node after the ones before them took their share. The others would fail at
+once and stay where they are, until another event or the 5-minute flush: in an overloaded cluster
+attempts stay near the number of freed slots instead of one per waiting pod per backoff period
+(docs/simulator.md, Scheduling queue).
 
 The queue holds pod indices; the simulator owns everything else about a pod.
 """
@@ -105,6 +106,8 @@ class SchedulingQueue:
         self.pending: set[int] = set()
         """Every pod in the queue, wherever it is."""
         self.next_flush_s = math.inf
+        self._now_hint = 0.0
+        """The time ``waiting_in`` orders backoffs against (set by the caller)."""
 
     # --- entering the queue ----------------------------------------------------------------------
     def add(self, pod: int, t: float) -> None:
@@ -156,21 +159,26 @@ class SchedulingQueue:
         """Fit classes with unschedulable RESOURCES pods."""
         return np.fromiter(self.by_class.keys(), dtype=np.int64, count=len(self.by_class))
 
-    def move_classes(self, classes, t: float, room=None) -> None:
-        """A pod deletion or a new node that the pods of ``classes`` now fit. With ``room`` (how many
-        pods of each class the freed node can take), only that many of a class move: those whose
-        backoff is over first, then the longest waiting."""
-        for i, k in enumerate(classes):
-            members = self.by_class.get(int(k))
-            if not members:
-                continue
-            if room is not None and room[i] < len(members):
-                chosen = heapq.nsmallest(int(room[i]), members,
-                                         key=lambda p: (self.backoff_until[p] > t, self.stamp[p], p))
-            else:
-                chosen = list(members)
-            for pod in chosen:
+    def move_classes(self, classes, t: float) -> None:
+        """Every unschedulable pod of ``classes`` moves (an event that could help them all)."""
+        for k in classes:
+            for pod in list(self.by_class.get(int(k), ())):
                 self._move(pod, t)
+
+    def waiting_in(self, classes) -> np.ndarray:
+        """The unschedulable pods of ``classes``, in the active queue's order once moved: backoff
+        over first, then the oldest queue timestamp, then the pod index."""
+        pods = [p for k in classes for p in self.by_class.get(int(k), ())]
+        pods = np.array(pods, dtype=np.int64)
+        if len(pods) == 0:
+            return pods
+        return pods[np.lexsort((pods, self.stamp[pods], self.backoff_until[pods] > self._now_hint))]
+
+    def move(self, pods, t: float) -> None:
+        """These unschedulable pods move (to the active queue, or the backoff queue while backing off)."""
+        for pod in pods:
+            if self.where[pod] == UNSCHEDULABLE:
+                self._move(int(pod), t)
 
     def move_shape_held(self, pods, t: float) -> None:
         for pod in pods:
