@@ -476,8 +476,7 @@ class Simulation(ClusterAutoscaler):
         fits &= (pool < 0) | (pool == c.pool_of[node])
         if not fits.any():
             return np.zeros(0, dtype=np.int64)
-        q._now_hint = t
-        cand = q.waiting_in(classes[fits])
+        cand = q.waiting_in(classes[fits], t)
         free, gpu_free = c.free[node].copy(), gpu_free.copy()
         takers = []
         while len(cand):

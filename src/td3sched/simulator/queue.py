@@ -106,8 +106,6 @@ class SchedulingQueue:
         self.pending: set[int] = set()
         """Every pod in the queue, wherever it is."""
         self.next_flush_s = math.inf
-        self._now_hint = 0.0
-        """The time ``waiting_in`` orders backoffs against (set by the caller)."""
 
     # --- entering the queue ----------------------------------------------------------------------
     def add(self, pod: int, t: float) -> None:
@@ -165,14 +163,14 @@ class SchedulingQueue:
             for pod in list(self.by_class.get(int(k), ())):
                 self._move(pod, t)
 
-    def waiting_in(self, classes) -> np.ndarray:
-        """The unschedulable pods of ``classes``, in the active queue's order once moved: backoff
-        over first, then the oldest queue timestamp, then the pod index."""
+    def waiting_in(self, classes, t: float) -> np.ndarray:
+        """The unschedulable pods of ``classes``, in the order the active queue would try them if
+        moved at ``t``: backoff over first, then the oldest queue timestamp, then the pod index."""
         pods = [p for k in classes for p in self.by_class.get(int(k), ())]
         pods = np.array(pods, dtype=np.int64)
         if len(pods) == 0:
             return pods
-        return pods[np.lexsort((pods, self.stamp[pods], self.backoff_until[pods] > self._now_hint))]
+        return pods[np.lexsort((pods, self.stamp[pods], self.backoff_until[pods] > t))]
 
     def move(self, pods, t: float) -> None:
         """These unschedulable pods move (to the active queue, or the backoff queue while backing off)."""
