@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from td3sched.simulator.engine import PENDING
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
@@ -115,3 +117,22 @@ def test_a_policy_filter_keeps_the_pod_pending_when_it_rejects_every_node():
     # rejected at 10 s and at the ticks of 60..240 s; placed at the tick of 300 s
     assert [(e["t"], e["pod"]) for e in run.of("placement")] == [(300, "a")]
     assert run.metrics["sla_pending_too_long"] == 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(free=st.lists(st.sampled_from([-1e-9, 0.0, 500.0, 1000.0, 4000.0]), min_size=4, max_size=4),
+       gpu=st.lists(st.sampled_from([0, 250, 500, 1000]), min_size=2, max_size=2),
+       pods=st.lists(st.tuples(st.sampled_from([0.0, 400.0, 1000.0]), st.sampled_from([0.0, 1000.0]),
+                               st.sampled_from([(0, 0), (1, 250), (1, 500), (1, 1000), (2, 1000)])),
+                     min_size=1, max_size=6))
+def test_fits_node_is_filters_rule_for_each_pod(free, gpu, pods):
+    """fits_node answers for many pod shapes at once what Filter's fits_one answers for each,
+    including a resource a pod does not request on a node whose free value drifted below 0."""
+    from td3sched.simulator.filter import fits_node
+
+    request = np.array([[cpu, mem, 0.0, 0.0] for cpu, mem, _ in pods])
+    gc = np.array([g[0] for _, _, g in pods])
+    gm = np.array([g[1] for _, _, g in pods])
+    free, gpu = np.array(free), np.array(gpu)
+    want = [bool(fits_one(free[None], gpu[None], request[m], int(gc[m]), int(gm[m]))[0]) for m in range(len(pods))]
+    assert fits_node(free, gpu, request, gc, gm).tolist() == want

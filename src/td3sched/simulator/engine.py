@@ -29,7 +29,7 @@ from td3sched.simulator.autoscaler import ClusterAutoscaler
 from td3sched.simulator.cluster import Cluster, Pool
 from td3sched.simulator.config import SimConfig
 from td3sched.simulator.contention import cpu_weight, sharing_pressure
-from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
+from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_node, fits_one
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import POLICY, RESOURCES, SHAPE, USAGE, SchedulingQueue
 from td3sched.simulator.usage import Hindsight, pod_usage
@@ -470,8 +470,8 @@ class Simulation(ClusterAutoscaler):
         c, w, q = self.cluster, self.w, self.queue
         classes = q.classes_waiting_for_resources()
         gpu_free = c.gpu_capacity[node] - c.gpu_used[node]
-        fits = fit_matrix(c.free[node][None], gpu_free[None], self.class_request[classes],
-                          self.class_gpu_count[classes], self.class_gpu_milli[classes])[0]
+        fits = fits_node(c.free[node], gpu_free, self.class_request[classes], self.class_gpu_count[classes],
+                         self.class_gpu_milli[classes])
         pool = self.class_pool[classes]
         fits &= (pool < 0) | (pool == c.pool_of[node])
         if not fits.any():
@@ -480,7 +480,7 @@ class Simulation(ClusterAutoscaler):
         free, gpu_free = c.free[node].copy(), gpu_free.copy()
         takers = []
         while len(cand):
-            ok = fit_matrix(free[None], gpu_free[None], w.request[cand], w.gpu_count[cand], w.gpu_milli[cand])[0]
+            ok = fits_node(free, gpu_free, w.request[cand], w.gpu_count[cand], w.gpu_milli[cand])
             first = int(np.argmax(ok))
             if not ok[first]:
                 break
