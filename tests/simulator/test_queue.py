@@ -171,3 +171,51 @@ def test_a_pod_held_back_by_the_safety_filter_tries_again_only_when_a_node_it_fi
     run = simulate(world([pool("a", node(cpu=1000), 1)], pods, profiles_from(shape)), end_s=400)
     assert [(e["t"], e["pod"]) for e in run.of("placement")] == [(0, "hog"), (300, "w")]
     assert run.metrics["decisions"] == 1 + 2
+
+
+def test_waiting_in_with_limits_takes_each_class_first_pods_backoff_over_first():
+    q = SchedulingQueue(6, QueueConfig(), fit_class=np.array([0, 0, 0, 0, 1, 1]))
+    for pod, t in ((0, 0.0), (1, 1.0), (4, 1.0), (2, 2.0), (5, 3.0), (3, 9.5)):
+        q.add(pod, t)
+        q.pop_active()
+        q.failed(pod, t, RESOURCES)               # first attempt: backoff 1 s
+    # at 10.0 pod 3's backoff (until 10.5) runs: it comes after every pod whose backoff is over
+    assert q.waiting_in([0, 1], 10.0).tolist() == [0, 1, 4, 2, 5, 3]
+    assert q.waiting_in([0, 1], 10.0, limits=[2, 1]).tolist() == [0, 1, 4]
+    assert q.waiting_in([0], 10.0, limits=[4]).tolist() == [0, 1, 2, 3]
+    q.add(1, 11.0)                                 # pod 1 leaves and fails again at 11: behind pod 3
+    q.pop_active()
+    q.failed(1, 11.0, RESOURCES)
+    assert q.waiting_in([0], 20.0, limits=[3]).tolist() == [0, 2, 3]
+
+
+def test_a_freed_node_moves_only_as_many_pods_of_a_class_as_it_holds():
+    # ten 400m pods wait behind a 1000m blocker: the freed node holds two of them, and only those two
+    # are tried again (the eight others wait for the 5-minute flush)
+    pods = [P("blocker", t=0, dur=100, cpu=1000)] + [P(f"w{i}", t=1 + i, cpu=400) for i in range(10)]
+    run = simulate(world([pool("a", node(cpu=1000), 1)], pods), end_s=250)
+    assert [(e["t"], e["pod"]) for e in run.of("placement")] == [(0, "blocker"), (100, "w0"), (100, "w1")]
+    assert run.metrics["decisions"] == 1 + 10 + 2
+
+
+def test_a_freed_gpu_node_moves_as_many_gpu_shares_as_its_gpus_hold():
+    # a node of two GPUs, both taken whole by "blocker" until 100; six pods of half a GPU wait: the
+    # freed GPUs hold four of them
+    pods = [P("blocker", t=0, dur=100, cpu=100, gpus=2, gpu_milli=1000)] + \
+        [P(f"h{i}", t=1 + i, cpu=100, gpus=1, gpu_milli=500) for i in range(6)]
+    run = simulate(world([pool("g", node(cpu=8000, gpus=2), 1)], pods), end_s=250)
+    assert [e["pod"] for e in run.of("placement")] == ["blocker", "h0", "h1", "h2", "h3"]
+    assert run.metrics["decisions"] == 1 + 6 + 4
+
+
+def test_a_node_cooling_down_moves_only_as_many_held_pods_as_it_holds():
+    # ten 400m pods are held back by the safety filter (the node is observed above 90% CPU until the
+    # scrape at 300); when it cools down it holds two of them beside "hog" (100m requested): two move
+    # and bind, the eight others are not tried again before their 5-minute flush
+    shape = np.zeros((4, 2, 2))
+    shape[0, 0] = [0.95, 0.0]
+    pods = [P("hog", cpu=100, size_cpu=1000, profile=0)] + \
+        [P(f"w{i}", t=100 + i, cpu=400, profile=1) for i in range(10)]
+    run = simulate(world([pool("a", node(cpu=1000), 1)], pods, profiles_from(shape)), end_s=390)
+    assert [(e["t"], e["pod"]) for e in run.of("placement")] == [(0, "hog"), (300, "w0"), (300, "w1")]
+    assert run.metrics["decisions"] == 1 + 10 + 2

@@ -25,12 +25,13 @@ import numpy as np
 from td3sched.metrics.collector import MetricsCollector
 from td3sched.metrics.fragmentation import PoolTypicalPods, node_fragmentation
 from td3sched.policy.base import Policy, PolicyContext, PodRequest
-from td3sched.reward import RewardConfig, RewardTracker, overload
+from td3sched.reward import RewardConfig, RewardTracker
 from td3sched.simulator.autoscaler import ClusterAutoscaler
-from td3sched.simulator.cluster import Cluster, Pool
+from td3sched.simulator.cluster import GPU_MILLI, Cluster, Pool
 from td3sched.simulator.config import SimConfig
 from td3sched.simulator.contention import cpu_weight, sharing_pressure
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_node, fits_one
+from td3sched.simulator.kernels import best_nodes, filter_nodes, overload_sum
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import POLICY, RESOURCES, SHAPE, USAGE, SchedulingQueue
 from td3sched.simulator.usage import Hindsight, pod_usage
@@ -188,6 +189,9 @@ class Simulation(ClusterAutoscaler):
         self.cpu_weight = cpu_weight(w.request[:, 0]) if len(w) else np.zeros(0, dtype=np.int64)
         """cgroup v2 cpu.weight of each pod, from its CPU request (simulator.contention)."""
         self._cpu_cores = self.cluster.allocatable[:, 0] + self.cluster.overhead[:, 0]
+        self._node_scratch = np.empty(c.size, dtype=np.int64)
+        """Scratch for the compiled Filter and Select (kernels)."""
+        self._no_counts = np.zeros(0, dtype=np.int64)
         self._pressure = np.zeros(len(w))
         """Scratch: each running pod's CPU pressure at the last tick (contention.sharing_pressure)."""
 
@@ -250,27 +254,29 @@ class Simulation(ClusterAutoscaler):
         return self._filter(pod)[0]
 
     def _filter(self, pod: int, t: float | None = None) -> tuple[np.ndarray, int]:
-        """The nodes that pass Filter for ``pod`` and, when none does, why (queue reason bits)."""
+        """The nodes that pass Filter for ``pod`` and, when none does, why (queue reason bits).
+
+        Filter: ready; requests within free resources (a resource not requested always fits); the
+        GPUs (one share of a GPU, or whole free GPUs); the app's anti-affinity cap; then the safety
+        filter (observed CPU above the threshold) and, for BestEffort pods, the memory-pressure
+        taint. Compiled as ``kernels.filter_nodes``."""
         w, c = self.w, self.cluster
         t = self._now if t is None else t
         k = self.pool_to_cluster[w.pool[pod]]
         sl = c.pool_slice[k] if k >= 0 else slice(0, c.size)
-        gpu_free = c.gpu_capacity[sl] - c.gpu_used[sl] if w.gpu_count[pod] else c.gpu_used[sl]
-        ok = c.ready[sl] & fits_one(c.free[sl], gpu_free, w.request[pod], int(w.gpu_count[pod]),
-                                    int(w.gpu_milli[pod]))
-        cap = w.max_per_node[pod]
+        counts = self._no_counts
+        cap = int(w.max_per_node[pod])
         if cap > 0:
-            counts = c.app_count.get(int(w.app[pod]))
-            if counts is not None:
-                ok &= counts[sl] < cap
-        if not ok.any():
+            counts = c.app_count.get(int(w.app[pod]), self._no_counts)
+        n, fits_any, fits_everywhere = filter_nodes(
+            sl.start, sl.stop, c.ready, c.provisioned, c.free, c.gpu_capacity, c.gpu_used, w.request[pod],
+            int(w.gpu_count[pod]), int(w.gpu_milli[pod]), counts, cap, c.observed, self._safety_cpu_milli,
+            bool(w.qos[pod] == BEST_EFFORT), c.memory_pressure_mib, c.pressure_until, t,
+            self._node_scratch)
+        if not fits_any:
             shape = 0 if self.class_fits_a_template[self.fit_class[pod]] else SHAPE
             return np.empty(0, dtype=np.int64), RESOURCES | shape
-        fits_everywhere = not (c.provisioned[sl] & ~ok).any()  # no node of the pool rejected it by resources
-        ok &= c.observed[sl, 0] <= self._safety_cpu_milli[sl]
-        if w.qos[pod] == BEST_EFFORT:  # node.kubernetes.io/memory-pressure taint (MemoryPressure)
-            ok &= (c.observed[sl, 1] < c.memory_pressure_mib[sl]) & (c.pressure_until[sl] <= t)
-        return np.flatnonzero(ok) + sl.start, USAGE | (0 if fits_everywhere else RESOURCES)
+        return self._node_scratch[:n].copy(), USAGE | (0 if fits_everywhere else RESOURCES)
 
     def pod_request(self, pod: int, t: float) -> PodRequest:
         w = self.w
@@ -336,12 +342,11 @@ class Simulation(ClusterAutoscaler):
             self.decision_wall_s += time.perf_counter() - t0
             return False
         scores = np.asarray(self.policy.score(req, nodes, self.cluster), dtype=np.float64)
-        top = scores.max() if scores.shape == nodes.shape else np.nan
-        if not np.isfinite(top):  # NaN propagates through max
-            raise ValueError(f"policy {self.policy.name!r} returned scores of shape {scores.shape} with "
-                             f"maximum {top} for {len(nodes)} nodes: expected finite scores, one per node")
-        best = np.flatnonzero(scores == top)
-        choice = best[0] if len(best) == 1 else best[self.rng.integers(len(best))]
+        ties, top = best_nodes(scores, self._node_scratch) if scores.shape == nodes.shape else (-1, np.nan)
+        if ties < 1:
+            raise ValueError(f"policy {self.policy.name!r} returned scores of shape {scores.shape} "
+                             f"(a score {top}) for {len(nodes)} nodes: expected finite scores, one per node")
+        choice = self._node_scratch[0] if ties == 1 else self._node_scratch[self.rng.integers(ties)]
         node = int(nodes[choice])
         self._bind(pod, node, t)
         self.queue.bound(pod)
@@ -452,7 +457,8 @@ class Simulation(ClusterAutoscaler):
         while (pod := self.queue.pop_active()) is not None:
             self.schedule(pod, t)
             if self._mem_check:
-                nodes, self._mem_check = np.unique(self._mem_check), []
+                check, self._mem_check = self._mem_check, []
+                nodes = np.array(check, dtype=np.int64) if len(check) == 1 else np.unique(check)
                 self._memory_changed(nodes, t)
 
     def _capacity_freed(self, node: int, t: float) -> None:
@@ -477,7 +483,8 @@ class Simulation(ClusterAutoscaler):
         fits &= (pool < 0) | (pool == c.pool_of[node])
         if not fits.any():
             return np.zeros(0, dtype=np.int64)
-        cand = q.waiting_in(classes[fits], t)
+        classes = classes[fits]
+        cand = q.waiting_in(classes, t, np.maximum(self._room(np.array([node]), classes)[0], 1))
         free, gpu_free = c.free[node].copy(), gpu_free.copy()
         takers = []
         while len(cand):
@@ -492,6 +499,30 @@ class Simulation(ClusterAutoscaler):
                 gpu_free[choose_gpus(gpu_free, int(w.gpu_count[pod]), int(w.gpu_milli[pod]))] -= int(w.gpu_milli[pod])
             cand = cand[first + 1:]
         return np.array(takers, dtype=np.int64)
+
+    def _room(self, nodes: np.ndarray, classes: np.ndarray) -> np.ndarray:
+        """[N, K] how many pods of class k node n's free resources and GPUs could hold, that class
+        alone (0 where one does not fit, by the same rule as ``fit_matrix``; pools not checked)."""
+        c = self.cluster
+        req = self.class_request[classes]
+        free = np.maximum(c.free[nodes], 0.0)
+        room = np.full((len(nodes), len(classes)), float(1 << 30))
+        for j in range(req.shape[1]):
+            asked = req[:, j] > 0
+            if asked.any():
+                room[:, asked] = np.minimum(room[:, asked], np.floor(free[:, j, None] / req[None, asked, j]))
+        count, milli = self.class_gpu_count[classes], self.class_gpu_milli[classes]
+        if count.any():
+            gpu_free = c.gpu_capacity[nodes] - c.gpu_used[nodes]
+            whole = (gpu_free == GPU_MILLI).sum(axis=1)
+            share = (count == 1) & (milli < GPU_MILLI)
+            for k in np.flatnonzero(count > 0):
+                if share[k]:
+                    gpu_room = np.floor(gpu_free / max(int(milli[k]), 1)).sum(axis=1)
+                else:
+                    gpu_room = whole // count[k]
+                room[:, k] = np.minimum(room[:, k], gpu_room)
+        return room.astype(np.int64)
 
     # --- departures, kills, ticks --------------------------------------------------------------------
     def _depart(self, pod: int, t: float) -> None:
@@ -706,8 +737,8 @@ class Simulation(ClusterAutoscaler):
         """r_t of the decision just made (reward.py), from the ground truth."""
         m = self.metrics
         events = m.oom_kills + m.slo_breaches + m.pending_violations
-        cpu = np.minimum(self.cluster.usage[:, 0], self._cpu_cores)
-        load = overload(cpu * self._inv_alloc_cpu, self._prov_f, self.reward.cfg.overload_util)
+        load = overload_sum(self.cluster.usage[:, 0], self._cpu_cores, self._inv_alloc_cpu, self._prov_f,
+                            self.reward.cfg.overload_util) / self._prov_count if self._prov_count else 0.0
         self.reward.step(self.cluster_fragmentation(), load, events, self._prov_count / self._max_nodes)
 
     def _sample(self, t: float) -> None:
@@ -793,24 +824,33 @@ class Simulation(ClusterAutoscaler):
     def _metrics_changed(self, t: float) -> None:
         """Queueing hint for new node metrics: a pod a policy's filter held back tries again; one
         the safety filter or the memory-pressure taint held back, only if some ready node it fits
-        by resources now passes them."""
+        by resources now passes them, and only as many pods of a class as those nodes could hold
+        (the first ones in the order the active queue would try them; the room walk's bound, over
+        every node that passes)."""
         c, q = self.cluster, self.queue
         held = np.fromiter(q.usage_held, dtype=np.int64, count=len(q.usage_held))
         by_policy = (q.reasons[held] & POLICY) != 0
+        rest = held[~by_policy]
+        classes = np.unique(self.fit_class[rest])
         cool = c.ready & (c.observed[:, 0] <= self._safety_cpu_milli)
         calm = cool & (c.observed[:, 1] < c.memory_pressure_mib) & (c.pressure_until <= t)
-        classes = np.unique(self.fit_class[held[~by_policy]])
-        helped = np.zeros(0, dtype=np.int64)
-        for nodes, ks in ((np.flatnonzero(cool), classes[~self._class_best_effort[classes]]),
-                          (np.flatnonzero(calm), classes[self._class_best_effort[classes]])):
+        limit = np.zeros(len(classes), dtype=np.int64)
+        best_effort = self._class_best_effort[classes]
+        for passing, sel in ((cool, ~best_effort), (calm, best_effort)):
+            nodes, ks = np.flatnonzero(passing), classes[sel]
             if len(nodes) == 0 or len(ks) == 0:
                 continue
-            fits = fit_matrix(c.free[nodes], c.gpu_capacity[nodes] - c.gpu_used[nodes], self.class_request[ks],
-                              self.class_gpu_count[ks], self.class_gpu_milli[ks])
+            room = self._room(nodes, ks)
             pool = self.class_pool[ks]
-            fits &= (pool[None, :] < 0) | (pool[None, :] == c.pool_of[nodes][:, None])
-            helped = np.concatenate([helped, ks[fits.any(axis=0)]])
-        move = held[by_policy | np.isin(self.fit_class[held], helped)]
+            room[~((pool[None, :] < 0) | (pool[None, :] == c.pool_of[nodes][:, None]))] = 0
+            limit[sel] = room.sum(axis=0)
+        order = rest[np.lexsort((q.entered[rest], q.backoff_until[rest] > t))]
+        group = np.searchsorted(classes, self.fit_class[order])
+        by_group = np.argsort(group, kind="stable")
+        rank = np.empty(len(order), dtype=np.int64)  # place of each pod among its class, in order
+        sorted_group = group[by_group]
+        rank[by_group] = np.arange(len(order)) - np.searchsorted(sorted_group, sorted_group, side="left")
+        move = np.concatenate([held[by_policy], order[rank < limit[group]]])
         if len(move):
             q.move_usage_held(t, np.sort(move).tolist())
             self._drain(t)

@@ -93,13 +93,18 @@ class SchedulingQueue:
         self.stamp = np.zeros(n_pods)
         """Queue timestamp: when the pod last entered the queue (the active queue's order)."""
         self.unschedulable_since = np.zeros(n_pods)
+        self.entered = np.zeros(n_pods, dtype=np.int64)
+        """When a pod last became unschedulable, as a count of failures: queue-timestamp order with
+        ties in the order the cycles ran."""
+        self._failures = 0
         self._seq = np.zeros(n_pods, dtype=np.int64)
         """Bumped whenever a pod changes place, so stale heap / deque entries are skipped."""
         self.active: list[tuple[float, int, int]] = []
         self.backoff: list[tuple[float, int, int]] = []
         self._leftover: deque[tuple[float, int, int]] = deque()
-        self.by_class: dict[int, set[int]] = {}
-        """Unschedulable RESOURCES pods by fit class."""
+        self.by_class: dict[int, dict[int, None]] = {}
+        """Unschedulable RESOURCES pods by fit class, in the order they became unschedulable (so in
+        queue-timestamp order: time only moves forward)."""
         self.usage_held: set[int] = set()
         """Unschedulable pods that some node rejected only by usage (moved by a scrape)."""
         self.shape_held: set[int] = set()
@@ -130,11 +135,13 @@ class SchedulingQueue:
         self.reasons[pod] = reasons
         self.where[pod] = UNSCHEDULABLE
         self.unschedulable_since[pod] = t
+        self._failures += 1
+        self.entered[pod] = self._failures
         if reasons & SHAPE:
             self.shape_held.add(pod)
         else:
             if reasons & RESOURCES:
-                self.by_class.setdefault(int(self.fit_class[pod]), set()).add(pod)
+                self.by_class.setdefault(int(self.fit_class[pod]), {})[pod] = None
             if reasons & USAGE:
                 self.usage_held.add(pod)
         self._seq[pod] += 1
@@ -163,14 +170,36 @@ class SchedulingQueue:
             for pod in list(self.by_class.get(int(k), ())):
                 self._move(pod, t)
 
-    def waiting_in(self, classes, t: float) -> np.ndarray:
+    def waiting_in(self, classes, t: float, limits=None) -> np.ndarray:
         """The unschedulable pods of ``classes``, in the order the active queue would try them if
-        moved at ``t``: backoff over first, then the oldest queue timestamp, then the pod index."""
-        pods = [p for k in classes for p in self.by_class.get(int(k), ())]
-        pods = np.array(pods, dtype=np.int64)
-        if len(pods) == 0:
-            return pods
-        return pods[np.lexsort((pods, self.stamp[pods], self.backoff_until[pods] > t))]
+        moved at ``t``: backoff over first, then the order they became unschedulable (the queue
+        timestamp's order, ties in the order their cycles ran). With ``limits``, only the first ``limits[i]`` pods of ``classes[i]``
+        (a node that can take at most that many): the walk stops there, so its cost follows the
+        limit, not the number of pods waiting."""
+        pods: list[int] = []
+        for i, k in enumerate(classes):
+            members = self.by_class.get(int(k))
+            if not members:
+                continue
+            if limits is None:
+                pods.extend(members)
+                continue
+            limit, ready, later = int(limits[i]), [], []
+            for pod in members:  # queue-timestamp order; a backoff still running puts a pod behind
+                if self.backoff_until[pod] <= t:
+                    ready.append(pod)
+                    if len(ready) == limit:
+                        break
+                elif len(later) < limit:
+                    later.append(pod)
+                elif self.stamp[pod] + self.cfg.pod_initial_backoff_s > t:
+                    break  # this pod and every later one are still backing off: later is full
+            pods.extend(ready)
+            pods.extend(later[:limit - len(ready)])
+        out = np.array(pods, dtype=np.int64)
+        if len(out) == 0:
+            return out
+        return out[np.lexsort((self.entered[out], self.backoff_until[out] > t))]
 
     def move(self, pods, t: float) -> None:
         """These unschedulable pods move (to the active queue, or the backoff queue while backing off)."""
@@ -248,7 +277,7 @@ class SchedulingQueue:
                 if r & RESOURCES:
                     members = self.by_class.get(int(self.fit_class[pod]))
                     if members is not None:
-                        members.discard(pod)
+                        members.pop(pod, None)
                         if not members:
                             del self.by_class[int(self.fit_class[pod])]
                 if r & USAGE:

@@ -1,0 +1,124 @@
+"""The scheduling cycle's per-node loops, compiled (numba): Filter, k8s-default's Score, Select.
+
+Each function is the loop form of a NumPy rule defined elsewhere, and a property test
+(tests/simulator/test_kernels.py) holds it to that rule on random clusters:
+
+- ``filter_nodes``: ``filter.fits_one`` (requests, GPUs), the anti-affinity cap, readiness, the
+  safety filter and the memory-pressure taint, as ``Simulation._filter`` documents them;
+- ``k8s_default_scores``: ``policy.k8s_default.least_allocated`` + ``balanced_allocation``, in the
+  same floating-point operations, so scores are bit-identical;
+- ``best_nodes``: the top score and its ties (Select breaks them with the run's random generator).
+
+A decision at dlrm's size runs over ~2,500 nodes; as NumPy it is some twenty array operations of a
+few microseconds each, here one pass (docs/simulator.md, Speed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+GPU_MILLI = 1000  # simulator.cluster.GPU_MILLI (kept literal: numba compiles it as a constant)
+
+
+@njit(cache=True, nogil=True)
+def filter_nodes(lo, hi, ready, provisioned, free, gpu_capacity, gpu_used, request, gpu_count, gpu_milli,
+                 app_count, cap, observed, safety_cpu, best_effort, memory_pressure, pressure_until, t, out):
+    """Nodes ``lo <= n < hi`` that pass Filter for one pod, written to ``out``.
+
+    Returns ``(count, fits_any, fits_everywhere)``: how many passed; whether any ready node fits
+    the pod by resources (requests, GPUs, the cap); whether no provisioned node was rejected by
+    resources (so usage alone rejected the others). ``app_count`` is the pod's app's count per node
+    (length 0 when the app has no pods counted) and ``cap`` its limit per node (<= 0: none).
+    """
+    count = 0
+    fits_any = False
+    fits_everywhere = True
+    share = gpu_count == 1 and gpu_milli < GPU_MILLI
+    has_counts = app_count.shape[0] > 0 and cap > 0
+    for n in range(lo, hi):
+        ok = ready[n]
+        if ok:
+            for j in range(request.shape[0]):
+                if request[j] > 0 and not free[n, j] >= request[j]:
+                    ok = False
+                    break
+        if ok and gpu_count > 0:
+            if share:
+                ok = False
+                for g in range(gpu_capacity.shape[1]):
+                    if gpu_capacity[n, g] - gpu_used[n, g] >= gpu_milli:
+                        ok = True
+                        break
+            else:
+                whole = 0
+                for g in range(gpu_capacity.shape[1]):
+                    if gpu_capacity[n, g] - gpu_used[n, g] == GPU_MILLI:
+                        whole += 1
+                ok = whole >= gpu_count
+        if ok and has_counts and not app_count[n] < cap:
+            ok = False
+        if not ok:
+            if provisioned[n]:
+                fits_everywhere = False
+            continue
+        fits_any = True
+        if not observed[n, 0] <= safety_cpu[n]:
+            continue
+        if best_effort and not (observed[n, 1] < memory_pressure[n] and pressure_until[n] <= t):
+            continue
+        out[count] = n
+        count += 1
+    return count, fits_any, fits_everywhere
+
+
+@njit(cache=True, nogil=True)
+def k8s_default_scores(nodes, nonzero_requested, requested, alloc_cpu, alloc_mem_bytes, nz_cpu, nz_mem, req_cpu,
+                       req_mem, best_effort, mib, out):
+    """LeastAllocated + BalancedAllocation (policy.k8s_default) for each of ``nodes``, into ``out``."""
+    for i in range(nodes.shape[0]):
+        n = nodes[i]
+        a_cpu = alloc_cpu[n]
+        a_mem = alloc_mem_bytes[n]
+        r_cpu = nonzero_requested[n, 0] + nz_cpu
+        r_mem = (nonzero_requested[n, 1] + nz_mem) * mib
+        cpu = max(np.floor((a_cpu - r_cpu) * 100 / a_cpu), 0.0)
+        mem = max(np.floor((a_mem - r_mem) * 100 / a_mem), 0.0)
+        score = np.floor((cpu + mem) / 2)
+        if not best_effort:
+            f_cpu = min((requested[n, 0] + req_cpu) / a_cpu, 1.0)
+            f_mem = min((requested[n, 1] + req_mem) * mib / a_mem, 1.0)
+            score += np.trunc((1 - abs(f_cpu - f_mem) / 2) * 100)
+        out[i] = score
+
+
+@njit(cache=True, nogil=True)
+def best_nodes(scores, ties):
+    """The top score and its positions in ``scores`` (written to ``ties``); count -1 when a score
+    is not finite."""
+    top = -np.inf
+    count = 0
+    for i in range(scores.shape[0]):
+        s = scores[i]
+        if not np.isfinite(s):
+            return -1, s
+        if s > top:
+            top = s
+            count = 0
+        if s == top:
+            ties[count] = i
+            count += 1
+    return count, top
+
+
+@njit(cache=True, nogil=True)
+def overload_sum(usage_cpu, cpu_cores, inv_alloc_cpu, provisioned, threshold):
+    """sum over provisioned nodes of max(0, delivered CPU / allocatable - threshold) (reward.overload
+    times the node count): delivered = min(demand, cores)."""
+    total = 0.0
+    for n in range(usage_cpu.shape[0]):
+        if provisioned[n] > 0:
+            u = min(usage_cpu[n], cpu_cores[n]) * inv_alloc_cpu[n] - threshold
+            if u > 0:
+                total += u
+    return total

@@ -1,0 +1,125 @@
+"""The compiled scheduling-cycle loops (simulator/kernels.py) against the NumPy rules they compile."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from td3sched.policy.k8s_default import MIB, balanced_allocation, least_allocated
+from td3sched.simulator.filter import fits_one
+from td3sched.simulator.kernels import best_nodes, filter_nodes, k8s_default_scores, overload_sum
+from td3sched.reward import overload
+
+VALUES = [-1e-9, 0.0, 100.0, 250.0, 999.999, 1000.0, 4000.0]
+
+
+@st.composite
+def clusters(draw):
+    n = draw(st.integers(1, 12))
+    g = draw(st.integers(1, 4))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    free = rng.choice(VALUES, size=(n, 4))
+    gpu_capacity = np.where(rng.random((n, g)) < 0.7, 1000, 0).astype(np.int64)
+    gpu_used = np.minimum(rng.choice([0, 250, 500, 1000], size=(n, g)), gpu_capacity).astype(np.int64)
+    ready = rng.random(n) < 0.8
+    provisioned = ready | (rng.random(n) < 0.5)
+    observed = rng.choice([0.0, 800.0, 900.0, 950.0], size=(n, 4))
+    safety = np.full(n, 900.0)
+    pressure = np.full(n, 900.0)
+    until = rng.choice([-np.inf, 5.0, 20.0], size=n)
+    request = rng.choice(VALUES[1:], size=4) * (rng.random(4) < 0.6)
+    count = int(rng.choice([0, 0, 1, 2]))
+    milli = int(rng.choice([250, 500, 1000])) if count == 1 else (1000 if count else 0)
+    app_count = rng.integers(0, 3, size=n) if rng.random() < 0.5 else np.zeros(0, dtype=np.int64)
+    cap = int(rng.integers(0, 3))
+    lo = int(rng.integers(0, n))
+    hi = int(rng.integers(lo + 1, n + 1))
+    return dict(lo=lo, hi=hi, ready=ready, provisioned=provisioned, free=free, gpu_capacity=gpu_capacity,
+                gpu_used=gpu_used, request=request, count=count, milli=milli, app_count=app_count, cap=cap,
+                observed=observed, safety=safety, best_effort=bool(rng.random() < 0.5), pressure=pressure,
+                until=until, t=10.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters())
+def test_filter_nodes_is_filters_rule(c):
+    lo, hi = c["lo"], c["hi"]
+    sl = slice(lo, hi)
+    # the rule, in NumPy: resources (fits_one), readiness and the cap, then usage
+    fit = c["ready"][sl] & fits_one(c["free"][sl], (c["gpu_capacity"] - c["gpu_used"])[sl], c["request"],
+                                    c["count"], c["milli"])
+    if c["cap"] > 0 and len(c["app_count"]):
+        fit &= c["app_count"][sl] < c["cap"]
+    passed = fit & (c["observed"][sl, 0] <= c["safety"][sl])
+    if c["best_effort"]:
+        passed &= (c["observed"][sl, 1] < c["pressure"][sl]) & (c["until"][sl] <= c["t"])
+    out = np.empty(len(c["ready"]), dtype=np.int64)
+    n, fits_any, everywhere = filter_nodes(lo, hi, c["ready"], c["provisioned"], c["free"], c["gpu_capacity"],
+                                           c["gpu_used"], c["request"], c["count"], c["milli"], c["app_count"],
+                                           c["cap"], c["observed"], c["safety"], c["best_effort"], c["pressure"],
+                                           c["until"], c["t"], out)
+    assert out[:n].tolist() == (np.flatnonzero(passed) + lo).tolist()
+    assert fits_any == bool(fit.any())
+    assert everywhere == (not (c["provisioned"][sl] & ~fit).any())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.booleans())
+def test_k8s_default_scores_are_bit_identical_to_the_numpy_rule(seed, best_effort):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    alloc = np.column_stack([rng.choice([1000.0, 3900.0, 96000.0, 192000.0], n),
+                             rng.choice([2048.0, 15000.0, 770000.0], n)])
+    requested = alloc * rng.random((n, 2)) * (rng.random((n, 2)) < 0.9)
+    nonzero = requested + rng.choice([0.0, 100.0, 200.0], size=(n, 2))
+    req = rng.choice([0.0, 1.0, 250.0, 3333.0, 64000.0], size=2)
+    nz = np.where(req > 0, req, [100.0, 200.0])
+    nodes = rng.permutation(n)[: int(rng.integers(1, n + 1))]
+    a_cpu, a_mem = alloc[nodes, 0], alloc[nodes, 1] * MIB
+    want = least_allocated(nonzero[nodes, 0] + nz[0], (nonzero[nodes, 1] + nz[1]) * MIB, a_cpu, a_mem)
+    if not best_effort:
+        want = want + balanced_allocation(requested[nodes, 0] + req[0], (requested[nodes, 1] + req[1]) * MIB,
+                                          a_cpu, a_mem)
+    out = np.empty(len(nodes))
+    k8s_default_scores(nodes, nonzero, requested, np.ascontiguousarray(alloc[:, 0]), alloc[:, 1] * MIB,
+                       float(nz[0]), float(nz[1]), float(req[0]), float(req[1]), best_effort, MIB, out)
+    assert out.tobytes() == want.tobytes()
+
+
+def test_best_nodes_returns_every_tie_of_the_top_score_and_refuses_non_finite_scores():
+    ties = np.empty(5, dtype=np.int64)
+    count, top = best_nodes(np.array([3.0, 7.0, 1.0, 7.0, 7.0]), ties)
+    assert (count, top) == (3, 7.0) and ties[:3].tolist() == [1, 3, 4]
+    for bad in (np.nan, np.inf, -np.inf):
+        assert best_nodes(np.array([1.0, bad]), ties)[0] == -1
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_overload_sum_is_the_rewards_overload_times_the_node_count(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 30))
+    alloc = rng.choice([1000.0, 4000.0], n)
+    cores = alloc + 500.0
+    usage = rng.random(n) * 6000.0
+    prov = (rng.random(n) < 0.7).astype(np.float64)
+    want = overload(np.minimum(usage, cores) / alloc, prov, 0.85) * prov.sum()
+    assert np.isclose(overload_sum(usage, cores, 1.0 / alloc, prov, 0.85), want, rtol=1e-12, atol=1e-12)
+
+
+def test_pod_usage_of_one_pod_equals_its_row_of_the_array_form():
+    from types import SimpleNamespace
+
+    from td3sched.simulator.usage import pod_usage
+
+    rng = np.random.default_rng(0)
+    n = 50
+    w = SimpleNamespace(size_cpu_milli=rng.random(n) * 1e5,
+                        cpu_limit_milli=np.where(rng.random(n) < 0.5, np.inf, rng.random(n) * 1e5),
+                        size_mem_mib=rng.random(n) * 1e4, size_disk_mbps=rng.random(n), size_net_mbps=rng.random(n))
+    cfg = SimpleNamespace(usage_scale=1.13, mem_level=0.71)
+    shape = rng.random((4, n))
+    rows = pod_usage(w, cfg, np.arange(n), shape)
+    one = np.array([pod_usage(w, cfg, i, shape[:, i]) for i in range(n)])
+    assert one.tobytes() == rows.tobytes()
