@@ -100,9 +100,19 @@ def test_written_files_follow_the_umask(tmp_path):
         os.umask(old)
 
 
-def test_check_file_makes_the_folder(tmp_path):
+def test_checking_a_path_leaves_nothing_behind(tmp_path):
     check_file(tmp_path / "new" / "deeper" / "x.json", "--out")
-    assert (tmp_path / "new" / "deeper").is_dir()
+    check_file(tmp_path / "x.json", "--out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_events_into_a_new_folder(tmp_path):
+    events = tmp_path / "new" / "events.jsonl"
+    result = runner.invoke(app, ["simulate", "--no-progress", "--span", "test", "--set", "days=0.8",
+                                 "--set", "spans.test=[0.75,0.8]", "--events", str(events)])
+    assert result.exit_code == 0, result.output
+    assert events.read_text().count("\n") > 10
+    assert sorted(p.name for p in events.parent.iterdir()) == ["events.jsonl"]
 
 
 def test_interrupted_training_says_how_to_resume(tmp_path, monkeypatch):
@@ -112,6 +122,7 @@ def test_interrupted_training_says_how_to_resume(tmp_path, monkeypatch):
     out = tmp_path / "run"
 
     def interrupted(out_dir, *args, **kwargs):
+        out_dir.mkdir(parents=True)
         (out_dir / train_mod.CHECKPOINT_FILE).write_bytes(b"")
         raise KeyboardInterrupt
 

@@ -30,15 +30,22 @@ def _reason(exc: OSError) -> str:
 
 
 def check_folder(path: Path, option: str, named: Path | None = None) -> None:
-    """Make the folder ``path`` if needed and check a file can be created in it; ValueError names
-    ``option`` (e.g. "--out"), the path given (``named``, default ``path``) and the reason otherwise."""
+    """Check files can be created in the folder ``path``, or in the folders that would be made for it,
+    without leaving anything behind; ValueError names ``option`` (e.g. "--out"), the path given
+    (``named``, default ``path``) and the reason otherwise."""
     path = Path(path)
     named = path if named is None else named
-    if path.exists() and not path.is_dir():
-        where = "exists and is not a folder" if named == path else f"cannot write there ({path} is not a folder)"
-        raise ValueError(f"{option} {named}: {where}")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        why = "exists and is not a folder" if existing == named else f"cannot write there ({existing} is not a folder)"
+        raise ValueError(f"{option} {named}: {why}")
+    if existing != path:  # the folder is still to be made: its nearest existing parent must take it
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ValueError(f"{option} {named}: cannot write there ({existing} is not writable)")
+        return
     try:
-        path.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".write-check.", dir=path)
         os.close(fd)
         os.unlink(probe)
@@ -47,8 +54,8 @@ def check_folder(path: Path, option: str, named: Path | None = None) -> None:
 
 
 def check_file(path: Path, option: str) -> None:
-    """Check the file ``path`` can be written (its folder is made if needed); ValueError names
-    ``option`` and the reason otherwise."""
+    """Check the file ``path`` can be written (in its folder, or in the folders that would be made
+    for it); ValueError names ``option`` and the reason otherwise."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{option} {path}: is a folder; expected a file name")

@@ -46,7 +46,10 @@ def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = 
     world = scenario.build(seed, lenient=lenient, reports=reports)
     warmup_s = world.config.warmup_days * 86400.0
     # the event log goes to a temporary file beside events_path, renamed over it once the run succeeded
-    events_tmp = events_path.with_name(f".{events_path.name}.{os.getpid()}.tmp") if events_path else None
+    events_tmp = None
+    if events_path is not None:
+        events_path.parent.mkdir(parents=True, exist_ok=True)
+        events_tmp = events_path.with_name(f".{events_path.name}.{os.getpid()}.tmp")
     events, stream = open_event_log(events_tmp, events_detail)
     try:
         if progress:
