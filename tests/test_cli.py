@@ -77,7 +77,7 @@ def test_simulate_writes_json_with_every_documented_metric(tmp_path):
     (["--set", "nosuch.key=1"], "nosuch", ["simulator", "autoscaler", "latency", "nodes"]),
     (["--set", "simulator.nosuch=1"], "nosuch", ["tick_s", "scrape_s", "usage_scale"]),
     (["--set", "simulator.tick_s=abc"], "abc", ["a number"]),
-    (["--set", "simulator.tick_s=-5"], "-5", ["a positive number"]),
+    (["--set", "simulator.tick_s=-5"], "-5", ["a number >= 1"]),
     (["--set", "autoscaler.enabled=maybe"], "maybe", ["true or false"]),
 ])
 def test_bad_input_exits_2_naming_the_value_and_the_choices(args, bad, choices, tmp_path):

@@ -41,7 +41,7 @@ def test_tracker_charges_only_events_since_the_previous_decision():
 @pytest.mark.parametrize("field,value", [("alpha", -1.0), ("beta", float("nan")), ("sla_norm", 0.0),
                                          ("overload_util", 1.5)])
 def test_bad_reward_settings_are_refused_by_name(field, value):
-    with pytest.raises(ValueError, match=f"reward.{field}"):
+    with pytest.raises(ValueError, match=rf"(?s){field}.*expected a number"):
         RewardConfig(**{field: value})
 
 

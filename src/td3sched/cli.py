@@ -19,8 +19,12 @@ console = Console(stderr=True)
 out = Console()
 
 
+SET_HELP = ("Override a scenario setting, e.g. --set autoscaler.enabled=false (every setting, its default and "
+            "range: td3sched scenarios --show NAME).")
+
+
 def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {escape(message)}")
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)  # one line, however long
     raise typer.Exit(2)
 
 
@@ -28,9 +32,9 @@ def _fail(message: str) -> None:
 def simulate(
     scenario: str = typer.Option("tiny", help="Scenario name (see `td3sched scenarios`)."),
     policy: str = typer.Option("k8s-default", help="Scoring policy."),
-    seed: int = typer.Option(1, help="Seed: with the scenario, it fully determines the run."),
+    seed: int = typer.Option(1, min=0, help="Seed: with the scenario, it fully determines the run."),
     span: str = typer.Option("full", help="Span of the scenario to run: full, train or test."),
-    set_: list[str] = typer.Option([], "--set", help="Override a scenario field, e.g. --set nodes.count=800."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     out_path: Optional[Path] = typer.Option(None, "--out", help="Write the run's metrics as JSON here."),
     events: Optional[Path] = typer.Option(None, help="Write every event of the run as JSON lines here."),
     events_detail: bool = typer.Option(False, "--events-detail",
@@ -39,9 +43,15 @@ def simulate(
     lenient: bool = typer.Option(False, help="Skip malformed trace rows (and report them) instead of failing."),
 ) -> None:
     """Run one policy over a scenario span and print its metrics."""
+    from td3sched.outputs import check_file, write_json_atomic
     from td3sched.run import run_simulation
 
     try:
+        for option, path in (("--out", out_path), ("--events", events)):
+            if path:
+                check_file(path, option)
+        if out_path and events and out_path.resolve() == events.resolve():
+            raise ValueError(f"--out and --events are the same file {out_path}: expected two files")
         result = run_simulation(scenario, policy, seed, span, list(set_), events_path=events, progress=progress,
                                 lenient=lenient, events_detail=events_detail)
     except (ValueError, FileNotFoundError) as exc:
@@ -50,11 +60,8 @@ def simulate(
         console.print(f"[yellow]{escape(line)}[/yellow]")
     print_metrics(result)
     if out_path:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out_path.with_suffix(out_path.suffix + ".tmp")
-        tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-        tmp.replace(out_path)
-        console.print(f"wrote {out_path}")
+        write_json_atomic(out_path, result)
+        console.print(f"wrote {escape(str(out_path))}")
 
 
 def print_metrics(result: dict) -> None:
@@ -69,9 +76,26 @@ def print_metrics(result: dict) -> None:
 
 
 @app.command()
-def scenarios() -> None:
+def scenarios(
+    show: Optional[str] = typer.Option(None, "--show", metavar="NAME",
+                                       help="Print scenario NAME resolved, with --set applied: every setting "
+                                            "with its value, allowed range and description (builds nothing)."),
+    set_: list[str] = typer.Option([], "--set", help="With --show: override a setting, e.g. --set "
+                                                      "latency.slo_factor=3."),
+) -> None:
     """List scenarios with their nodes, pods and spans (builds each workload; seed 1)."""
     from td3sched.scenario import load_scenario, scenario_names
+
+    if show is not None or set_:
+        from td3sched.scenario.schema import to_yaml
+
+        if show is None:
+            _fail("--set: only with --show NAME")
+        try:
+            print(to_yaml(load_scenario(show, list(set_)).config), end="")
+        except ValueError as exc:
+            _fail(str(exc))
+        return
 
     table = Table()
     for col in ("scenario", "nodes (start / max)", "pods", "days", "spans (days)", "description"):
@@ -119,7 +143,7 @@ def evaluate(
              "(td3:runs/NAME); repeat --policies to keep specs whose arguments hold commas apart."),
     seeds: int = typer.Option(5, help="Seeds per policy: runs seeds 1..N."),
     out_dir: Path = typer.Option(..., "--out", help="Results folder, e.g. results/NAME/ (resumes what is there)."),
-    set_: list[str] = typer.Option([], "--set", help="Override a scenario field, e.g. --set nodes.count=800."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     workers: Optional[int] = typer.Option(None, help="Local worker processes (default: number of CPUs); "
                                                      "with --ray and no address, the local Ray instance's CPUs."),
     ray: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS]",
@@ -173,7 +197,7 @@ def print_evaluation(result) -> None:
 
 
 @app.command("build-tiny")
-def build_tiny_cmd(seed: int = typer.Option(1, help="Seed of the sampling.")) -> None:
+def build_tiny_cmd(seed: int = typer.Option(1, min=0, help="Seed of the sampling.")) -> None:
     """Regenerate the shipped tiny scenario from the production traces."""
     from td3sched.scenario import SCENARIO_DIR
     from td3sched.scenario.tiny import build_tiny
@@ -187,8 +211,8 @@ def search_static(
     scenario: str = typer.Option("dlrm", help="Scenario name (see `td3sched scenarios`)."),
     budget_min: float = typer.Option(30.0, help="Wall-clock budget of the whole search, in minutes."),
     tau_fixed: Optional[float] = typer.Option(None, help="Fix tau (0: best-static-seed); default: search tau too."),
-    seed: int = typer.Option(1, help="Seed of the world and of every evaluation run."),
-    set_: list[str] = typer.Option([], "--set", help="Override a scenario field, e.g. --set nodes.count=800."),
+    seed: int = typer.Option(1, min=0, help="Seed of the world and of every evaluation run."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     step: str = typer.Option("auto", help="Simplex grid step: auto (finest of 0.2, 0.25, 0.5 that fits the "
                                           "budget), 0.2, 0.25 or 0.5."),
     tau_values: str = typer.Option("0,0.2,0.4,0.6,0.8,1", help="Comma-separated tau grid (without --tau-fixed)."),
@@ -233,15 +257,15 @@ def train(
     out_dir: Path = typer.Option(..., "--out", help="Run folder, e.g. runs/NAME/: checkpoint, model (then "
                                                     "--policy td3:runs/NAME) and TensorBoard logs (tb/)."),
     scenario: Optional[str] = typer.Option(None, help="Scenario to train on (default: dlrm)."),
-    seed: Optional[int] = typer.Option(None, help="Seed of the world, the episode windows, the networks and the "
-                                                  "noise (default: 1)."),
+    seed: Optional[int] = typer.Option(None, min=0, help="Seed of the world, the episode windows, the networks "
+                                                         "and the noise (default: 1)."),
     algo: Optional[str] = typer.Option(None, help="td3 (default), or ddpg: one critic, no smoothing, no delay."),
     action: Optional[str] = typer.Option(None, help="full (default): weights and tau; seed: weights, tau fixed at 0."),
     span: Optional[str] = typer.Option(None, help="Span whose windows are the episodes (default: train)."),
     episode_hours: Optional[float] = typer.Option(None, help="Episode window in simulated hours (default: 24)."),
     learning_starts: Optional[int] = typer.Option(None, help="Random warm-up steps before learning (default: "
                                                              "10000, TD3Config.learning_starts)."),
-    set_: list[str] = typer.Option([], "--set", help="Override a scenario field, e.g. --set nodes.count=800."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     checkpoint_every: int = typer.Option(10_000, help="Write a checkpoint and the model every this many steps "
                                                       "(and at the end)."),
     resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
@@ -284,6 +308,11 @@ def train(
             settings = TrainSettings(**{k: v if v is not None else getattr(defaults, k) for k, v in given.items()})
             config = TD3Config(**{k: v for k, v in (("algo", algo), ("learning_starts", learning_starts))
                                   if v is not None})
+        from td3sched.outputs import check_folder
+        from td3sched.scenario import load_scenario
+
+        load_scenario(settings.scenario, list(settings.overrides)).span(settings.span)  # before the first step
+        check_folder(out_dir, "--out")
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
     torch.set_num_threads(threads)
@@ -317,6 +346,15 @@ def train(
             result = run()
     except (ValueError, FileNotFoundError, CheckpointError, ModelError) as exc:
         _fail(str(exc))
+    except KeyboardInterrupt:
+        checkpoint = out_dir / CHECKPOINT_FILE
+        if checkpoint.exists():
+            console.print(f"[yellow]interrupted:[/yellow] the last checkpoint is {escape(str(checkpoint))}; continue "
+                          f"with: td3sched train --steps {steps} --out {escape(str(out_dir))} --resume")
+        else:
+            console.print(f"[yellow]interrupted[/yellow] before the first checkpoint (every {checkpoint_every:,} "
+                          "steps): nothing to resume; run the same command again")
+        raise typer.Exit(130) from None
     recent = f"{sum(result.recent_returns) / len(result.recent_returns):.4g}" if result.recent_returns else "-"
     console.print(f"{result.steps:,} steps, {result.episodes} episodes, {result.wall_s:,.1f} s training, "
                   f"{result.sps:,.0f} steps/s; mean of the last episode rewards {recent}")
@@ -399,7 +437,7 @@ def inspect_model(
     scenario: str = typer.Option("tiny", help="Scenario whose window the model runs on."),
     span: str = typer.Option("test", help="Span of the window."),
     episode_hours: float = typer.Option(6.0, help="Window length in simulated hours."),
-    seed: int = typer.Option(1, help="Draws the window (and its world)."),
+    seed: int = typer.Option(1, min=0, help="Draws the window (and its world)."),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """What a trained model chooses on one window, and how much its critic tells actions apart."""

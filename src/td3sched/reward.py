@@ -16,36 +16,27 @@ The episode reward is the sum of r_t over the decisions of a run's span.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+from pydantic.dataclasses import dataclass
+
+from td3sched.quantities import SETTINGS, Positive, Share, Weight
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SETTINGS)
 class RewardConfig:
-    alpha: float = 1.0
+    alpha: Weight = 1.0
     """Weight of fragmentation (a share of provisioned CPU, in [0, 1])."""
-    beta: float = 10.0
+    beta: Weight = 10.0
     """Weight of overload (at most 0.15 when every node runs at 100% CPU, so 10 puts it on the
     scale of the other terms)."""
-    gamma: float = 1.0
+    gamma: Weight = 1.0
     """Weight of the SLA term (in [0, 1])."""
-    delta: float = 0.0
+    delta: Weight = 0.0
     """Weight of the efficiency term; 0 gives the reference design's reward."""
-    overload_util: float = 0.85
+    overload_util: Share = 0.85
     """Real CPU utilisation above which a node counts as overloaded."""
-    sla_norm: float = 10.0
+    sla_norm: Positive = 10.0
     """SLA events between two decisions at which the SLA term saturates at 1."""
-
-    def __post_init__(self) -> None:
-        for name in ("alpha", "beta", "gamma", "delta"):
-            v = getattr(self, name)
-            if not (np.isfinite(v) and v >= 0):
-                raise ValueError(f"reward.{name}={v!r}: expected a non-negative weight")
-        if not self.sla_norm > 0:
-            raise ValueError(f"reward.sla_norm={self.sla_norm!r}: expected a positive number of events")
-        if not 0 < self.overload_util <= 1:
-            raise ValueError(f"reward.overload_util={self.overload_util!r}: expected a utilisation in (0, 1]")
 
 
 def overload(cpu_utilisation: np.ndarray, provisioned: np.ndarray, threshold: float) -> float:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 
 from td3sched import __version__
+from td3sched.outputs import check_file
 from td3sched.policy import make_policy
 from td3sched.scenario import load_scenario
 from td3sched.simulator.engine import Simulation, open_event_log
@@ -33,6 +35,9 @@ def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = 
     ``lenient``, malformed trace rows are skipped and counted in the record's ``skipped_rows``."""
     from td3sched.search.best_static import resolve_policy
 
+    if events_path is not None:
+        events_path = Path(events_path)
+        check_file(events_path, "--events")
     label, spec = resolve_policy(policy_name, scenario_name, overrides or [])
     policy = make_policy(spec)
     scenario = load_scenario(scenario_name, overrides or [])
@@ -40,7 +45,12 @@ def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = 
     reports: list = []
     world = scenario.build(seed, lenient=lenient, reports=reports)
     warmup_s = world.config.warmup_days * 86400.0
-    events, stream = open_event_log(events_path, events_detail)
+    # the event log goes to a temporary file beside events_path, renamed over it once the run succeeded
+    events_tmp = None
+    if events_path is not None:
+        events_path.parent.mkdir(parents=True, exist_ok=True)
+        events_tmp = events_path.with_name(f".{events_path.name}.{os.getpid()}.tmp")
+    events, stream = open_event_log(events_tmp, events_detail)
     try:
         if progress:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -53,9 +63,14 @@ def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = 
                 record = sim.run()
         else:
             record = Simulation(world, policy, seed, start_s, end_s, events, warmup_s=warmup_s).run()
-    finally:
+    except BaseException:
         if stream:
             stream.close()
+            events_tmp.unlink(missing_ok=True)
+        raise
+    if stream:
+        stream.close()
+        os.replace(events_tmp, events_path)
     return {
         "scenario": scenario_name,
         "overrides": list(scenario.overrides),

@@ -77,11 +77,37 @@ def test_a_retrained_model_in_the_same_folder_is_another_policy(tmp_path):
     """Resumed grids compare fingerprints: a stale run of the old model is not reused."""
     _, folder = _saved(tmp_path)
     before = make_policy(f"td3:{folder}").fingerprint
-    assert json.loads((folder / CARD_FILE).read_text())["model_sha256"] in before
+    assert before.startswith("model_content_sha256=")
     agent = TD3(OBSERVATION_SIZE, CONFIG, seed=8)
     agent.save(folder, {"scenario": "tiny", "span": "train", "training": {"steps": 0}})
     after = make_policy(f"td3:{folder}").fingerprint
     assert after != before and make_policy("k8s-default").fingerprint == ""
+
+
+def test_an_edited_normaliser_is_another_policy(tmp_path):
+    """The fingerprint covers the card (normaliser, config) as well as the state dict."""
+    _, folder = _saved(tmp_path)
+    before = make_policy(f"td3:{folder}").fingerprint
+    card = json.loads((folder / CARD_FILE).read_text())
+    card["normalizer"]["count"] += 1
+    (folder / CARD_FILE).write_text(json.dumps(card))
+    assert make_policy(f"td3:{folder}").fingerprint != before
+    (folder / "checkpoint.pt").write_bytes(b"training state, not the model")  # other files do not count
+    after = make_policy(f"td3:{folder}").fingerprint
+    (folder / "checkpoint.pt").write_bytes(b"a later checkpoint")
+    assert make_policy(f"td3:{folder}").fingerprint == after
+
+
+def test_inspect_model_given_a_file_asks_for_the_folder(tmp_path):
+    from typer.testing import CliRunner
+
+    from td3sched.cli import app
+
+    _, folder = _saved(tmp_path)
+    result = CliRunner().invoke(app, ["inspect-model", str(folder / MODEL_FILE)])
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert "is a file: expected the model's folder" in text and "not found" not in text
 
 
 def test_td3_needs_a_model_folder(tmp_path):

@@ -14,13 +14,14 @@ import importlib
 import json
 import os
 import re
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable
+
+from td3sched.outputs import check_folder, write_json_atomic, write_text_atomic  # noqa: F401 (report.py's)
 
 #: The function each run calls, as "module:function"; it gets (scenario, policy, seed, span, overrides).
 DEFAULT_RUNNER = "td3sched.run:run_simulation"
@@ -233,6 +234,10 @@ def prepare(scenario: str, span: str, policies: Iterable[str], seeds: int, out: 
         getattr(importlib.import_module(module), func)
     except (ValueError, ImportError, AttributeError) as exc:
         raise GridError(f"runner {runner!r}: expected module:function ({exc})") from None
+    try:
+        check_folder(out, "--out")
+    except ValueError as exc:
+        raise GridError(str(exc)) from None
     return GridSpec(scenario, span, tuple(specs), seeds, overrides, out, workers, ray, span_s, runner, tuple(skipped),
                     tuple(identities))
 
@@ -241,37 +246,7 @@ def prepare(scenario: str, span: str, policies: Iterable[str], seeds: int, out: 
 # Files
 
 
-def write_json_atomic(path: Path, obj) -> None:
-    """Write JSON to a temporary file beside ``path``, then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+# write_json_atomic and write_text_atomic (td3sched.outputs) write every file here.
 
 
 def load_existing(path: Path, task: Task) -> dict | None:

@@ -23,10 +23,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from td3sched.quantities import SETTINGS, Count
 from td3sched.simulator.filter import fit_matrix
 from td3sched.workload.pods import Workload, unique_rows
 
 MAX_SHAPES = 20
+
+
+@pydantic_dataclass(frozen=True, config=SETTINGS)
+class FragmentationConfig:
+    """How the fragmentation metric's typical pods are chosen (a scenario's ``fragmentation:``)."""
+
+    max_shapes: Count = MAX_SHAPES
+    """Typical pod shapes per pool at most: more distinct shapes are merged by a weighted k-means."""
 
 
 @dataclass(frozen=True)

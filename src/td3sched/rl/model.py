@@ -93,6 +93,9 @@ class LoadedModel:
     normalizer: ObservationNormalizer
     actor: Actor
     critic: Critic
+    content_sha256: str = ""
+    """sha256 of everything the model is made of: the card (config, normaliser, action mode) and the
+    state dict; a change to either is another model."""
 
     @property
     def observation_size(self) -> int:
@@ -142,6 +145,9 @@ def _check_state(path: Path, state, expected: dict[str, torch.Size]) -> None:
 def load_model(folder) -> LoadedModel:
     """The model in ``folder``, fully validated (``ModelError`` otherwise)."""
     folder = Path(folder)
+    if folder.is_file():
+        raise ModelError(f"model folder {folder}: is a file: expected the model's folder, holding {MODEL_FILE} and "
+                         f"{CARD_FILE} (e.g. runs/NAME, not runs/NAME/{folder.name})")
     if not folder.is_dir():
         raise ModelError(f"model folder {folder}: not found: expected a folder holding {MODEL_FILE} and "
                          f"{CARD_FILE} (written by td3sched train)")
@@ -184,4 +190,7 @@ def load_model(folder) -> LoadedModel:
     critic.load_state_dict({k[len("critic."):]: v for k, v in state.items() if k.startswith("critic.")})
     actor.eval()
     critic.eval()
-    return LoadedModel(str(folder), card, config, action_mode, normalizer, actor, critic)
+    content = hashlib.sha256()
+    for name, blob in ((CARD_FILE, (folder / CARD_FILE).read_bytes()), (MODEL_FILE, data)):
+        content.update(f"{name}\0{len(blob)}\0".encode() + blob)
+    return LoadedModel(str(folder), card, config, action_mode, normalizer, actor, critic, content.hexdigest())

@@ -84,8 +84,9 @@ class TD3Policy(ActionPolicy):
 
     @property
     def fingerprint(self) -> str:
-        """The model's sha256: a retrained model in the same folder is another policy."""
-        return f"model_sha256={self.model.card['model_sha256']}"
+        """The sha256 of the model's files (card and state dict): a retrained model, or an edited
+        normaliser or card, in the same folder is another policy."""
+        return f"model_content_sha256={self.model.content_sha256}"
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         return self.model.act(obs)

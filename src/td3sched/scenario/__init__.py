@@ -1,91 +1,39 @@
 """Scenarios: YAML files naming a cluster and a workload, loaded by name, overridable with --set.
 
 A scenario plus a seed fully determines a run. ``load_scenario("dlrm", ["batch.enabled=false"])``
-reads ``td3sched/scenarios/dlrm.yaml`` over the simulator's defaults, applies the overrides and
-validates the result; ``scenario.build(seed)`` makes the ``World`` the simulator runs.
+reads ``td3sched/scenarios/dlrm.yaml``, applies the overrides and validates the result against the
+schema (``scenario.schema``: types, ranges and defaults of every section); ``scenario.build(seed)``
+makes the ``World`` the simulator runs.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import yaml
 
 from td3sched.metrics.fragmentation import PoolTypicalPods
+from td3sched.scenario.schema import SCENARIO_DIR, SIM_SECTIONS, ScenarioError, resolve
 from td3sched.simulator.cluster import NodeShape, Pool
-from td3sched.simulator.config import Autoscaler, LatencyModel, SimConfig
-from td3sched.simulator.queue import QueueConfig
+from td3sched.simulator.config import SimConfig
 from td3sched.reward import RewardConfig
 from td3sched.simulator.engine import World
 from td3sched.workload.pods import Workload
 from td3sched.workload.profiles import UsageProfiles
 
-SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 DAY_S = 86400.0
 TYPICAL_SEED = 1
 """Seed of the workload the typical pods are taken from, whatever the run's seed."""
 TYPICAL_KMEANS_SEED = 0
 
-POOL_KEYS = {f.name for f in dataclasses.fields(NodeShape)} | {"count", "max_count", "min_count"}
-
-
-def _defaults() -> dict[str, Any]:
-    sim = {f.name: getattr(SimConfig(), f.name) for f in dataclasses.fields(SimConfig)
-           if f.name not in ("latency", "autoscaler", "queue")}
-    return {
-        "simulator": sim,
-        "autoscaler": dataclasses.asdict(Autoscaler()),
-        "latency": dataclasses.asdict(LatencyModel()),
-        "queue": dataclasses.asdict(QueueConfig()),
-        "fragmentation": {"max_shapes": 20},
-        "reward": dataclasses.asdict(RewardConfig()),
-    }
+POOL_COUNTS = ("count", "max_count", "min_count")
 
 
 def scenario_names() -> list[str]:
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
-
-
-def _merge(base: dict, extra: dict, where: str, strict_sections: set[str]) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if where in strict_sections and key not in base:
-            raise ValueError(f"unknown setting {where}.{key}: expected one of {', '.join(sorted(base))}")
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value, f"{where}.{key}" if where else key, strict_sections)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def apply_override(config: dict, assignment: str) -> None:
-    """Apply one ``dotted.key=value`` (value parsed as YAML) in place; unknown keys are refused."""
-    if "=" not in assignment:
-        raise ValueError(f"override {assignment!r}: expected key=value, e.g. nodes.count=800")
-    key, raw = assignment.split("=", 1)
-    parts = key.strip().split(".")
-    node = config
-    for i, part in enumerate(parts[:-1]):
-        if not isinstance(node.get(part), dict):
-            have = ", ".join(sorted(k for k in node)) if isinstance(node, dict) else "nothing"
-            raise ValueError(f"override {key!r}: {'.'.join(parts[: i + 1])!r} is not a section; have: {have}")
-        node = node[part]
-    if parts[-1] not in node:
-        raise ValueError(f"override {key!r}: unknown key {parts[-1]!r}; have: {', '.join(sorted(node))}")
-    value = yaml.safe_load(raw)
-    old = node[parts[-1]]
-    if isinstance(old, bool) and not isinstance(value, bool):
-        raise ValueError(f"override {key!r}={raw!r}: expected true or false")
-    if isinstance(old, (int, float)) and not isinstance(old, bool) and (
-            isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise ValueError(f"override {key!r}={raw!r}: expected a number")
-    node[parts[-1]] = value
 
 
 @dataclass(frozen=True)
@@ -99,20 +47,29 @@ class Scenario:
         return float(self.config["days"])
 
     def span(self, name: str) -> tuple[float, float]:
-        """[start_s, end_s) of a named span; ``full`` is the whole scenario."""
-        if name == "full":
-            return 0.0, self.days * DAY_S
+        """[start_s, end_s) of a named span; ``full`` is the whole scenario. A span past the
+        scenario's days, or one its warm-up covers whole, is refused naming the setting."""
         spans = self.config.get("spans", {})
-        if name not in spans:
+        if name == "full":
+            a, b = 0.0, self.days
+        elif name not in spans:
             raise ValueError(f"scenario {self.name!r} has no span {name!r}: expected one of "
                              f"{', '.join(['full', *spans])}")
-        a, b = spans[name]
+        else:
+            a, b = spans[name]
+        if b > self.days:
+            raise ScenarioError(f"span {name} of scenario {self.name!r} is days [{a:g}, {b:g}), past its days="
+                                f"{self.days:g}: use --span full, or set days to at least {b:g}")
+        warmup = float(self.config["simulator"]["warmup_days"])
+        if max(a, max(0.0, a - warmup) + warmup) >= b:  # as Simulation measures a span
+            raise ScenarioError(f"span {name} of scenario {self.name!r} (days [{a:g}, {b:g})) lies within the "
+                                f"warm-up of simulator.warmup_days={warmup:g}: nothing would be measured; expected "
+                                f"simulator.warmup_days below {b:g}")
         return float(a) * DAY_S, float(b) * DAY_S
 
     def sim_config(self) -> SimConfig:
         c = self.config
-        return SimConfig(**c["simulator"], latency=LatencyModel(**c["latency"]),
-                         autoscaler=Autoscaler(**c["autoscaler"]), queue=QueueConfig(**c["queue"]))
+        return SimConfig(**c["simulator"], **{k: cls(**c[k]) for k, cls in SIM_SECTIONS.items()})
 
     def pools(self, seed: int) -> tuple[Pool, ...]:
         nodes = self.config["nodes"]
@@ -120,10 +77,7 @@ class Scenario:
             return (_openb_pool(nodes, seed),)
         pools = []
         for name, spec in nodes["pools"].items():
-            unknown = set(spec) - POOL_KEYS
-            if unknown:
-                raise ValueError(f"pool {name!r}: unknown keys {sorted(unknown)}; expected {sorted(POOL_KEYS)}")
-            shape = NodeShape(**{k: v for k, v in spec.items() if k not in ("count", "max_count", "min_count")})
+            shape = NodeShape(**{k: v for k, v in spec.items() if k not in POOL_COUNTS})
             max_count = int(spec.get("max_count", spec["count"]))
             pools.append(Pool(name, (shape,) * max_count, int(spec["count"]), int(spec.get("min_count", 0))))
         return tuple(pools)
@@ -135,6 +89,9 @@ class Scenario:
 
         pools = self.pools(seed)
         workload, profiles = build_workload(self, pools, seed, lenient, reports)
+        if len(workload) == 0:
+            raise ValueError(f"scenario {self.name!r}: the workload has no pods"
+                             + (" (every trace row was skipped as malformed)" if lenient else ""))
         reference = self.typical_reference()
         if seed == TYPICAL_SEED and reference.config == self.config:  # this build is the reference's
             typical = _typical_pods(reference, lenient, lambda: reference._typical_of(pools, workload))
@@ -217,17 +174,8 @@ def load_scenario(name: str, overrides: list[str] | tuple[str, ...] = ()) -> Sce
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ValueError(f"scenario file {path.name} is not valid YAML: {exc}") from exc
-    for key in ("name", "days", "workload", "nodes"):
-        if key not in raw:
-            raise ValueError(f"scenario file {path.name}: missing key {key!r}")
-    config = _merge(_defaults(), raw, "", {"simulator", "autoscaler", "latency", "queue", "fragmentation", "reward"})
-    for assignment in overrides:
-        apply_override(config, assignment)
-    scenario = Scenario(name, config, tuple(overrides))
-    scenario.sim_config()  # validate now, before anything runs
-    RewardConfig(**config["reward"])
-    return scenario
+        raise ScenarioError(f"scenario file {path.name} is not valid YAML: {exc}") from exc
+    config = resolve(raw, tuple(overrides), source=f"scenario file {path.name}")
+    return Scenario(name, config, tuple(overrides))
 
-
-__all__ = ["Scenario", "load_scenario", "scenario_names", "Workload", "UsageProfiles"]
+__all__ = ["Scenario", "ScenarioError", "load_scenario", "scenario_names", "Workload", "UsageProfiles"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 
@@ -109,5 +108,7 @@ def _openb(scenario, pools, seed, lenient, reports):
 def _files(scenario):
     from td3sched.workload.files import load_workload
 
-    folder = Path(__file__).resolve().parent.parent / "scenarios" / scenario.config["workload"]["path"]
+    from td3sched.scenario.schema import SCENARIO_DIR
+
+    folder = SCENARIO_DIR / scenario.config["workload"]["path"]
     return load_workload(folder)

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from td3sched.quantities import SETTINGS, CountOrZero, Positive, Weight
 
 from td3sched.workload.pods import SCALAR_RESOURCES
 
@@ -19,27 +22,28 @@ MEMORY_EVICTION_AVAILABLE = 0.05
 """kubelet eviction-hard ``memory.available<5%``: below 5% available the node is under MemoryPressure."""
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=SETTINGS)
 class NodeShape:
     """Allocatable resources of one node (what the kubelet reports) and its system overhead."""
 
-    cpu_milli: float
-    mem_mib: float
-    gpus: int
-    disk_gib: float
-    rdma_pct: float
-    disk_mbps: float
-    net_mbps: float
-    overhead_cpu_milli: float = 0.0
-    overhead_mem_mib: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("cpu_milli", "mem_mib", "disk_gib", "rdma_pct", "disk_mbps", "net_mbps"):
-            value = getattr(self, name)
-            if not (np.isfinite(value) and value > 0):
-                raise ValueError(f"node shape {name}={value!r}: expected a positive number")
-        if self.gpus < 0:
-            raise ValueError(f"node shape gpus={self.gpus!r}: expected >= 0")
+    cpu_milli: Positive
+    """Allocatable CPU, in milli-cores."""
+    mem_mib: Positive
+    """Allocatable memory, in MiB."""
+    gpus: CountOrZero
+    """GPUs on the node."""
+    disk_gib: Positive
+    """Local disk, in GiB."""
+    rdma_pct: Positive
+    """RDMA bandwidth, in percent of one NIC (200: two NICs)."""
+    disk_mbps: Positive
+    """Disk bandwidth, in MB/s."""
+    net_mbps: Positive
+    """Network bandwidth, in Mbit/s."""
+    overhead_cpu_milli: Weight = 0.0
+    """CPU the system uses beyond the pods, in milli-cores."""
+    overhead_mem_mib: Weight = 0.0
+    """Memory the system uses beyond the pods, in MiB."""
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,11 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
+from pydantic.dataclasses import dataclass
+
+from td3sched.quantities import SETTINGS, Interval, Seconds
 
 RESOURCES, USAGE, SHAPE, POLICY = 1, 2, 4, 8
 """Reasons a scheduling cycle found no node (bits of ``SchedulingQueue.reasons``)."""
@@ -51,24 +53,20 @@ OUT, ACTIVE, BACKOFF, UNSCHEDULABLE = 0, 1, 2, 3
 """Where a pod is (``SchedulingQueue.where``); OUT = not in the queue (future, running or done)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SETTINGS)
 class QueueConfig:
     """kube-scheduler's queue settings (KubeSchedulerConfiguration), at their defaults."""
 
-    pod_initial_backoff_s: float = 1.0
+    pod_initial_backoff_s: Interval = 1.0
     """podInitialBackoffSeconds (default 1)."""
-    pod_max_backoff_s: float = 10.0
+    pod_max_backoff_s: Interval = 10.0
     """podMaxBackoffSeconds (default 10)."""
-    max_in_unschedulable_s: float = 300.0
+    max_in_unschedulable_s: Seconds = 300.0
     """podMaxInUnschedulablePodsDuration (default 5 min)."""
-    unschedulable_flush_s: float = 30.0
+    unschedulable_flush_s: Interval = 30.0
     """How often leftover unschedulable pods are checked (flushUnschedulablePodsLeftover, 30 s)."""
 
     def __post_init__(self) -> None:
-        for name in ("pod_initial_backoff_s", "pod_max_backoff_s", "max_in_unschedulable_s", "unschedulable_flush_s"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v > 0):
-                raise ValueError(f"queue setting {name}={v!r}: expected a positive number of seconds")
         if self.pod_max_backoff_s < self.pod_initial_backoff_s:
             raise ValueError(f"queue setting pod_max_backoff_s={self.pod_max_backoff_s} must be at least "
                              f"pod_initial_backoff_s={self.pod_initial_backoff_s}")

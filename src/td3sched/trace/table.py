@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import warnings
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ __all__ = ["Column", "TraceTable", "read_table", "check_rows", "finish"]
 
 Kind = Literal["float", "int", "str"]
 
+_COMPRESSED = {".gz", ".bz2", ".zip", ".xz", ".zst", ".tar"}
 _SKIPPED_LINE = re.compile(r"Skipping line (\d+): expected (\d+) fields, saw (\d+)")
 _BAD_LINE = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
 
@@ -151,6 +153,15 @@ def _read(
     except pd.errors.EmptyDataError:
         raise TraceError(path, 1, None, "", "a header line" if header else "at least one row",
                          got="an empty file") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(path, None, None, "", "a UTF-8 text file",
+                         got=f"bytes that are not text ({exc.reason} at byte {exc.start})") from None
+    except FileNotFoundError:
+        raise
+    except (EOFError, zlib.error, OSError) as exc:  # a truncated or corrupt compressed file, a read error
+        what = "a complete, uncorrupted compressed file" if path.suffix in _COMPRESSED else "a readable file"
+        reason = str(exc) or type(exc).__name__
+        raise TraceError(path, None, None, "", what, got=f"{type(exc).__name__}: {reason}") from None
     except pd.errors.ParserError as exc:
         m = _BAD_LINE.search(str(exc))
         if m is None:
@@ -191,7 +202,8 @@ def read_table(
         indexed by 1-based file line (index name "line").
 
     Raises:
-        TraceError: a missing column (line 1) in any mode; in strict mode, the first bad row in file
+        TraceError: a file that is not text, is truncated or has no data row, or a missing column
+            (line 1), in any mode; in strict mode, the first bad row in file
             order (a wrong number of fields, a blank line, or a cell failing its column's check).
     """
     path = Path(path)
@@ -206,6 +218,9 @@ def read_table(
         if col.name not in frame.columns:
             raise TraceError(path, 1, col.name, found, f"a column named {col.name!r}",
                              got="columns " + ", ".join(repr(c) for c in found))
+    if len(frame) == 0 and not bad_lines:
+        raise TraceError(path, 2 if header else 1, None, "", "at least one data row",
+                         got="no rows" + (" (only the header)" if header else ""))
 
     # 1-based file line of every row; lines pandas dropped (lenient, wrong field count) are skipped.
     first = 2 if header else 1

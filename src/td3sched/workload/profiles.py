@@ -14,6 +14,7 @@ the same wall-clock slot, so the daily and weekly rhythm of the trace is shared 
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,8 +92,12 @@ class UsageProfiles:
                 shape = z["shape"].astype(np.float32)
                 step_s = float(z["step_s"])
                 ids = tuple(str(s) for s in z["source_ids"])
-        except (OSError, KeyError, ValueError) as exc:
-            raise ValueError(f"usage profile file {path} is unreadable: {exc}") from exc
+        except FileNotFoundError:
+            raise FileNotFoundError(f"usage profile file {path} is missing") from None
+        except (OSError, EOFError, KeyError, ValueError, TypeError, zipfile.BadZipFile) as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise ValueError(f"usage profile file {path}: expected a NumPy .npz archive holding step_s, shape and "
+                             f"source_ids; it is unreadable ({reason})") from None
         if shape.ndim != 3 or shape.shape[0] != len(KINDS) or shape.shape[1] != len(ids):
             raise ValueError(f"usage profile file {path}: shape {shape.shape}, expected [4, {len(ids)}, T]")
         if not np.all(np.isfinite(shape)):
