@@ -123,3 +123,35 @@ def test_pod_usage_of_one_pod_equals_its_row_of_the_array_form():
     rows = pod_usage(w, cfg, np.arange(n), shape)
     one = np.array([pod_usage(w, cfg, i, shape[:, i]) for i in range(n)])
     assert one.tobytes() == rows.tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_refresh_fragmentation_is_node_fragmentation_of_each_changed_node(seed):
+    from td3sched.metrics.fragmentation import PoolTypicalPods, TypicalPods, node_fragmentation
+    from td3sched.simulator.kernels import padded_typical, refresh_fragmentation
+
+    rng = np.random.default_rng(seed)
+    n, g = int(rng.integers(1, 15)), int(rng.integers(1, 5))
+    sets = []
+    for _ in range(int(rng.integers(1, 4))):
+        m = int(rng.integers(0, 6))
+        count = rng.choice([0, 0, 1, 2], m)
+        milli = np.where(count == 1, rng.choice([250, 500, 1000], m), np.where(count > 0, 1000, 0))
+        w = rng.random(m)
+        sets.append(TypicalPods(rng.choice(VALUES[1:], (m, 4)) * (rng.random((m, 4)) < 0.6), count.astype(np.int64),
+                                milli.astype(np.int64), w / w.sum() if m else w))
+    typical = PoolTypicalPods(tuple(sets))
+    pool_of = rng.integers(0, len(sets), n).astype(np.int16)
+    free = rng.choice(VALUES, (n, 4))
+    cap = np.where(rng.random((n, g)) < 0.6, 1000, 0).astype(np.int64)
+    used = np.minimum(rng.choice([0, 250, 500, 1000], (n, g)), cap).astype(np.int64)
+    dirty = rng.random(n) < 0.7
+    want = np.full(n, -1.0)
+    changed = np.flatnonzero(dirty)
+    for i in changed:
+        want[i] = node_fragmentation(free[i][None], (cap - used)[i][None], typical[int(pool_of[i])])[0]
+    out = np.full(n, -1.0)
+    refresh_fragmentation(dirty, free, cap, used, pool_of, *padded_typical(typical), out)
+    assert not dirty.any()
+    assert np.allclose(out, want, rtol=1e-12, atol=1e-9)

@@ -23,7 +23,7 @@ from typing import Callable, TextIO
 import numpy as np
 
 from td3sched.metrics.collector import MetricsCollector
-from td3sched.metrics.fragmentation import PoolTypicalPods, node_fragmentation
+from td3sched.metrics.fragmentation import PoolTypicalPods
 from td3sched.policy.base import Policy, PolicyContext, PodRequest
 from td3sched.reward import RewardConfig, RewardTracker
 from td3sched.simulator.autoscaler import ClusterAutoscaler
@@ -31,7 +31,7 @@ from td3sched.simulator.cluster import GPU_MILLI, Cluster, Pool
 from td3sched.simulator.config import SimConfig
 from td3sched.simulator.contention import cpu_weight, sharing_pressure
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_node, fits_one
-from td3sched.simulator.kernels import best_nodes, filter_nodes, overload_sum
+from td3sched.simulator.kernels import best_nodes, filter_nodes, overload_sum, padded_typical, refresh_fragmentation
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import POLICY, RESOURCES, SHAPE, USAGE, SchedulingQueue
 from td3sched.simulator.usage import Hindsight, pod_usage
@@ -172,7 +172,7 @@ class Simulation(ClusterAutoscaler):
         self.decision_wall_s = 0.0
         self.reward = RewardTracker(world.reward)
         self._max_nodes = float(c.size)
-        self._frag_memo: dict[bytes, float] = {}
+        self._typical_arrays = padded_typical(world.typical)
         self._inv_alloc_cpu = 1.0 / c.allocatable[:, 0]
         self._provisioned_changed()
         self._heatmap_nodes = np.unique(np.linspace(0, c.size - 1, min(c.size, HEATMAP_NODES)).astype(np.int64))
@@ -689,28 +689,11 @@ class Simulation(ClusterAutoscaler):
         return evicted
 
     def _refresh_fragmentation(self) -> None:
-        """Recompute F_n of the nodes whose free resources changed since the last call. F_n depends
-        only on a node's pool and free resources, so values are memoised by those (exact)."""
-        if not self.dirty.any():
-            return
+        """Recompute F_n of the nodes whose free resources changed since the last call (compiled:
+        ``kernels.refresh_fragmentation``, the rule of ``metrics.fragmentation.node_fragmentation``)."""
         c = self.cluster
-        d = np.flatnonzero(self.dirty)
-        self.dirty[d] = False
-        if len(d) > 8:
-            self.frag_cache[d] = self.world.typical.node_fragmentation(c.free[d], c.gpu_capacity[d] - c.gpu_used[d],
-                                                                       c.pool_of[d])
-            return
-        if len(self._frag_memo) > 200_000:
-            self._frag_memo.clear()
-        for n in d:
-            gpu_free = c.gpu_capacity[n] - c.gpu_used[n]
-            key = c.pool_of[n].tobytes() + c.free[n].tobytes() + gpu_free.tobytes()
-            value = self._frag_memo.get(key)
-            if value is None:
-                typical = self.world.typical[int(c.pool_of[n])]
-                value = float(node_fragmentation(c.free[n][None], gpu_free[None], typical)[0])
-                self._frag_memo[key] = value
-            self.frag_cache[n] = value
+        refresh_fragmentation(self.dirty, c.free, c.gpu_capacity, c.gpu_used, c.pool_of, *self._typical_arrays,
+                              self.frag_cache)
 
     def _provisioned_changed(self) -> None:
         c = self.cluster

@@ -122,3 +122,59 @@ def overload_sum(usage_cpu, cpu_cores, inv_alloc_cpu, provisioned, threshold):
             if u > 0:
                 total += u
     return total
+
+
+def padded_typical(typical) -> tuple:
+    """``PoolTypicalPods`` as padded arrays for ``refresh_fragmentation``: request [P, S, 4], GPU
+    count and milli [P, S], weight [P, S], shapes per pool [P], and whether ``fit_matrix`` compares
+    column j for pool k at all [P, 4] (it does when any shape of the pool requests j)."""
+    pools = typical.pools
+    s = max([len(t) for t in pools] + [1])
+    request = np.zeros((len(pools), s, 4))
+    count = np.zeros((len(pools), s), dtype=np.int64)
+    milli = np.zeros((len(pools), s), dtype=np.int64)
+    weight = np.zeros((len(pools), s))
+    length = np.zeros(len(pools), dtype=np.int64)
+    for k, t in enumerate(pools):
+        m = len(t)
+        length[k] = m
+        request[k, :m] = t.request
+        count[k, :m], milli[k, :m], weight[k, :m] = t.gpu_count, t.gpu_milli, t.weight
+    checked = (request > 0).any(axis=1)
+    return request, count, milli, weight, length, checked
+
+
+@njit(cache=True, nogil=True)
+def refresh_fragmentation(dirty, free, gpu_capacity, gpu_used, pool_of, request, gpu_count, gpu_milli, weight,
+                          length, checked, out):
+    """F_n (metrics.fragmentation.node_fragmentation, with the node's pool's typical pods) of every
+    node flagged in ``dirty``, into ``out``; the flags are cleared. Same fit rule as ``fit_matrix``."""
+    for n in range(dirty.shape[0]):
+        if not dirty[n]:
+            continue
+        dirty[n] = False
+        k = pool_of[n]
+        largest = -1
+        whole = 0
+        for g in range(gpu_capacity.shape[1]):
+            f = gpu_capacity[n, g] - gpu_used[n, g]
+            if f > largest:
+                largest = f
+            if f == GPU_MILLI:
+                whole += 1
+        unfit = 0.0
+        for s in range(length[k]):
+            fits = True
+            for j in range(4):
+                if checked[k, j] and not free[n, j] >= request[k, s, j]:
+                    fits = False
+                    break
+            c = gpu_count[k, s]
+            if fits and c > 0:
+                if c == 1 and gpu_milli[k, s] < GPU_MILLI:
+                    fits = largest >= gpu_milli[k, s]
+                else:
+                    fits = whole >= c
+            if not fits:
+                unfit += weight[k, s]
+        out[n] = max(free[n, 0], 0.0) * unfit
