@@ -36,7 +36,7 @@ differ, so the comparison is between distributions over seeds, not run by run.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -153,6 +153,8 @@ def tune_pods(gpu_count: np.ndarray, gpu_milli: np.ndarray, cluster_gpu_milli: i
     order = rng.permutation(n)
     total = int((gpu_count * gpu_milli).sum())
     target = ratio * cluster_gpu_milli
+    if not (gpu_count * gpu_milli > 0).any():
+        raise ValueError("workload tuning: no pod requests a GPU, so copies would never reach the target")
     if total > target:
         raise ValueError(f"workload tuning: the pods request {total} milli-GPU, above {ratio} x {cluster_gpu_milli}: "
                          "expected a trace below the target (tuning down is not implemented)")
@@ -175,15 +177,18 @@ class Trace:
     frag_milli: np.ndarray
     idle_milli: np.ndarray
     failed: int
+    nodes_used: int
+    """Nodes holding at least one pod at the end."""
     wall_s: float
 
 
 def run_experiment(world: OpenbWorld, policy: str, seed: int, tune_ratio: float = TUNE_RATIO,
-                   on_progress: Callable[[int, int], None] | None = None) -> Trace:
-    """One (policy, seed) experiment; ``policy`` is a key of ``POLICIES`` (the paper's names)."""
+                   on_progress: Callable[[int, int], None] | None = None, spec: str | None = None) -> Trace:
+    """One (policy, seed) experiment; ``policy`` is a key of ``POLICIES`` (the paper's names);
+    ``spec`` replaces its policy spec (a variant, e.g. ``fgd`` without the artifact's options)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}: expected one of {', '.join(POLICIES)}")
-    setup = POLICIES[policy]
+    setup = POLICIES[policy] if spec is None else replace(POLICIES[policy], spec=spec)
     t0 = time.perf_counter()
     order = tune_pods(world.gpu_count, world.gpu_milli, world.total_gpu_milli, tune_ratio, seed)
     rng = np.random.default_rng([seed, 1])
@@ -235,7 +240,7 @@ def run_experiment(world: OpenbWorld, policy: str, seed: int, tune_ratio: float 
             on_progress(step + 1, len(order))
     if on_progress:
         on_progress(len(order), len(order))
-    return Trace(out[0], out[1], out[2], out[3], failed, time.perf_counter() - t0)
+    return Trace(out[0], out[1], out[2], out[3], failed, int((c.pod_count > 0).sum()), time.perf_counter() - t0)
 
 
 def curves(trace: Trace, total_gpu_milli: int) -> pd.DataFrame:

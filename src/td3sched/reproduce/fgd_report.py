@@ -108,7 +108,8 @@ def plot(ours: pd.DataFrame, theirs: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def summary(table: pd.DataFrame, timings: list[Timing], command: str, code_version: str, seeds) -> str:
+def summary(table: pd.DataFrame, timings: list[Timing], command: str, code_version: str, seeds,
+            specs: dict[str, str]) -> str:
     per_run = {p: statistics.median(t.wall_s for t in timings if t.policy == p)
                for p in dict.fromkeys(t.policy for t in timings)}
     pods = sorted({t.pods for t in timings})
@@ -119,7 +120,8 @@ def summary(table: pd.DataFrame, timings: list[Timing], command: str, code_versi
         f"Command: `{command}`  ",
         f"Code version: `{code_version}`  ",
         f"Seeds: {', '.join(str(s) for s in seeds)}; pods per experiment after tuning: "
-        f"{pods[0]:,}-{pods[-1]:,}; medians over seeds.",
+        f"{pods[0]:,}-{pods[-1]:,}; medians over seeds.  ",
+        "Policies: " + ", ".join(f"{name} = `{spec}`" for name, spec in specs.items()) + ".",
         "",
         "Each cell: our median (the artifact's median, ours - theirs); `*`: our median is outside their",
         "range over seeds 42-51.",
@@ -157,14 +159,14 @@ def summary(table: pd.DataFrame, timings: list[Timing], command: str, code_versi
 
 
 def write_outputs(out: Path, ours: pd.DataFrame, theirs: pd.DataFrame, timings: list[Timing], command: str,
-                  code_version: str, seeds) -> pd.DataFrame:
+                  code_version: str, seeds, specs: dict[str, str]) -> pd.DataFrame:
     """Write curves, table, plot and summary into ``out``; return the comparison table."""
     out.mkdir(parents=True, exist_ok=True)
     ours.to_csv(out / CURVES_FILE, index=False, float_format="%.4f")
     table = comparison(ours, theirs)
     table.to_csv(out / TABLE_FILE, index=False, float_format="%.4f")
     plot(ours, theirs, out / PLOT_FILE)
-    (out / SUMMARY_FILE).write_text(summary(table, timings, command, code_version, seeds))
+    (out / SUMMARY_FILE).write_text(summary(table, timings, command, code_version, seeds, specs))
     return table
 
 
