@@ -16,9 +16,10 @@ resource the fit test reads. ``assigned_n`` is what Bind would take from the nod
 with the least free milli that still fits it, whole GPUs on the lowest-indexed entirely free ones.
 A pod without GPUs leaves ``gpu_free`` unchanged. The paper's own measure (idle GPU the target
 workload cannot use, ``metrics.gpu_fragmentation.GpuTypicalPods``) plugs in the same way: any
-object with ``node_fragmentation(free, gpu_free, pool) -> [N]`` is a measure. The node whose fragmentation grows least (or
-shrinks most) wins; FGD's upstream plugin squashes the same difference through a sigmoid into
-[0, 100], which keeps the order and is left out here.
+object with ``node_fragmentation(free, gpu_free, pool) -> [N]`` is a measure. The node whose
+fragmentation grows least (or shrinks most) wins. FGD's upstream plugin squashes the same difference
+through a sigmoid into an integer in [0, 100]; that keeps the order but makes close differences tie
+(``sigmoid_scale`` below), and by default it is left out.
 
 Arguments (``fgd:sigmoid_scale=1000;share_gpu=1``), both off by default:
 
