@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from td3sched.cli import app
 from td3sched.metrics import collector
 from td3sched.scenario import load_scenario
+from td3sched.trace.location import traces_dir
 
 runner = CliRunner()
 
@@ -107,3 +108,33 @@ def test_override_reaches_the_simulator_config():
     sc = load_scenario("tiny", ["simulator.tick_s=120", "autoscaler.enabled=false", "latency.slo_factor=3"])
     cfg = sc.sim_config()
     assert cfg.tick_s == 120 and cfg.autoscaler.enabled is False and cfg.latency.slo_factor == 3
+
+
+@pytest.mark.parametrize("args,bad,choices", [
+    (["--policies", "Nosuch"], "Nosuch", ["Random", "FGD"]),
+    (["--seeds", "forty"], "forty", ["42-51"]),
+    (["--variant", "FGD"], "FGD", ["POLICY=SPEC"]),
+    (["--variant", "FGD=nosuch"], "nosuch", ["fgd"]),
+])
+def test_reproduce_fgd_bad_input_exits_2_naming_the_value(args, bad, choices, tmp_path):
+    result = runner.invoke(app, ["reproduce", "fgd", "--no-progress", "--out", str(tmp_path / "out"), *args])
+    assert result.exit_code == 2, result.output
+    text = _flat(result.output)
+    assert "error" in text and bad in text
+    for choice in choices:
+        assert choice in text, (choice, text)
+    assert not (tmp_path / "out").exists()
+
+
+def test_reproduce_fgd_writes_its_table(tmp_path):
+    try:
+        traces_dir()
+    except FileNotFoundError as exc:
+        pytest.skip(f"real traces not available ({exc})")
+    out = tmp_path / "fgd"
+    result = runner.invoke(app, ["reproduce", "fgd", "--no-progress", "--out", str(out), "--seeds", "42",
+                                 "--policies", "BestFit"])
+    assert result.exit_code == 0, result.output
+    assert "| 100% |" in result.output and "7.09" in result.output   # the paper's BestFit median at 100%
+    for name in ("curves.csv", "table.csv", "summary.md", "fgd-openb.png"):
+        assert (out / name).exists(), name

@@ -196,6 +196,98 @@ def print_evaluation(result) -> None:
     out.print(table)
 
 
+reproduce_app = typer.Typer(no_args_is_help=True, help="Reproduce published experiments with this project's rules.")
+app.add_typer(reproduce_app, name="reproduce")
+
+
+@reproduce_app.command("fgd")
+def reproduce_fgd(
+    out_dir: Path = typer.Option(Path("results/fgd-reproduction"), "--out",
+                                 help="Folder for curves.csv, table.csv, summary.md and the plot."),
+    seeds: str = typer.Option("42-51", help="Seeds: a range (42-51) or a list (42,43)."),
+    policies: str = typer.Option(",".join(["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]),
+                                 help="Comma-separated policies, the paper's names."),
+    variant: list[str] = typer.Option([], "--variant", help="Run a policy with another spec, e.g. "
+                                                            "--variant FGD=fgd (without the artifact's options)."),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """The FGD paper's openb experiment (ATC'23, Fig. 9a): 1,213 GPU nodes, the default pod list tuned to
+    1.3x the cluster's GPUs, pods arriving one by one; our table beside the artifact's expected results."""
+    import shlex
+    import time
+
+    import pandas as pd
+
+    from td3sched.policy import make_policy
+    from td3sched.reproduce.fgd_openb import POLICIES, curves, expected_curves, load_world, run_experiment
+    from td3sched.reproduce.fgd_report import Timing, markdown_table, seeds_from, write_outputs
+    from td3sched.run import code_version
+
+    try:
+        seed_list = seeds_from(seeds)
+        names = [p.strip() for p in policies.split(",") if p.strip()]
+        unknown = [p for p in names if p not in POLICIES]
+        if unknown or not names:
+            raise ValueError(f"--policies {policies!r}: expected some of {', '.join(POLICIES)}")
+        specs = {}
+        for item in variant:
+            name, sep, spec = item.partition("=")
+            if not sep or name not in names or not spec:
+                raise ValueError(f"--variant {item!r}: expected POLICY=SPEC with POLICY one of {', '.join(names)}")
+            make_policy(spec)  # fails early on a bad spec
+            specs[name] = spec
+        world = load_world()
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    command = "td3sched reproduce fgd " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 \
+        else "td3sched reproduce fgd"
+    version = code_version()  # the code that runs, before anything is written
+    used = {p: specs.get(p, POLICIES[p].spec) for p in names}
+    runs = [(p, s) for p in names for s in seed_list]
+    console.print(f"reproduce fgd: {len(names)} policies x {len(seed_list)} seeds on {len(world.cluster().names):,} "
+                  f"nodes -> {escape(str(out_dir))}")
+    frames, timings = [], []
+    t0 = time.perf_counter()
+
+    def one(policy: str, seed: int, on_progress=None) -> None:
+        trace = run_experiment(world, policy, seed, on_progress=on_progress, spec=specs.get(policy))
+        frame = curves(trace, world.total_gpu_milli)
+        frame.insert(0, "seed", seed)
+        frame.insert(0, "policy", policy)
+        frames.append(frame)
+        timings.append(Timing(policy, seed, trace.wall_s, len(trace.arrived_milli), trace.failed))
+        console.print(f"{policy} seed {seed}: {len(trace.arrived_milli):,} pods, {trace.failed:,} failed, "
+                      f"{trace.wall_s:.1f} s")
+
+    try:
+        if progress:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=console) as bar:
+                total = bar.add_task("experiments", total=len(runs))
+                pods = bar.add_task("pods", total=1)
+                for policy, seed in runs:
+                    bar.update(pods, description=f"{policy} seed {seed}", completed=0)
+                    one(policy, seed, lambda done, n: bar.update(pods, completed=done, total=n))
+                    bar.advance(total)
+        else:
+            for policy, seed in runs:
+                one(policy, seed)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted:[/yellow] nothing written")
+        raise typer.Exit(130) from None
+    ours = pd.concat(frames, ignore_index=True)
+    table = write_outputs(out_dir, ours, expected_curves(), timings, command, version, seed_list, used)
+    out.print(f"Unallocated GPU %, median over seeds {seeds}: ours (paper, ours - paper); * outside the paper's "
+              "seed range")
+    out.print(markdown_table(table, "unallocated_pct"), soft_wrap=True)
+    out.print("Fragmentation amount, % of all GPUs:")
+    out.print(markdown_table(table, "frag_amount_pct"), soft_wrap=True)
+    console.print(f"{len(runs)} experiments in {time.perf_counter() - t0:,.0f} s; wrote {escape(str(out_dir))}/"
+                  "{curves.csv, table.csv, summary.md, fgd-openb.png}")
+
+
 @app.command("build-tiny")
 def build_tiny_cmd(seed: int = typer.Option(1, min=0, help="Seed of the sampling.")) -> None:
     """Regenerate the shipped tiny scenario from the production traces."""

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from td3sched.metrics.fragmentation import PoolTypicalPods, TypicalPods
+from td3sched.metrics.gpu_fragmentation import GpuTypicalPods
 from td3sched.policy import make_policy
 from td3sched.policy.base import PodRequest, PolicyContext
 from td3sched.policy.fgd import FGD, assign_gpus
@@ -124,3 +125,41 @@ def test_fgd_runs_the_tiny_scenario():
     result = Simulation(world, make_policy("fgd"), 1, start, start + 3 * 3600).run()
     m = result["metrics"]
     assert m["decisions"] > 0 and np.isfinite(m["episode_reward"])
+
+
+def test_sigmoid_node_score_of_the_artifact_by_hand():
+    # The first hand-computed case (decreases -500, -1125, +550) as the artifact scores it:
+    # int(100 x sigmoid(d / 1000)): sigmoid(-0.5) = 0.3775 -> 37, sigmoid(-1.125) = 0.2451 -> 24,
+    # sigmoid(0.55) = 0.6341 -> 63.
+    typ = PoolTypicalPods.same(typical([(2000, 4096), (500, 8192)], [0.75, 0.25]), 1)
+    c = Cluster([pool("p", node(4000, 32768), 3)])
+    c.free[:, :2] = [[3000, 10000], [2500, 20000], [1800, 9000]]
+    policy = make_policy("fgd:sigmoid_scale=1000")
+    policy.attach(PolicyContext(c, 30.0, 60.0, typ, None))
+    assert policy.score(_pod(1000, 2048), np.array([0, 1, 2]), c).tolist() == [37, 24, 63]
+
+
+def test_share_gpu_goes_where_fragmentation_grows_least():
+    # The paper's GPU measure, one typical pod: a 350-milli share (1000m), p = 1. Node free [400, 700]
+    # milli, 8000m CPU. A 300-milli share: best fit takes GPU 0 -> [100, 700]: the typical share
+    # still fits, but GPU 0's 100 milli is too small for it: F = 100, score -100. On GPU 1 ->
+    # [400, 400]: fits, nothing too small: F = 0, score 0. With share_gpu=1 the policy scores 0 and
+    # names GPU 1.
+    measure = GpuTypicalPods(np.array([1000]), np.array([350]), np.array([1]), ("",), np.array([1.0]), ("g",))
+    c = Cluster([pool("g", node(8000, 65536, gpus=2), 1)])
+    c.gpu_used[0] = [600, 300]
+    pod, nodes = _pod(1000, 1000, 1, 300), np.array([0])
+    best_fit, per_gpu = make_policy("fgd"), make_policy("fgd:share_gpu=1")
+    for policy in (best_fit, per_gpu):
+        policy.attach(PolicyContext(c, 30.0, 60.0, measure, None))
+    assert best_fit.score(pod, nodes, c).tolist() == [-100]
+    assert best_fit.choose_gpus(pod, 0, c) is None
+    assert per_gpu.score(pod, nodes, c).tolist() == [0]
+    assert per_gpu.choose_gpus(pod, 0, c).tolist() == [1]
+
+
+def test_fgd_arguments_are_validated():
+    with pytest.raises(ValueError, match="share_gpu=2"):
+        make_policy("fgd:share_gpu=2")
+    with pytest.raises(ValueError, match="sigmoid_scale=-1.0"):
+        make_policy("fgd:sigmoid_scale=-1")

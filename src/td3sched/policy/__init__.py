@@ -7,7 +7,11 @@ read the run's ground truth, compete with nothing and run only when named.
 """
 
 from td3sched.policy.base import Policy, PolicyContext, PodRequest
+from td3sched.policy.best_fit import BestFit
+from td3sched.policy.dotprod import DotProduct
 from td3sched.policy.fgd import FGD
+from td3sched.policy.gpu_clustering import GpuClustering
+from td3sched.policy.gpu_packing import GpuPacking
 from td3sched.policy.k8s_default import K8sDefault
 from td3sched.policy.k8s_most_allocated import K8sMostAllocated
 from td3sched.policy.koord_load_aware import KoordLoadAware
@@ -21,6 +25,7 @@ from td3sched.rl.policy import TD3Policy  # torch is imported only when a model 
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
     K8sDefault, StaticWeights, RandomChoice, FGD,
     K8sMostAllocated, TargetLoadPacking, LoadVariationRiskBalancing, KoordLoadAware, TD3Policy,
+    DotProduct, GpuClustering, GpuPacking, BestFit,
 )}
 REFERENCE_POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (Oracle,)}
 """Hindsight bounds: not competitors, never in ``all``."""

@@ -86,3 +86,12 @@ class Policy(ABC):
 
     def bound(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
         """Told after the pod is bound to ``node`` (for policies that remember recent placements)."""
+
+    def choose_gpus(self, pod: PodRequest, node: int, cluster: Cluster) -> np.ndarray | None:
+        """The GPUs of ``node`` the pod is bound to, or None for Bind's own choice
+        (``simulator.filter.choose_gpus``: best fit for a share, the first idle GPUs otherwise)."""
+        return None
+
+    def released(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
+        """Told after the pod has left ``node`` (departure, eviction or kill), for policies that count
+        what each node holds."""

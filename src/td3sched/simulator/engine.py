@@ -367,7 +367,9 @@ class Simulation(ClusterAutoscaler):
         c.pod_count[node] += 1
         c.empty_since[node] = np.inf
         if w.gpu_count[pod]:
-            g = choose_gpus(c.gpu_capacity[node] - c.gpu_used[node], int(w.gpu_count[pod]), int(w.gpu_milli[pod]))
+            g = self.policy.choose_gpus(self.pod_request(pod, t), node, c)
+            if g is None:
+                g = choose_gpus(c.gpu_capacity[node] - c.gpu_used[node], int(w.gpu_count[pod]), int(w.gpu_milli[pod]))
             c.gpu_used[node, g] += int(w.gpu_milli[pod])
             self.gpus[pod] = g
         if self.app_capped[w.app[pod]]:
@@ -423,6 +425,7 @@ class Simulation(ClusterAutoscaler):
         self.breaching[pod] = False
         self.dirty[node] = True
         self.node[pod] = -1
+        self.policy.released(self.pod_request(pod, t), node, c)
         self.gen[pod] += 1
         slot, last = self.run_pos[pod], self.running[self.n_running - 1]
         self.running[slot] = last
