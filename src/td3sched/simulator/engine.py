@@ -189,6 +189,8 @@ class Simulation(ClusterAutoscaler):
         self.cpu_weight = cpu_weight(w.request[:, 0]) if len(w) else np.zeros(0, dtype=np.int64)
         """cgroup v2 cpu.weight of each pod, from its CPU request (simulator.contention)."""
         self._cpu_cores = self.cluster.allocatable[:, 0] + self.cluster.overhead[:, 0]
+        self._policy_counts_releases = type(policy).released is not Policy.released
+        """Only a policy that overrides ``released`` is told (one call per departure otherwise)."""
         self._node_scratch = np.empty(c.size, dtype=np.int64)
         """Scratch for the compiled Filter and Select (kernels)."""
         self._no_counts = np.zeros(0, dtype=np.int64)
@@ -425,7 +427,8 @@ class Simulation(ClusterAutoscaler):
         self.breaching[pod] = False
         self.dirty[node] = True
         self.node[pod] = -1
-        self.policy.released(self.pod_request(pod, t), node, c)
+        if self._policy_counts_releases:
+            self.policy.released(self.pod_request(pod, t), node, c)
         self.gen[pod] += 1
         slot, last = self.run_pos[pod], self.running[self.n_running - 1]
         self.running[slot] = last
