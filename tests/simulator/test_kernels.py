@@ -155,3 +155,61 @@ def test_refresh_fragmentation_is_node_fragmentation_of_each_changed_node(seed):
     refresh_fragmentation(dirty, free, cap, used, pool_of, *padded_typical(typical), out)
     assert not dirty.any()
     assert np.allclose(out, want, rtol=1e-12, atol=1e-9)
+
+
+def _walk_by_hand(request, count, milli, free, gpu_free):
+    """The room walk in NumPy (filter.fits_node and filter.choose_gpus), pod by pod."""
+    from td3sched.simulator.filter import choose_gpus, fits_node
+
+    free, gpu_free, taken = free.copy(), gpu_free.copy(), []
+    for i in range(len(request)):
+        if fits_node(free, gpu_free, request[i:i + 1], count[i:i + 1], milli[i:i + 1])[0]:
+            taken.append(i)
+            free -= request[i]
+            if count[i]:
+                gpu_free[choose_gpus(gpu_free, int(count[i]), int(milli[i]))] -= int(milli[i])
+    return taken
+
+
+@st.composite
+def shapes_and_node(draw):
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    m, g = int(rng.integers(1, 10)), int(rng.integers(1, 5))
+    count = rng.choice([0, 0, 1, 1, 2], m).astype(np.int64)
+    milli = np.where(count == 1, rng.choice([100, 250, 500, 1000], m), np.where(count > 0, 1000, 0)).astype(np.int64)
+    request = rng.choice([0.0, 100.0, 250.0, 1000.0, 3000.0], (m, 4)) * (rng.random((m, 4)) < 0.6)
+    free = rng.choice(VALUES, 4) * rng.integers(1, 5)
+    gpu_free = np.where(rng.random(g) < 0.7, rng.choice([0, 150, 500, 1000], g), 0).astype(np.int64)
+    return request, count, milli, free, gpu_free
+
+
+@settings(max_examples=300, deadline=None)
+@given(shapes_and_node())
+def test_walk_room_is_the_pod_by_pod_walk(case):
+    from td3sched.simulator.kernels import walk_room
+
+    request, count, milli, free, gpu_free = case
+    taken = np.empty(len(request), dtype=np.int64)
+    m = walk_room(request, count, milli, free, gpu_free, taken)
+    assert taken[:m].tolist() == _walk_by_hand(request, count, milli, free, gpu_free)
+
+
+@settings(max_examples=300, deadline=None)
+@given(shapes_and_node(), st.integers(0, 2))
+def test_room_matrix_counts_how_many_of_a_shape_the_walk_takes(case, node_pool):
+    from td3sched.simulator.kernels import room_matrix, walk_room
+
+    request, count, milli, free, gpu_free = case
+    pool = np.resize(np.array([-1, 0, 1]), len(request)).astype(np.int64)
+    out = np.empty((1, len(request)), dtype=np.int64)
+    room_matrix(np.array([0]), free[None], gpu_free[None], np.zeros_like(gpu_free)[None],
+                np.array([node_pool], dtype=np.int16), request, count, milli, pool, out)
+    for k in range(len(request)):
+        if pool[k] >= 0 and pool[k] != node_pool:
+            assert out[0, k] == 0
+            continue
+        reps = 64  # enough copies to exhaust the node, unless the shape asks for nothing
+        taken = np.empty(reps, dtype=np.int64)
+        n = walk_room(np.repeat(request[k:k + 1], reps, axis=0), np.repeat(count[k:k + 1], reps),
+                      np.repeat(milli[k:k + 1], reps), free, gpu_free, taken)
+        assert min(out[0, k], reps) == n

@@ -219,3 +219,19 @@ def test_a_node_cooling_down_moves_only_as_many_held_pods_as_it_holds():
     run = simulate(world([pool("a", node(cpu=1000), 1)], pods, profiles_from(shape)), end_s=390)
     assert [(e["t"], e["pod"]) for e in run.of("placement")] == [(0, "hog"), (300, "w0"), (300, "w1")]
     assert run.metrics["decisions"] == 1 + 10 + 2
+
+
+@pytest.mark.parametrize("limit", [1, 3, 7, 60])
+def test_waiting_in_with_a_limit_is_the_head_of_the_full_order_for_long_classes_too(limit):
+    rng = np.random.default_rng(limit)
+    n = 60
+    q = SchedulingQueue(n, QueueConfig(), fit_class=np.zeros(n, dtype=np.int64))
+    t = 0.0
+    for pod in rng.permutation(n):
+        t += float(rng.choice([0.0, 0.5, 3.0]))
+        q.add(int(pod), t)
+        q.pop_active()
+        for _ in range(int(rng.integers(1, 5))):     # 1 to 4 failures: backoffs of 1 to 8 s
+            q.failed(int(pod), t, RESOURCES)
+    for now in (t, t + 2.0, t + 9.0):
+        assert q.waiting_in([0], now, limits=[limit]).tolist() == q.waiting_in([0], now).tolist()[:limit]

@@ -27,11 +27,12 @@ from td3sched.metrics.fragmentation import PoolTypicalPods
 from td3sched.policy.base import Policy, PolicyContext, PodRequest
 from td3sched.reward import RewardConfig, RewardTracker
 from td3sched.simulator.autoscaler import ClusterAutoscaler
-from td3sched.simulator.cluster import GPU_MILLI, Cluster, Pool
+from td3sched.simulator.cluster import Cluster, Pool
 from td3sched.simulator.config import SimConfig
 from td3sched.simulator.contention import cpu_weight, sharing_pressure
-from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_node, fits_one
-from td3sched.simulator.kernels import best_nodes, filter_nodes, overload_sum, padded_typical, refresh_fragmentation
+from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
+from td3sched.simulator.kernels import (best_nodes, filter_nodes, overload_sum, padded_typical, refresh_fragmentation,
+                                        room_matrix, walk_room)
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import POLICY, RESOURCES, SHAPE, USAGE, SchedulingQueue
 from td3sched.simulator.usage import Hindsight, pod_usage
@@ -319,13 +320,14 @@ class Simulation(ClusterAutoscaler):
         self._memo_failed[k] = (len(self._freed), t, reasons)
         return reasons
 
-    def schedule(self, pod: int, t: float) -> bool:
+    def schedule(self, pod: int, t: float, memo: bool = True) -> bool:
         """One scheduling cycle: Filter, Score, Select (ties at random), Bind. A pod that no node
-        passes goes back to the scheduling queue with the reasons."""
+        passes goes back to the scheduling queue with the reasons. ``memo=False``: the caller knows
+        the failure memo has no answer for the pod's class."""
         t0 = time.perf_counter()
         self.metrics.decisions += 1
         k = int(self.fit_class[pod])
-        reasons = self._still_failing(k, t)
+        reasons = self._still_failing(k, t) if memo else None
         if reasons is None:
             nodes, reasons = self._filter(pod, t)
             req = self.pod_request(pod, t) if len(nodes) else None
@@ -340,7 +342,7 @@ class Simulation(ClusterAutoscaler):
             nodes = np.empty(0, dtype=np.int64)
         if len(nodes) == 0:
             self._memo_failed[k] = (len(self._freed), t, reasons)
-            self._unschedulable(pod, t, reasons)
+            self._unschedulable([pod], t, [reasons])
             self.decision_wall_s += time.perf_counter() - t0
             return False
         scores = np.asarray(self.policy.score(req, nodes, self.cluster), dtype=np.float64)
@@ -449,23 +451,60 @@ class Simulation(ClusterAutoscaler):
         self.queue.add(pod, t)
         self._drain(t)
 
-    def _unschedulable(self, pod: int, t: float, reasons: int) -> None:
-        self.state[pod] = PENDING
-        self.queue.failed(pod, t, reasons)
-        if reasons & SHAPE and not self.shape_reported[pod]:
-            self.shape_reported[pod] = True
-            self.metrics.unschedulable_by_shape += 1
-            if self.events:
-                self.events.write(t, "unschedulable_by_shape", pod=str(self.w.name[pod]))
+    def _unschedulable(self, pods: list[int], t: float, reasons: list[int]) -> None:
+        """Cycles at ``t`` found no node for ``pods`` (in the order they ran): back to the queue."""
+        self.state[pods] = PENDING
+        self.queue.failed_many(pods, t, reasons)
+        for pod, r in zip(pods, reasons):
+            if r & SHAPE and not self.shape_reported[pod]:
+                self.shape_reported[pod] = True
+                self.metrics.unschedulable_by_shape += 1
+                if self.events:
+                    self.events.write(t, "unschedulable_by_shape", pod=str(self.w.name[pod]))
 
     def _drain(self, t: float) -> None:
-        """Scheduling cycles for every pod in the active queue, oldest queue timestamp first."""
-        while (pod := self.queue.pop_active()) is not None:
-            self.schedule(pod, t)
+        """Scheduling cycles for every pod in the active queue, oldest queue timestamp first.
+
+        A pod whose fit class is known to find no node now (the failure memo, ``_still_failing``)
+        fails without a cycle; runs of such pods are handed to the queue together. Exact: a failed
+        cycle changes nothing that Filter reads, so what is known holds until the next cycle that
+        runs (it may bind, and a bind may OOM-kill or evict), and the pods are parked in the order
+        they were popped."""
+        q = self.queue
+        known: dict[int, int] = {}
+        batch: list[int] = []
+        why: list[int] = []
+        while (pod := q.pop_active()) is not None:
+            k = int(self.fit_class[pod])
+            reasons = known.get(k)
+            if reasons is None:
+                reasons = self._still_failing(k, t)
+                if reasons is not None:
+                    known[k] = reasons
+            if reasons is not None:
+                batch.append(pod)
+                why.append(reasons)
+                continue
+            if batch:
+                self._fail_known(batch, why, known, t)
+                batch, why = [], []
+            known.clear()  # this cycle may change the cluster
+            self.schedule(pod, t, memo=False)
             if self._mem_check:
                 check, self._mem_check = self._mem_check, []
                 nodes = np.array(check, dtype=np.int64) if len(check) == 1 else np.unique(check)
                 self._memory_changed(nodes, t)
+        if batch:
+            self._fail_known(batch, why, known, t)
+
+    def _fail_known(self, pods: list[int], reasons: list[int], known: dict[int, int], t: float) -> None:
+        """Attempts of pods whose class is known to find no node: counted, and parked in order."""
+        t0 = time.perf_counter()
+        self.metrics.decisions += len(pods)
+        for k, r in known.items():
+            self._memo_failed[k] = (len(self._freed), t, r)
+        self._unschedulable(pods, t, reasons)
+        self.decision_wall_s += time.perf_counter() - t0
 
     def _capacity_freed(self, node: int, t: float) -> None:
         """Queueing hint for a pod deleted from ``node``: the unschedulable pods that now fit it move
@@ -479,56 +518,29 @@ class Simulation(ClusterAutoscaler):
     def _room_takers(self, node: int, t: float) -> np.ndarray:
         """The unschedulable pods (rejected by resources) that ``node``, the one node that changed,
         can take: walked in the order the active queue would try them, each taking its share of the
-        node's free resources and GPUs, so pods that would fail at once are not moved."""
+        node's free resources and GPUs, so pods that would fail at once are not moved. At most as
+        many pods of a class are read as the node could hold of that class alone."""
         c, w, q = self.cluster, self.w, self.queue
         classes = q.classes_waiting_for_resources()
-        gpu_free = c.gpu_capacity[node] - c.gpu_used[node]
-        fits = fits_node(c.free[node], gpu_free, self.class_request[classes], self.class_gpu_count[classes],
-                         self.class_gpu_milli[classes])
-        pool = self.class_pool[classes]
-        fits &= (pool < 0) | (pool == c.pool_of[node])
+        room = self._room(np.array([node]), classes)[0]
+        fits = room > 0
         if not fits.any():
             return np.zeros(0, dtype=np.int64)
-        classes = classes[fits]
-        cand = q.waiting_in(classes, t, np.maximum(self._room(np.array([node]), classes)[0], 1))
-        free, gpu_free = c.free[node].copy(), gpu_free.copy()
-        takers = []
-        while len(cand):
-            ok = fits_node(free, gpu_free, w.request[cand], w.gpu_count[cand], w.gpu_milli[cand])
-            first = int(np.argmax(ok))
-            if not ok[first]:
-                break
-            pod = int(cand[first])
-            takers.append(pod)
-            free -= w.request[pod]
-            if w.gpu_count[pod]:
-                gpu_free[choose_gpus(gpu_free, int(w.gpu_count[pod]), int(w.gpu_milli[pod]))] -= int(w.gpu_milli[pod])
-            cand = cand[first + 1:]
-        return np.array(takers, dtype=np.int64)
+        cand = q.waiting_in(classes[fits], t, room[fits] + 1)  # + 1: room is floor(free / request), rounded
+        taken = np.empty(len(cand), dtype=np.int64)
+        m = walk_room(w.request[cand], w.gpu_count[cand], w.gpu_milli[cand], c.free[node],
+                      c.gpu_capacity[node] - c.gpu_used[node], taken)
+        return cand[taken[:m]]
 
     def _room(self, nodes: np.ndarray, classes: np.ndarray) -> np.ndarray:
         """[N, K] how many pods of class k node n's free resources and GPUs could hold, that class
-        alone (0 where one does not fit, by the same rule as ``fit_matrix``; pools not checked)."""
+        alone; 0 where one does not fit or the class may not use the node's pool
+        (``kernels.room_matrix``)."""
         c = self.cluster
-        req = self.class_request[classes]
-        free = np.maximum(c.free[nodes], 0.0)
-        room = np.full((len(nodes), len(classes)), float(1 << 30))
-        for j in range(req.shape[1]):
-            asked = req[:, j] > 0
-            if asked.any():
-                room[:, asked] = np.minimum(room[:, asked], np.floor(free[:, j, None] / req[None, asked, j]))
-        count, milli = self.class_gpu_count[classes], self.class_gpu_milli[classes]
-        if count.any():
-            gpu_free = c.gpu_capacity[nodes] - c.gpu_used[nodes]
-            whole = (gpu_free == GPU_MILLI).sum(axis=1)
-            share = (count == 1) & (milli < GPU_MILLI)
-            for k in np.flatnonzero(count > 0):
-                if share[k]:
-                    gpu_room = np.floor(gpu_free / max(int(milli[k]), 1)).sum(axis=1)
-                else:
-                    gpu_room = whole // count[k]
-                room[:, k] = np.minimum(room[:, k], gpu_room)
-        return room.astype(np.int64)
+        out = np.empty((len(nodes), len(classes)), dtype=np.int64)
+        room_matrix(nodes, c.free, c.gpu_capacity, c.gpu_used, c.pool_of, self.class_request[classes],
+                    self.class_gpu_count[classes], self.class_gpu_milli[classes], self.class_pool[classes], out)
+        return out
 
     # --- departures, kills, ticks --------------------------------------------------------------------
     def _depart(self, pod: int, t: float) -> None:
@@ -829,10 +841,7 @@ class Simulation(ClusterAutoscaler):
             nodes, ks = np.flatnonzero(passing), classes[sel]
             if len(nodes) == 0 or len(ks) == 0:
                 continue
-            room = self._room(nodes, ks)
-            pool = self.class_pool[ks]
-            room[~((pool[None, :] < 0) | (pool[None, :] == c.pool_of[nodes][:, None]))] = 0
-            limit[sel] = room.sum(axis=0)
+            limit[sel] = self._room(nodes, ks).sum(axis=0)
         order = rest[np.lexsort((q.entered[rest], q.backoff_until[rest] > t))]
         group = np.searchsorted(classes, self.fit_class[order])
         by_group = np.argsort(group, kind="stable")

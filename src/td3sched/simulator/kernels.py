@@ -178,3 +178,80 @@ def refresh_fragmentation(dirty, free, gpu_capacity, gpu_used, pool_of, request,
             if not fits:
                 unfit += weight[k, s]
         out[n] = max(free[n, 0], 0.0) * unfit
+
+
+@njit(cache=True, nogil=True)
+def room_matrix(nodes, free, gpu_capacity, gpu_used, pool_of, request, gpu_count, gpu_milli, pool, out):
+    """``out[i, k]``: how many pods of shape k node ``nodes[i]``'s free resources and GPUs could hold,
+    shape k alone; 0 where one does not fit (``filter.fits_node``'s rule) or the shape's ``pool``
+    (>= 0) is not the node's. The queueing hints' bound on the pods an event can help."""
+    big = float(1 << 30)
+    for i in range(nodes.shape[0]):
+        n = nodes[i]
+        whole = 0
+        for g in range(gpu_capacity.shape[1]):
+            if gpu_capacity[n, g] - gpu_used[n, g] == GPU_MILLI:
+                whole += 1
+        for k in range(request.shape[0]):
+            if pool[k] >= 0 and pool[k] != pool_of[n]:
+                out[i, k] = 0
+                continue
+            room = big
+            for j in range(request.shape[1]):
+                if request[k, j] > 0:
+                    room = min(room, np.floor(max(free[n, j], 0.0) / request[k, j]))
+            c = gpu_count[k]
+            if c > 0:
+                if c == 1 and gpu_milli[k] < GPU_MILLI:
+                    share = 0.0
+                    for g in range(gpu_capacity.shape[1]):
+                        share += np.floor((gpu_capacity[n, g] - gpu_used[n, g]) / max(gpu_milli[k], 1))
+                    room = min(room, share)
+                else:
+                    room = min(room, float(whole // c))
+            out[i, k] = int(room)
+
+
+@njit(cache=True, nogil=True)
+def walk_room(request, gpu_count, gpu_milli, free_row, gpu_free_row, taken):
+    """The room walk of one node: pods (rows, in the order the queue would try them) each take their
+    share of ``free_row`` and ``gpu_free_row`` if they fit (``filter.fits_node``; GPUs as
+    ``filter.choose_gpus`` assigns them); a pod that does not fit is skipped. Writes the rows taken
+    to ``taken`` and returns how many."""
+    free = free_row.copy()
+    gpu = gpu_free_row.copy()
+    m = 0
+    for i in range(request.shape[0]):
+        ok = True
+        for j in range(request.shape[1]):
+            r = request[i, j]
+            if r > 0 and not r <= free[j]:
+                ok = False
+                break
+        c = gpu_count[i]
+        share = c == 1 and gpu_milli[i] < GPU_MILLI
+        if ok and c > 0:
+            if share:
+                ok = gpu.shape[0] > 0 and gpu.max() >= gpu_milli[i]
+            else:
+                ok = (gpu == GPU_MILLI).sum() >= c
+        if not ok:
+            continue
+        taken[m] = i
+        m += 1
+        for j in range(request.shape[1]):
+            free[j] -= request[i, j]
+        if c > 0:
+            if share:  # best fit: the least free GPU that still fits, lowest index on ties
+                best = -1
+                for g in range(gpu.shape[0]):
+                    if gpu[g] >= gpu_milli[i] and (best < 0 or gpu[g] < gpu[best]):
+                        best = g
+                gpu[best] -= gpu_milli[i]
+            else:  # the first entirely free GPUs
+                left = c
+                for g in range(gpu.shape[0]):
+                    if left > 0 and gpu[g] == GPU_MILLI:
+                        gpu[g] -= gpu_milli[i]
+                        left -= 1
+    return m

@@ -123,27 +123,36 @@ class SchedulingQueue:
     def failed(self, pod: int, t: float, reasons: int) -> None:
         """A scheduling cycle at ``t`` found no node: count the attempt, start its backoff and park
         the pod in the unschedulable set with the reasons that rejected it."""
-        if reasons == 0:
-            raise ValueError(f"pod {pod} failed with no reason: expected RESOURCES, USAGE or SHAPE bits")
-        self._leave(pod)
-        self.pending.add(pod)
-        self.attempts[pod] += 1
-        self.backoff_until[pod] = t + self.backoff_s(int(self.attempts[pod]))
-        self.stamp[pod] = t
-        self.reasons[pod] = reasons
-        self.where[pod] = UNSCHEDULABLE
-        self.unschedulable_since[pod] = t
-        self._failures += 1
-        self.entered[pod] = self._failures
-        if reasons & SHAPE:
-            self.shape_held.add(pod)
-        else:
-            if reasons & RESOURCES:
-                self.by_class.setdefault(int(self.fit_class[pod]), {})[pod] = None
-            if reasons & USAGE:
-                self.usage_held.add(pod)
-        self._seq[pod] += 1
-        self._leftover.append((t + self.cfg.max_in_unschedulable_s, pod, int(self._seq[pod])))
+        self.failed_many((pod,), t, (reasons,))
+
+    def failed_many(self, pods, t: float, reasons) -> None:
+        """``failed`` for several pods whose cycles at ``t`` ran in this order (distinct pods)."""
+        until = t + self.cfg.max_in_unschedulable_s
+        for pod, r in zip(pods, reasons):
+            pod, r = int(pod), int(r)
+            if r == 0:
+                raise ValueError(f"pod {pod} failed with no reason: expected RESOURCES, USAGE or SHAPE bits")
+            self._leave(pod)
+            self.pending.add(pod)
+            attempts = int(self.attempts[pod]) + 1
+            self.attempts[pod] = attempts
+            self.backoff_until[pod] = t + self.backoff_s(attempts)
+            self.stamp[pod] = t
+            self.reasons[pod] = r
+            self.where[pod] = UNSCHEDULABLE
+            self.unschedulable_since[pod] = t
+            self._failures += 1
+            self.entered[pod] = self._failures
+            if r & SHAPE:
+                self.shape_held.add(pod)
+            else:
+                if r & RESOURCES:
+                    self.by_class.setdefault(int(self.fit_class[pod]), {})[pod] = None
+                if r & USAGE:
+                    self.usage_held.add(pod)
+            seq = int(self._seq[pod]) + 1
+            self._seq[pod] = seq
+            self._leftover.append((until, pod, seq))
         if math.isinf(self.next_flush_s):
             self.next_flush_s = t + self.cfg.unschedulable_flush_s
 
@@ -182,7 +191,15 @@ class SchedulingQueue:
             if limits is None:
                 pods.extend(members)
                 continue
-            limit, ready, later = int(limits[i]), [], []
+            limit = int(limits[i])
+            if len(members) > 4 * limit + 16:  # a long class: one vectorised pass over it
+                arr = np.fromiter(members, dtype=np.int64, count=len(members))
+                over = self.backoff_until[arr] <= t
+                ready = arr[over][:limit]
+                pods.extend(ready.tolist())
+                pods.extend(arr[~over][:limit - len(ready)].tolist())
+                continue
+            ready, later = [], []
             for pod in members:  # queue-timestamp order; a backoff still running puts a pod behind
                 if self.backoff_until[pod] <= t:
                     ready.append(pod)
