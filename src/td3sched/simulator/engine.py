@@ -526,7 +526,21 @@ class Simulation(ClusterAutoscaler):
         fits = room > 0
         if not fits.any():
             return np.zeros(0, dtype=np.int64)
-        cand = q.waiting_in(classes[fits], t, room[fits] + 1)  # + 1: room is floor(free / request), rounded
+        classes, limit = classes[fits], room[fits] + 1  # + 1: room is floor(free / request), rounded
+        # Most departures free room for a pod or two: walk each class's first two pods, and all of
+        # them only when some class had both taken and has more waiting. Exact: a class whose pod
+        # was refused refuses every later pod of it (pods of a class are alike, room only shrinks).
+        few = np.minimum(limit, 2)
+        takers = self._walk(node, q.waiting_in(classes, t, few))
+        if len(takers) >= 2 and (limit > 2).any():
+            k, n = np.unique(self.fit_class[takers], return_counts=True)
+            if any(len(q.by_class[int(c)]) > 2 for c in k[n >= 2]):
+                takers = self._walk(node, q.waiting_in(classes, t, limit))
+        return takers
+
+    def _walk(self, node: int, cand: np.ndarray) -> np.ndarray:
+        """The candidates (in queue order) ``node`` takes, each its share (``kernels.walk_room``)."""
+        c, w = self.cluster, self.w
         taken = np.empty(len(cand), dtype=np.int64)
         m = walk_room(w.request[cand], w.gpu_count[cand], w.gpu_milli[cand], c.free[node],
                       c.gpu_capacity[node] - c.gpu_used[node], taken)
