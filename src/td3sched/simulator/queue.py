@@ -21,7 +21,7 @@ Reasons and the events that move a pod (queueing hints):
 | reason | rejected by | moved by |
 |---|---|---|
 | ``RESOURCES`` | NodeResourcesFit, the GPU rule, anti-affinity, readiness | a pod deleted from a node the pod now fits; a node becoming ready that the pod fits |
-| ``USAGE`` | the safety filter or the memory-pressure taint | a metrics scrape after which a node it fits passes them |
+| ``USAGE`` | the safety filter or the memory-pressure taint | a metrics scrape after which a node it fits passes them (per fit class, as many pods as those nodes hold) |
 | ``POLICY`` | a policy's own filter (with ``USAGE``) | every metrics scrape (what the policy reads changed) |
 | ``SHAPE`` | fits no node template of any pool it may use, even empty | only a node becoming ready that it fits (a larger shape), or the 5-minute flush |
 
