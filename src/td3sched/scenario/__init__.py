@@ -88,15 +88,17 @@ class Scenario:
         from td3sched.scenario.build import build_workload
 
         pools = self.pools(seed)
+        reference = self.typical_reference()
+        own = seed == TYPICAL_SEED and reference.config == self.config  # this build is the reference's
+        # another build's typical pods first: its workload is freed before this one is built, so a
+        # process never holds two (a dlrm workload is some 10 M pods)
+        typical = None if own else _typical_pods(reference, lenient)
         workload, profiles = build_workload(self, pools, seed, lenient, reports)
         if len(workload) == 0:
             raise ValueError(f"scenario {self.name!r}: the workload has no pods"
                              + (" (every trace row was skipped as malformed)" if lenient else ""))
-        reference = self.typical_reference()
-        if seed == TYPICAL_SEED and reference.config == self.config:  # this build is the reference's
+        if own:
             typical = _typical_pods(reference, lenient, lambda: reference._typical_of(pools, workload))
-        else:
-            typical = _typical_pods(reference, lenient)
         return World(pools, workload, profiles, self.sim_config(), typical, RewardConfig(**self.config["reward"]))
 
     def typical_reference(self) -> "Scenario":
