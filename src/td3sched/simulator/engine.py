@@ -520,7 +520,7 @@ class Simulation(ClusterAutoscaler):
         can take: walked in the order the active queue would try them, each taking its share of the
         node's free resources and GPUs, so pods that would fail at once are not moved. At most as
         many pods of a class are read as the node could hold of that class alone."""
-        c, w, q = self.cluster, self.w, self.queue
+        q = self.queue
         classes = q.classes_waiting_for_resources()
         room = self._room(np.array([node]), classes)[0]
         fits = room > 0
