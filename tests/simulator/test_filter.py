@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from td3sched.simulator.engine import PENDING
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
 
-from .worlds import BE, P, config, node, pool, profiles_from, simulate, world
+from .worlds import BE, P, config, node, pool, profiles_from, simulate, workload, world
 
 
 def test_fit_rules_for_gpu_shares_and_whole_gpus():
@@ -136,3 +136,52 @@ def test_fits_node_is_filters_rule_for_each_pod(free, gpu, pods):
     free, gpu = np.array(free), np.array(gpu)
     want = [bool(fits_one(free[None], gpu[None], request[m], int(gc[m]), int(gm[m]))[0]) for m in range(len(pods))]
     assert fits_node(free, gpu, request, gc, gm).tolist() == want
+
+
+def test_a_cycle_scores_only_the_nodes_kube_scheduler_finds_and_the_next_starts_where_it_stopped():
+    """percentageOfNodesToScore: 300 nodes -> 48% -> a cycle stops filtering at 144 feasible nodes;
+    the next cycle's walk starts after the last node the previous one looked at."""
+    from td3sched.policy.k8s_default import K8sDefault
+
+    seen: list[list[int]] = []
+
+    class Record(K8sDefault):
+        def score(self, pod, nodes, cluster):
+            seen.append([int(n) for n in nodes])
+            return super().score(pod, nodes, cluster)
+
+    pods = [P(f"p{i}", t=float(i), cpu=100) for i in range(3)]
+    run = simulate(world([pool("a", node(), 300)], pods), Record(), end_s=60)
+    assert [len(s) for s in seen] == [144, 144, 144]
+    assert seen[0] == list(range(0, 144)) and seen[1] == list(range(144, 288))
+    assert seen[2] == list(range(288, 300)) + list(range(0, 132))  # round the cluster
+    assert len(run.of("placement")) == 3
+
+    # 100 scores every feasible node, every cycle from slot 0
+    seen.clear()
+    simulate(world([pool("a", node(), 300)], pods, cfg=config(percentage_of_nodes_to_score=100)), Record(), end_s=60)
+    assert seen == [list(range(300))] * 3
+
+
+def test_the_walk_counts_nodes_of_other_pools_and_a_failed_cycle_sees_every_node():
+    """Nodes of another pool fail NodeAffinity and count as looked at; a pod that fits nowhere walks
+    the whole cluster (and stays pending)."""
+    from td3sched.policy.k8s_default import K8sDefault
+
+    seen: list[list[int]] = []
+
+    class Record(K8sDefault):
+        def score(self, pod, nodes, cluster):
+            seen.append([int(n) for n in nodes])
+            return super().score(pod, nodes, cluster)
+
+    pods = [P("big", t=0.0, cpu=99_000, pool="b"), P("x", t=1.0, cpu=100, pool="b"),
+            P("y", t=2.0, cpu=100, pool="b")]
+    w = world([pool("a", node(), 200), pool("b", node(), 200)], workload(pods, ("a", "b")))
+    run = simulate(w, Record(), end_s=60)
+    # 400 nodes -> 47% -> 188 to find; "big" fits nowhere (whole walk); "x" walks pool a's 200 slots
+    # and 188 of pool b's; "y" starts at slot 388
+    assert [len(s) for s in seen] == [188, 188]
+    assert seen[0] == list(range(200, 388))
+    assert seen[1] == list(range(388, 400)) + list(range(200, 376))
+    assert run.node_of("big") is None

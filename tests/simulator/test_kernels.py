@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from td3sched.policy.k8s_default import MIB, balanced_allocation, least_allocated
 from td3sched.simulator.filter import fits_one
-from td3sched.simulator.kernels import best_nodes, filter_nodes, k8s_default_scores, overload_sum
+from td3sched.simulator.kernels import best_nodes, filter_nodes, k8s_default_scores, nodes_to_find, overload_sum
 from td3sched.reward import overload
 
 VALUES = [-1e-9, 0.0, 100.0, 250.0, 999.999, 1000.0, 4000.0]
@@ -33,9 +34,9 @@ def clusters(draw):
     milli = int(rng.choice([250, 500, 1000])) if count == 1 else (1000 if count else 0)
     app_count = rng.integers(0, 3, size=n) if rng.random() < 0.5 else np.zeros(0, dtype=np.int64)
     cap = int(rng.integers(0, 3))
-    lo = int(rng.integers(0, n))
-    hi = int(rng.integers(lo + 1, n + 1))
-    return dict(lo=lo, hi=hi, ready=ready, provisioned=provisioned, free=free, gpu_capacity=gpu_capacity,
+    pool_of = rng.integers(0, 2, size=n).astype(np.int16)
+    return dict(start=int(rng.integers(0, n)), to_find=int(rng.integers(1, n + 2)), pool=int(rng.integers(-1, 2)),
+                pool_of=pool_of, ready=ready, provisioned=provisioned, free=free, gpu_capacity=gpu_capacity,
                 gpu_used=gpu_used, request=request, count=count, milli=milli, app_count=app_count, cap=cap,
                 observed=observed, safety=safety, best_effort=bool(rng.random() < 0.5), pressure=pressure,
                 until=until, t=10.0)
@@ -43,25 +44,45 @@ def clusters(draw):
 
 @settings(max_examples=300, deadline=None)
 @given(clusters())
-def test_filter_nodes_is_filters_rule(c):
-    lo, hi = c["lo"], c["hi"]
-    sl = slice(lo, hi)
-    # the rule, in NumPy: resources (fits_one), readiness and the cap, then usage
-    fit = c["ready"][sl] & fits_one(c["free"][sl], (c["gpu_capacity"] - c["gpu_used"])[sl], c["request"],
-                                    c["count"], c["milli"])
+def test_filter_nodes_is_filters_rule_on_kube_schedulers_walk(c):
+    n_slots = len(c["ready"])
+    # the rule, in NumPy: the pool, resources (fits_one), readiness and the cap, then usage
+    in_pool = (c["pool_of"] == c["pool"]) | (c["pool"] < 0)
+    fit = in_pool & c["ready"] & fits_one(c["free"], c["gpu_capacity"] - c["gpu_used"], c["request"], c["count"],
+                                          c["milli"])
     if c["cap"] > 0 and len(c["app_count"]):
-        fit &= c["app_count"][sl] < c["cap"]
-    passed = fit & (c["observed"][sl, 0] <= c["safety"][sl])
+        fit &= c["app_count"] < c["cap"]
+    passed = fit & (c["observed"][:, 0] <= c["safety"])
     if c["best_effort"]:
-        passed &= (c["observed"][sl, 1] < c["pressure"][sl]) & (c["until"][sl] <= c["t"])
-    out = np.empty(len(c["ready"]), dtype=np.int64)
-    n, fits_any, everywhere = filter_nodes(lo, hi, c["ready"], c["provisioned"], c["free"], c["gpu_capacity"],
-                                           c["gpu_used"], c["request"], c["count"], c["milli"], c["app_count"],
-                                           c["cap"], c["observed"], c["safety"], c["best_effort"], c["pressure"],
-                                           c["until"], c["t"], out)
-    assert out[:n].tolist() == (np.flatnonzero(passed) + lo).tolist()
-    assert fits_any == bool(fit.any())
-    assert everywhere == (not (c["provisioned"][sl] & ~fit).any())
+        passed &= (c["observed"][:, 1] < c["pressure"]) & (c["until"] <= c["t"])
+    # kube-scheduler's walk: from start round the slots, until to_find nodes passed
+    order = (c["start"] + np.arange(n_slots)) % n_slots
+    found = order[passed[order]][: c["to_find"]]
+    walked = n_slots if len(found) < c["to_find"] else int(np.flatnonzero(order == found[-1])[0]) + 1
+    seen = order[:walked]
+    out = np.empty(n_slots, dtype=np.int64)
+    n, fits_any, everywhere, w = filter_nodes(c["start"], c["to_find"], c["pool"], c["pool_of"], c["ready"],
+                                              c["provisioned"], c["free"], c["gpu_capacity"], c["gpu_used"],
+                                              c["request"], c["count"], c["milli"], c["app_count"], c["cap"],
+                                              c["observed"], c["safety"], c["best_effort"], c["pressure"],
+                                              c["until"], c["t"], out)
+    assert out[:n].tolist() == found.tolist()
+    assert w == walked
+    assert fits_any == bool(fit[seen].any())
+    assert everywhere == (not (in_pool & c["provisioned"] & ~fit)[seen].any())
+
+
+@pytest.mark.parametrize("nodes, want", [(1, 1), (99, 99), (100, 100), (250, 120), (500, 230), (2898, 782),
+                                         (5000, 500), (6000, 300), (20000, 1000)])
+def test_nodes_to_find_is_kube_schedulers_adaptive_rule(nodes, want):
+    # 50 - n/125 percent, at least 5, at least 100 nodes (pkg/scheduler/schedule_one.go)
+    assert nodes_to_find(0, nodes) == want
+
+
+def test_nodes_to_find_with_a_set_percentage():
+    assert nodes_to_find(100, 2898) == 2898
+    assert nodes_to_find(10, 2898) == 289
+    assert nodes_to_find(1, 2898) == 100
 
 
 @settings(max_examples=200, deadline=None)

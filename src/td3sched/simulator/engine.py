@@ -31,8 +31,8 @@ from td3sched.simulator.cluster import Cluster, Pool
 from td3sched.simulator.config import SimConfig
 from td3sched.simulator.contention import cpu_weight, sharing_pressure
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
-from td3sched.simulator.kernels import (best_nodes, filter_nodes, overload_sum, padded_typical, refresh_fragmentation,
-                                        room_matrix, walk_room)
+from td3sched.simulator.kernels import (best_nodes, filter_nodes, nodes_to_find, overload_sum, padded_typical,
+                                        refresh_fragmentation, room_matrix, walk_room)
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import POLICY, RESOURCES, SHAPE, USAGE, SchedulingQueue
 from td3sched.simulator.usage import Hindsight, pod_usage
@@ -175,6 +175,8 @@ class Simulation(ClusterAutoscaler):
         self._max_nodes = float(c.size)
         self._typical_arrays = padded_typical(world.typical)
         self._inv_alloc_cpu = 1.0 / c.allocatable[:, 0]
+        self._next_start = 0
+        """The slot the next scheduling cycle's Filter starts from (kube-scheduler's nextStartNodeIndex)."""
         self._provisioned_changed()
         self._heatmap_nodes = np.unique(np.linspace(0, c.size - 1, min(c.size, HEATMAP_NODES)).astype(np.int64))
         self._slot, self._slot_shape = -1, np.empty((4, 0))
@@ -256,26 +258,31 @@ class Simulation(ClusterAutoscaler):
         """Indices of the nodes that pass Filter for ``pod``."""
         return self._filter(pod)[0]
 
-    def _filter(self, pod: int, t: float | None = None) -> tuple[np.ndarray, int]:
+    def _filter(self, pod: int, t: float | None = None, walk: bool = False) -> tuple[np.ndarray, int]:
         """The nodes that pass Filter for ``pod`` and, when none does, why (queue reason bits).
 
-        Filter: ready; requests within free resources (a resource not requested always fits); the
-        GPUs (one share of a GPU, or whole free GPUs); the app's anti-affinity cap; then the safety
-        filter (observed CPU above the threshold) and, for BestEffort pods, the memory-pressure
-        taint. Compiled as ``kernels.filter_nodes``."""
+        Filter: ready; the pod's pool (node selector); requests within free resources (a resource
+        not requested always fits); the GPUs (one share of a GPU, or whole free GPUs); the app's
+        anti-affinity cap; then the safety filter (observed CPU above the threshold) and, for
+        BestEffort pods, the memory-pressure taint. Compiled as ``kernels.filter_nodes``.
+
+        ``walk``: a scheduling cycle's Filter, as kube-scheduler runs it: from where the previous
+        cycle stopped, until ``nodes_to_find`` nodes passed (``percentage_of_nodes_to_score``);
+        otherwise every node, in slot order."""
         w, c = self.w, self.cluster
         t = self._now if t is None else t
-        k = self.pool_to_cluster[w.pool[pod]]
-        sl = c.pool_slice[k] if k >= 0 else slice(0, c.size)
         counts = self._no_counts
         cap = int(w.max_per_node[pod])
         if cap > 0:
             counts = c.app_count.get(int(w.app[pod]), self._no_counts)
-        n, fits_any, fits_everywhere = filter_nodes(
-            sl.start, sl.stop, c.ready, c.provisioned, c.free, c.gpu_capacity, c.gpu_used, w.request[pod],
-            int(w.gpu_count[pod]), int(w.gpu_milli[pod]), counts, cap, c.observed, self._safety_cpu_milli,
-            bool(w.qos[pod] == BEST_EFFORT), c.memory_pressure_mib, c.pressure_until, t,
-            self._node_scratch)
+        start, to_find = (self._next_start, self._to_find) if walk else (0, c.size)
+        n, fits_any, fits_everywhere, walked = filter_nodes(
+            start, to_find, self.pool_to_cluster[w.pool[pod]], c.pool_of, c.ready, c.provisioned, c.free,
+            c.gpu_capacity, c.gpu_used, w.request[pod], int(w.gpu_count[pod]), int(w.gpu_milli[pod]), counts, cap,
+            c.observed, self._safety_cpu_milli, bool(w.qos[pod] == BEST_EFFORT), c.memory_pressure_mib,
+            c.pressure_until, t, self._node_scratch)
+        if walk:
+            self._next_start = (start + walked) % c.size
         if not fits_any:
             shape = 0 if self.class_fits_a_template[self.fit_class[pod]] else SHAPE
             return np.empty(0, dtype=np.int64), RESOURCES | shape
@@ -329,7 +336,7 @@ class Simulation(ClusterAutoscaler):
         k = int(self.fit_class[pod])
         reasons = self._still_failing(k, t) if memo else None
         if reasons is None:
-            nodes, reasons = self._filter(pod, t)
+            nodes, reasons = self._filter(pod, t, walk=True)
             req = self.pod_request(pod, t) if len(nodes) else None
             if req is not None:
                 keep = self.policy.filter(req, nodes, self.cluster)
@@ -728,7 +735,9 @@ class Simulation(ClusterAutoscaler):
                               self.frag_cache)
 
     def _provisioned_changed(self) -> None:
+        """Nodes were added, became ready or were removed."""
         c = self.cluster
+        self._to_find = nodes_to_find(self.cfg.percentage_of_nodes_to_score, int(c.ready.sum()))
         self._prov_f = c.provisioned.astype(np.float64)
         self._prov_alloc_cpu = float(self._prov_f @ c.allocatable[:, 0])
         self._prov_count = float(self._prov_f.sum())
@@ -876,6 +885,7 @@ class Simulation(ClusterAutoscaler):
         if not c.provisioned[node] or c.ready[node]:
             return
         c.ready[node] = True
+        self._provisioned_changed()
         c.empty_since[node] = t
         self.dirty[node] = True
         self._epoch_freed(node)

@@ -3,8 +3,9 @@
 Each function is the loop form of a NumPy rule defined elsewhere, and a property test
 (tests/simulator/test_kernels.py) holds it to that rule on random clusters:
 
-- ``filter_nodes``: ``filter.fits_one`` (requests, GPUs), the anti-affinity cap, readiness, the
-  safety filter and the memory-pressure taint, as ``Simulation._filter`` documents them;
+- ``filter_nodes``: ``filter.fits_one`` (requests, GPUs), the pool, the anti-affinity cap, readiness,
+  the safety filter and the memory-pressure taint, as ``Simulation._filter`` documents them, over
+  kube-scheduler's walk (``nodes_to_find``);
 - ``k8s_default_scores``: ``policy.k8s_default.least_allocated`` + ``balanced_allocation``, in the
   same floating-point operations, so scores are bit-identical;
 - ``best_nodes``: the top score and its ties (Select breaks them with the run's random generator).
@@ -22,21 +23,34 @@ GPU_MILLI = 1000  # simulator.cluster.GPU_MILLI (kept literal: numba compiles it
 
 
 @njit(cache=True, nogil=True)
-def filter_nodes(lo, hi, ready, provisioned, free, gpu_capacity, gpu_used, request, gpu_count, gpu_milli,
-                 app_count, cap, observed, safety_cpu, best_effort, memory_pressure, pressure_until, t, out):
-    """Nodes ``lo <= n < hi`` that pass Filter for one pod, written to ``out``.
+def filter_nodes(start, to_find, pool, pool_of, ready, provisioned, free, gpu_capacity, gpu_used, request, gpu_count,
+                 gpu_milli, app_count, cap, observed, safety_cpu, best_effort, memory_pressure, pressure_until, t,
+                 out):
+    """Filter for one pod, walking node slots from ``start`` round the cluster (kube-scheduler's
+    ``findNodesThatPassFilters``) until ``to_find`` nodes passed or every slot was seen; the nodes
+    that passed are written to ``out`` in walk order.
 
-    Returns ``(count, fits_any, fits_everywhere)``: how many passed; whether any ready node fits
-    the pod by resources (requests, GPUs, the cap); whether no provisioned node was rejected by
-    resources (so usage alone rejected the others). ``app_count`` is the pod's app's count per node
-    (length 0 when the app has no pods counted) and ``cap`` its limit per node (<= 0: none).
+    ``pool`` (>= 0) is the pod's node selector: a node of another pool fails (NodeAffinity).
+    Returns ``(count, fits_any, fits_everywhere, walked)``: how many passed; whether any ready node
+    fits the pod by resources (requests, GPUs, the cap); whether no provisioned node of the pod's
+    pool was rejected by resources (so usage alone rejected the others); and how many slots the walk
+    covered (the next cycle starts there). ``app_count`` is the pod's app's count per node (length 0
+    when the app has no pods counted) and ``cap`` its limit per node (<= 0: none).
     """
+    size = ready.shape[0]
     count = 0
     fits_any = False
     fits_everywhere = True
     share = gpu_count == 1 and gpu_milli < GPU_MILLI
     has_counts = app_count.shape[0] > 0 and cap > 0
-    for n in range(lo, hi):
+    walked = 0
+    while walked < size and count < to_find:
+        n = start + walked
+        if n >= size:
+            n -= size
+        walked += 1
+        if pool >= 0 and pool_of[n] != pool:
+            continue
         ok = ready[n]
         if ok:
             for j in range(request.shape[0]):
@@ -69,7 +83,19 @@ def filter_nodes(lo, hi, ready, provisioned, free, gpu_capacity, gpu_used, reque
             continue
         out[count] = n
         count += 1
-    return count, fits_any, fits_everywhere
+    return count, fits_any, fits_everywhere, walked
+
+
+def nodes_to_find(percentage: int, nodes: int) -> int:
+    """kube-scheduler's ``numFeasibleNodesToFind``: how many feasible nodes a cycle looks for before
+    it stops filtering and scores them. ``percentage`` is ``percentageOfNodesToScore`` (0: adaptive,
+    50 - nodes/125 percent, at least 5); clusters under 100 nodes, and every answer under 100, give
+    ``max(100, ...)`` or all nodes (pkg/scheduler/schedule_one.go)."""
+    if nodes < 100:
+        return nodes
+    if percentage == 0:
+        percentage = max(50 - nodes // 125, 5)
+    return max(nodes * percentage // 100, 100)
 
 
 @njit(cache=True, nogil=True)
