@@ -173,9 +173,21 @@ def test_refresh_fragmentation_is_node_fragmentation_of_each_changed_node(seed):
     for i in changed:
         want[i] = node_fragmentation(free[i][None], (cap - used)[i][None], typical[int(pool_of[i])])[0]
     out = np.full(n, -1.0)
+    flags = dirty.copy()
     refresh_fragmentation(dirty, free, cap, used, pool_of, *padded_typical(typical), out)
     assert not dirty.any()
     assert np.allclose(out, want, rtol=1e-12, atol=1e-9)
+
+    # reward_state: the same refresh, and the overload sum of the same nodes, in one call
+    from td3sched.simulator.kernels import reward_state
+
+    usage, cores = rng.random(n) * 6000.0, np.full(n, 4500.0)
+    prov = (rng.random(n) < 0.7).astype(np.float64)
+    fused = np.full(n, -1.0)
+    load = reward_state(flags, free, cap, used, pool_of, *padded_typical(typical), fused, usage, cores,
+                        np.full(n, 1 / 4000.0), prov, 0.85)
+    assert not flags.any() and fused.tobytes() == out.tobytes()
+    assert load == overload_sum(usage, cores, np.full(n, 1 / 4000.0), prov, 0.85)
 
 
 def _walk_by_hand(request, count, milli, free, gpu_free):

@@ -70,7 +70,7 @@ class ClusterAutoscaler:
         """cluster-autoscaler's node utilisation: max of requested CPU and memory over allocatable;
         GPU nodes by requested GPUs alone (simulator/cluster/utilization/info.go)."""
         c = self.cluster
-        util = (c.requested[:, :2] / c.allocatable[:, :2]).max(axis=1)
+        util = np.maximum(c.requested[:, 0] / c.allocatable[:, 0], c.requested[:, 1] / c.allocatable[:, 1])
         gpu_cap = c.gpu_capacity.sum(axis=1)
         return np.where(gpu_cap > 0, c.gpu_used.sum(axis=1) / np.maximum(gpu_cap, 1), util)
 

@@ -32,7 +32,7 @@ from td3sched.simulator.config import SimConfig
 from td3sched.simulator.contention import cpu_weight, sharing_pressure
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
 from td3sched.simulator.kernels import (best_nodes, filter_nodes, nodes_to_find, overload_sum, padded_typical,
-                                        refresh_fragmentation, room_matrix, walk_room)
+                                        refresh_fragmentation, reward_state, room_matrix, walk_room)
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import POLICY, RESOURCES, SHAPE, USAGE, SchedulingQueue
 from td3sched.simulator.usage import Hindsight, pod_usage
@@ -499,8 +499,10 @@ class Simulation(ClusterAutoscaler):
             self.schedule(pod, t, memo=False)
             if self._mem_check:
                 check, self._mem_check = self._mem_check, []
-                nodes = np.array(check, dtype=np.int64) if len(check) == 1 else np.unique(check)
-                self._memory_changed(nodes, t)
+                if len(check) > 1:
+                    self._memory_changed(np.unique(check), t)
+                elif self.cluster.usage[check[0], 1] > self.cluster.memory_pressure_mib[check[0]]:
+                    self._memory_changed(np.array(check, dtype=np.int64), t)  # else: neither OOM nor pressure
         if batch:
             self._fail_known(batch, why, known, t)
 
@@ -759,11 +761,17 @@ class Simulation(ClusterAutoscaler):
 
     def _reward_step(self) -> None:
         """r_t of the decision just made (reward.py), from the ground truth."""
-        m = self.metrics
+        m, c = self.metrics, self.cluster
         events = m.oom_kills + m.slo_breaches + m.pending_violations
-        load = overload_sum(self.cluster.usage[:, 0], self._cpu_cores, self._inv_alloc_cpu, self._prov_f,
-                            self.reward.cfg.overload_util) / self._prov_count if self._prov_count else 0.0
-        self.reward.step(self.cluster_fragmentation(), load, events, self._prov_count / self._max_nodes)
+        load = reward_state(self.dirty, c.free, c.gpu_capacity, c.gpu_used, c.pool_of, *self._typical_arrays,
+                            self.frag_cache, c.usage[:, 0], self._cpu_cores, self._inv_alloc_cpu, self._prov_f,
+                            self.reward.cfg.overload_util)
+        if self._prov_count:
+            load /= self._prov_count
+            frag = float(self.frag_cache @ self._prov_f / self._prov_alloc_cpu) if self._prov_alloc_cpu > 0 else 0.0
+        else:
+            load, frag = 0.0, 0.0
+        self.reward.step(frag, load, events, self._prov_count / self._max_nodes)
 
     def _sample(self, t: float) -> None:
         c, w, cfg = self.cluster, self.w, self.cfg

@@ -150,6 +150,16 @@ def overload_sum(usage_cpu, cpu_cores, inv_alloc_cpu, provisioned, threshold):
     return total
 
 
+@njit(cache=True, nogil=True)
+def reward_state(dirty, free, gpu_capacity, gpu_used, pool_of, request, gpu_count, gpu_milli, weight, length, checked,
+                 frag_cache, usage_cpu, cpu_cores, inv_alloc_cpu, provisioned, threshold):
+    """What a decision's reward reads, in one call: ``refresh_fragmentation`` of the dirty nodes into
+    ``frag_cache``, then ``overload_sum``."""
+    refresh_fragmentation(dirty, free, gpu_capacity, gpu_used, pool_of, request, gpu_count, gpu_milli, weight, length,
+                          checked, frag_cache)
+    return overload_sum(usage_cpu, cpu_cores, inv_alloc_cpu, provisioned, threshold)
+
+
 def padded_typical(typical) -> tuple:
     """``PoolTypicalPods`` as padded arrays for ``refresh_fragmentation``: request [P, S, 4], GPU
     count and milli [P, S], weight [P, S], shapes per pool [P], and whether ``fit_matrix`` compares

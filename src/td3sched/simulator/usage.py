@@ -30,7 +30,7 @@ def pod_usage(w: Workload, cfg: SimConfig, pods, shape: np.ndarray) -> np.ndarra
     """Usage of ``pods`` (an index or an index array) whose profile shapes are ``shape`` ([4, ...],
     broadcasting against ``pods``): [..., 4] CPU milli (throttled at the limit), memory MiB (before
     the memory limit is enforced), disk MB/s, network Mbit/s."""
-    if np.ndim(pods) == 0 and np.ndim(shape) == 1:  # one pod (every bind): plain floats, same arithmetic
+    if isinstance(pods, (int, np.integer)) and shape.ndim == 1:  # one pod (every bind): plain floats, same arithmetic
         cpu = min(cfg.usage_scale * shape[0] * w.size_cpu_milli[pods], w.cpu_limit_milli[pods])
         return np.array([cpu, cfg.mem_level * shape[1] * w.size_mem_mib[pods], shape[2] * w.size_disk_mbps[pods],
                          shape[3] * w.size_net_mbps[pods]])
