@@ -523,6 +523,24 @@ def overestimation(
                   f"{escape(str(out_dir / REPORT_FILE))}")
 
 
+@app.command("export-onnx")
+def export_onnx_cmd(
+    folder: Path = typer.Argument(..., help="Model folder (td3sched train's run folder, or models/NAME)."),
+    out_path: Optional[Path] = typer.Option(None, "--out", help="Where to write the graph (default: FOLDER/model.onnx)."),
+) -> None:
+    """The model's actor as an ONNX graph, normaliser inside, for ONNX Runtime (the engine and td3 runs)."""
+    try:
+        from td3sched.rl.model import ModelError
+        from td3sched.rl.onnx_export import export_onnx
+    except ImportError as exc:
+        _fail(f"exporting a model needs the rl extra ({exc}): pip install 'td3sched[rl]'")
+    try:
+        path = export_onnx(folder, out_path)
+    except (ModelError, ValueError) as exc:
+        _fail(str(exc))
+    console.print(f"wrote {escape(str(path))}")
+
+
 @app.command("inspect-model")
 def inspect_model(
     folder: Path = typer.Argument(..., help="Model folder (td3sched train's run folder, or models/NAME)."),
