@@ -55,7 +55,9 @@ def test_the_pod_reads_as_node_resources_fit_counts_it():
     pod = pod_from_k8s(POD)
     assert pod.name == "web-7d9f8b6c5-x2k4q" and pod.namespace == "shop"
     assert pod.cpu_milli == 600 and pod.mem_mib == 576 and pod.disk_gib == 2  # containers' sum beats the init one
-    assert pod.qos == 1 and pod.cpu_limit_milli == 1000 and pod.mem_limit_mib == 1024
+    assert pod.qos == 1 and pod.cpu_limit_milli == pod.mem_limit_mib == float("inf")  # the sidecar has no limits
+    one = pod_from_k8s({**POD, "spec": {**POD["spec"], "containers": POD["spec"]["containers"][:1]}})
+    assert one.cpu_limit_milli == 1000 and one.mem_limit_mib == 1024
     assert parse_quantity("65851340Ki", "q") == 65851340 * 1024 and parse_quantity("1e3", "q") == 1000
     assert parse_quantity("1.5", "q") == 1.5 and parse_quantity("100m", "q") == pytest.approx(0.1)
 

@@ -64,15 +64,19 @@ class PodSpec:
     gpu_milli: int = 0
     qos: int = 1
     """Index into QOS_NAMES."""
-    cpu_limit_milli: float = 0.0
-    mem_limit_mib: float = 0.0
+    cpu_limit_milli: float = math.inf
+    """inf: no limit (as the simulator's workloads)."""
+    mem_limit_mib: float = math.inf
     namespace: str = ""
 
     def __post_init__(self):
         for key in ("cpu_milli", "mem_mib", "disk_gib", "rdma_pct", "cpu_limit_milli", "mem_limit_mib"):
             value = getattr(self, key)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"pod.{key}={value!r}: expected a finite non-negative number")
+            limit = key.endswith("_limit_milli") or key.endswith("_limit_mib")  # inf: no limit
+            if not (isinstance(value, (int, float)) and (math.isfinite(value) or (limit and value == math.inf))
+                    and value >= 0):
+                raise ValueError(f"pod.{key}={value!r}: expected a finite non-negative number"
+                                 + (" (or inf: no limit)" if limit else ""))
         if not (isinstance(self.qos, int) and 0 <= self.qos < len(QOS_NAMES)):
             raise ValueError(f"pod.qos={self.qos!r}: expected one of {', '.join(QOS_NAMES)}")
         if self.gpu_count < 0 or not 0 <= self.gpu_milli <= 1000:

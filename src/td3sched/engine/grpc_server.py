@@ -43,7 +43,8 @@ def pod_from_proto(pod) -> PodSpec:
         if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"pod.{key}={value!r}: expected a finite non-negative number")
     return PodSpec(pod.name, pod.cpu_milli, pod.mem_mib, pod.disk_gib, pod.rdma_pct, int(pod.gpu_count),
-                   int(pod.gpu_milli), _QOS[pod.qos], pod.cpu_limit_milli, pod.mem_limit_mib, pod.namespace)
+                   int(pod.gpu_milli), _QOS[pod.qos], pod.cpu_limit_milli or math.inf, pod.mem_limit_mib or math.inf,
+                   pod.namespace)
 
 
 def action_to_proto(d, action_mode: str):

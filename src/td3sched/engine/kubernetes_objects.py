@@ -94,6 +94,8 @@ def pod_from_k8s(pod, where: str = "Pod") -> PodSpec:
                 for k, v in _obj(spec.get("overhead"), f"{where}.spec.overhead").items()}
 
     def total(kind: int, key: str) -> float:
+        if kind == 1 and any(key not in c[1] for c in containers):
+            return math.inf  # a container without that limit: the pod has none
         s = sum(c[kind].get(key, 0.0) for c in containers)
         return max([s] + [c[kind].get(key, 0.0) for c in inits]) + (overhead.get(key, 0.0) if kind == 0 else 0.0)
 
