@@ -17,8 +17,8 @@ at a time, with one ``write`` on a file opened with ``O_APPEND``; ``fsync`` runs
 by the crash is the file's last line, without its newline. ``read_log`` skips such a line, and a
 reopened log starts on a fresh line, so earlier records are never corrupted.
 
-Rotation: when the file reaches ``max_bytes`` it is renamed ``.1`` (``.1`` to ``.2``, ...), and only
-``keep`` rotated files are kept.
+Rotation: before a record would take the file past ``max_bytes`` it is renamed ``.1`` (``.1`` to
+``.2``, ...), and only ``keep`` rotated files are kept: at most ``(keep + 1) x max_bytes`` on disk.
 """
 
 from __future__ import annotations
@@ -72,6 +72,10 @@ class DecisionLog:
         os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
         self._open()
 
+    def _write(self, lines: list[bytes]) -> None:
+        self.size += os.write(self.fd, b"".join(lines))
+        self.written += len(lines)
+
     def _run(self) -> None:
         last_sync = time.monotonic()
         stop = False
@@ -95,13 +99,19 @@ class DecisionLog:
                                        "error": str(exc)[:200]})
                 lines.append(line + "\n")
                 self.seq += 1
-            if lines:
-                data = "".join(lines).encode()
-                self.size += os.write(self.fd, data)
-                self.written += len(lines)
-                if self.size >= self.max_bytes:
+            chunk: list[bytes] = []
+            pending = 0
+            for line in (x.encode() for x in lines):  # whole lines, a file never past max_bytes (but by one line)
+                if chunk and self.size + pending + len(line) > self.max_bytes:
+                    self._write(chunk)
+                    chunk, pending = [], 0
+                if self.size and self.size + len(line) > self.max_bytes:
                     os.fsync(self.fd)
                     self._rotate()
+                chunk.append(line)
+                pending += len(line)
+            if chunk:
+                self._write(chunk)
             if stop or time.monotonic() - last_sync >= self.fsync_interval_s:
                 os.fsync(self.fd)
                 last_sync = time.monotonic()

@@ -23,6 +23,11 @@ def _finite_list(x) -> list | None:
     return [float(v) if math.isfinite(v) else None for v in np.asarray(x, dtype=float).ravel()]
 
 
+def _pod_record(pod: PodSpec) -> dict:
+    """The pod as JSON: a limit of inf (none) is written null."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in dataclasses.asdict(pod).items()}
+
+
 class EngineService:
     def __init__(self, engine: DecisionEngine, log: DecisionLog | None = None, metrics: EngineMetrics | None = None):
         self.engine = engine
@@ -48,7 +53,7 @@ class EngineService:
             u = None if stale else _finite_list(next(fresh_u, None))
             candidates.append({"node": name, "score": score, "stale": bool(stale), "u": u})
         self.log.append({
-            "kind": "decision", "time_s": d.time_s, "decision_id": decision_id, "pod": dataclasses.asdict(pod),
+            "kind": "decision", "time_s": d.time_s, "decision_id": decision_id, "pod": _pod_record(pod),
             "observation": _finite_list(d.observation), "action": _finite_list(d.pre_activations),
             "weights": _finite_list(d.weights), "tau": float(d.tau), "model_version": d.model_version,
             "fallback_reason": d.fallback_reason, "advisory": d.advisory, "candidates": candidates})
@@ -75,7 +80,7 @@ class EngineService:
         self.engine.state.report_binding(node, pod.request(0.0).nonzero_cpu_mem)
         if self.log is not None:
             self.log.append({"kind": "binding", "time_s": self.engine.state.clock(), "decision_id": decision_id,
-                             "pod": dataclasses.asdict(pod), "node": node})
+                             "pod": _pod_record(pod), "node": node})
             self.metrics.log_records.inc()
 
     def reload(self, actor) -> None:
