@@ -116,7 +116,7 @@ class Decision:
         return bool(self.fallback_reason)
 
     def scores_0_100(self) -> list[int]:
-        return [int(x) for x in np.rint(100.0 * self.scores)]
+        return np.rint(100.0 * self.scores).astype(np.int64).tolist()
 
 
 class ModelSlot:
@@ -177,16 +177,17 @@ class DecisionEngine:
         names = list(snap.names) if candidates is None else list(candidates)
         if not names:
             raise ValueError("candidates: empty: expected at least one node name")
-        if len(set(names)) != len(names):
+        unique = set(names)
+        if len(unique) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})[:5]
             raise ValueError(f"candidates: duplicate node names {dup}")
-        if any(not isinstance(n, str) or not n for n in names):
+        if "" in unique or not all(isinstance(n, str) for n in unique):
             raise ValueError("candidates: expected non-empty node names")
-        idx = np.array([snap.index.get(n, -1) for n in names], dtype=np.int64)
+        get = snap.index.get
+        idx = np.array([get(n, -1) for n in names], dtype=np.int64)
         known = idx >= 0
-        fresh_all = self.state.fresh(snap, now)
         fresh = known.copy()
-        fresh[known] = fresh_all[idx[known]]
+        fresh[known] = self.state.fresh(snap, now, idx[known])
         stale = ~fresh
         excluded = stale if self.state.staleness.mode == "fail-closed" else np.zeros(len(names), dtype=bool)
         scores = np.where(excluded, 0.0, NEUTRAL_SCORE)
@@ -217,7 +218,7 @@ class DecisionEngine:
         idx = np.array([snap.index.get(n, -1) for n in candidates], dtype=np.int64)
         known = idx >= 0
         fresh = np.zeros(len(candidates), dtype=bool)
-        fresh[known] = self.state.fresh(snap, now)[idx[known]]
+        fresh[known] = self.state.fresh(snap, now, idx[known])
         k = idx[known & fresh]
         hot = np.zeros(len(candidates), dtype=bool)
         if len(k):

@@ -81,11 +81,16 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
             if len(request.candidates) > MAX_CANDIDATES:
                 raise ValueError(f"candidates: {len(request.candidates)} names, expected at most {MAX_CANDIDATES}")
             decision_id, d = self.service.score_nodes(pod_from_proto(request.pod), list(request.candidates))
-            scores = [engine_pb2.NodeScore(node=n, score=s, stale=bool(st), excluded=bool(ex))
-                      for n, s, st, ex in zip(d.candidates, d.scores_0_100(), d.stale, d.excluded)]
-            return engine_pb2.ScoreNodesResponse(
-                scores=scores, action=action_to_proto(d, self._mode()), model_version=d.model_version,
-                fallback=d.fallback, fallback_reason=d.fallback_reason, advisory=d.advisory, decision_id=decision_id)
+            reply = engine_pb2.ScoreNodesResponse(
+                action=action_to_proto(d, self._mode()), model_version=d.model_version, fallback=d.fallback,
+                fallback_reason=d.fallback_reason, advisory=d.advisory, decision_id=decision_id)
+            add = reply.scores.add
+            for n, s, st, ex in zip(d.candidates, d.scores_0_100(), d.stale.tolist(), d.excluded.tolist()):
+                if st:
+                    add(node=n, score=s, stale=True, excluded=ex)
+                else:
+                    add(node=n, score=s)
+            return reply
         return self._guard("score_nodes", context, run)
 
     def GetSchedulingWeights(self, request, context):

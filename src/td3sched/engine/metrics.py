@@ -44,6 +44,7 @@ class EngineMetrics:
         self.refreshes = Counter("td3sched_state_refreshes", "Shadow-state refreshes by result.", ["result"], registry=r)
         self.log_records = Counter("td3sched_decision_log_records", "Records written to the decision log.", registry=r)
         self._version = None
+        self._weight_children = [self.weight.labels(name) for name in FEATURES]
 
     def set_version(self, version: str) -> None:
         if self._version is not None:
@@ -57,8 +58,8 @@ class EngineMetrics:
         if decision.fallback:
             self.fallbacks.labels(decision.fallback_reason).inc()
         self.stale_nodes.set(int(decision.stale.sum()))
-        for name, w in zip(FEATURES, decision.weights):
-            self.weight.labels(name).observe(float(w))
+        for child, w in zip(self._weight_children, decision.weights.tolist()):
+            child.observe(w)
         self.tau.observe(float(decision.tau))
 
     def exposition(self) -> bytes:

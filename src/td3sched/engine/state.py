@@ -64,6 +64,7 @@ class NodeSnapshot:
         if not np.all(self.capacity_usage > 0) or not np.all(self.allocatable[:, :2] > 0):
             raise ValueError("node snapshot: expected positive capacities (CPU, memory, disk and NIC bandwidth)")
         self.index.update((name, i) for i, name in enumerate(self.names))
+        object.__setattr__(self, "complete", np.isfinite(self.observed).all(axis=1))
 
     @property
     def ready(self) -> np.ndarray:
@@ -146,10 +147,11 @@ class ShadowState:
                 return np.zeros((snap.size, 2))
             return self._cache.usage_since_each(snap.scraped_at_s)
 
-    def fresh(self, snap: NodeSnapshot, now: float) -> np.ndarray:
-        """[N] bool: metrics present (finite) and at most ``max_age_s`` old."""
-        age = now - snap.scraped_at_s
-        return (age <= self.staleness.max_age_s) & np.isfinite(snap.observed).all(axis=1)
+    def fresh(self, snap: NodeSnapshot, now: float, nodes: np.ndarray | None = None) -> np.ndarray:
+        """bool per node of ``nodes`` (default: all): metrics present (finite) and at most ``max_age_s`` old."""
+        if nodes is None:
+            return (now - snap.scraped_at_s <= self.staleness.max_age_s) & snap.complete
+        return (now - snap.scraped_at_s[nodes] <= self.staleness.max_age_s) & snap.complete[nodes]
 
     def age_s(self, snap: NodeSnapshot, now: float) -> np.ndarray:
         return now - snap.scraped_at_s
