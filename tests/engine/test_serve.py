@@ -255,3 +255,59 @@ def test_a_torn_last_record_is_skipped_and_the_next_run_starts_a_new_line(tmp_pa
     log.close()
     records, skipped = read_log(path)
     assert skipped == 1 and [r["kind"] for r in records] == ["decision", "unloggable"]
+
+
+def _certificates(folder: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl."""
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is not installed: no certificates for the TLS test")
+
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=folder, timeout=60)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+        "-subj", "/CN=test-ca")
+    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name in ("server", "client"):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", f"{name}.crt", "-days", "2", "-extfile", "san.ext")
+    return {n: folder / n for n in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")}
+
+
+def test_mutual_tls_on_both_front_doors(tmp_path):
+    import ssl
+    import urllib.request
+
+    certs = _certificates(tmp_path)
+    config = EngineConfig(model=MODEL, grpc={"port": 0}, http={"port": 0},
+                          tls={"cert_file": certs["server.crt"], "key_file": certs["server.key"],
+                               "client_ca_file": certs["ca.crt"]})
+    engine = RunningEngine(config)
+    engine.start()
+    try:
+        creds = grpc.ssl_channel_credentials(certs["ca.crt"].read_bytes(), certs["client.key"].read_bytes(),
+                                             certs["client.crt"].read_bytes())
+        with grpc.secure_channel(f"127.0.0.1:{engine.grpc.port}", creds) as channel:
+            with pytest.raises(grpc.RpcError) as err:  # no metrics source here: the engine answers UNAVAILABLE
+                engine_pb2_grpc.DecisionEngineStub(channel).ScoreNodes(
+                    engine_pb2.ScoreNodesRequest(pod=pod(), candidates=NAMES), timeout=DEADLINE_S)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        anonymous = grpc.ssl_channel_credentials(certs["ca.crt"].read_bytes())
+        with grpc.secure_channel(f"127.0.0.1:{engine.grpc.port}", anonymous) as channel:
+            with pytest.raises(grpc.RpcError) as err:  # no client certificate: refused in the handshake
+                engine_pb2_grpc.DecisionEngineStub(channel).ScoreNodes(
+                    engine_pb2.ScoreNodesRequest(pod=pod(), candidates=NAMES), timeout=DEADLINE_S)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "no node metrics" not in err.value.details(), \
+                err.value.details()
+        context = ssl.create_default_context(cafile=certs["ca.crt"])
+        context.load_cert_chain(certs["client.crt"], certs["client.key"])
+        url = f"https://127.0.0.1:{engine.http.port}/healthz"
+        with urllib.request.urlopen(url, context=context, timeout=DEADLINE_S) as resp:
+            assert resp.status == 200
+        with pytest.raises(OSError):  # no client certificate
+            urllib.request.urlopen(url, context=ssl.create_default_context(cafile=certs["ca.crt"]), timeout=DEADLINE_S)
+        with urllib.request.urlopen(url, context=context, timeout=DEADLINE_S) as resp:  # still serving after that
+            assert resp.status == 200
+    finally:
+        engine.stop()

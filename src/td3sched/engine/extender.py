@@ -24,6 +24,9 @@ Content-Length 411, a client that stalls longer than ``read_timeout_s`` is disco
 from __future__ import annotations
 
 import json
+import logging
+import ssl
+import sys
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,6 +36,7 @@ from td3sched.engine.kubernetes_objects import node_names_from_list, pod_from_k8
 from td3sched.engine.service import EngineService
 from td3sched.engine.state import NotReady
 
+log = logging.getLogger("td3sched.engine.extender")
 MAX_EXTENDER_PRIORITY = 10
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -151,6 +155,29 @@ class ExtenderHandler(BaseHTTPRequestHandler):
         return [{"Host": n, "Score": s} for n, s in zip(names, scores)]
 
 
+class ExtenderServer(ThreadingHTTPServer):
+    """Threads per connection; with TLS, the handshake runs in the connection's thread under the read
+    timeout, so a client that stalls in the handshake holds up no one else."""
+
+    daemon_threads = True
+    ssl_context = None
+    handshake_timeout_s = 5.0
+
+    def finish_request(self, request, client_address):
+        if self.ssl_context is not None:
+            request.settimeout(self.handshake_timeout_s)
+            request = self.ssl_context.wrap_socket(request, server_side=True)
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request, client_address):
+        """A failed handshake or a dropped client is routine; anything else is logged with its trace."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ssl.SSLError, ConnectionError, TimeoutError)):
+            log.debug("extender: connection from %s ended: %s", client_address, exc)
+        else:
+            log.exception("extender: request from %s failed", client_address)
+
+
 class ExtenderFrontDoor:
     """A started HTTP extender; ``port`` is the bound one."""
 
@@ -158,10 +185,9 @@ class ExtenderFrontDoor:
                  max_body_bytes: int = 8 << 20, read_timeout_s: float = 5.0, ssl_context=None):
         handler = type("Handler", (ExtenderHandler,), {"service": service, "max_body_bytes": max_body_bytes,
                                                       "timeout": read_timeout_s})
-        self.httpd = ThreadingHTTPServer((address, port), handler)
-        self.httpd.daemon_threads = True
-        if ssl_context is not None:
-            self.httpd.socket = ssl_context.wrap_socket(self.httpd.socket, server_side=True)
+        self.httpd = ExtenderServer((address, port), handler)
+        self.httpd.ssl_context = ssl_context
+        self.httpd.handshake_timeout_s = read_timeout_s
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
                                         name="extender", daemon=True)
