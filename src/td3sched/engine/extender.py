@@ -28,7 +28,6 @@ import logging
 import ssl
 import sys
 import threading
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from td3sched.engine.decision import NEUTRAL_SCORE
