@@ -8,7 +8,14 @@ BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: setup demo test bench clean
 
-setup: $(STAMP)
+# the engine's gRPC stubs, generated from proto/ (build outputs: never edited, never committed)
+STUBS  := src/td3sched/engine/v1/engine_pb2.py
+PROTOS := $(wildcard proto/td3sched/engine/v1/*.proto)
+
+setup: $(STAMP) $(STUBS)
+
+$(STUBS): $(PROTOS) $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=src --grpc_python_out=src --pyi_out=src $(PROTOS)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,4 +42,4 @@ bench: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_train.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache src/td3sched/engine/v1

@@ -523,6 +523,45 @@ def overestimation(
                   f"{escape(str(out_dir / REPORT_FILE))}")
 
 
+@app.command("export-onnx")
+def export_onnx_cmd(
+    folder: Path = typer.Argument(..., help="Model folder (td3sched train's run folder, or models/NAME)."),
+    out_path: Optional[Path] = typer.Option(None, "--out", help="Where to write the graph (default: FOLDER/model.onnx)."),
+) -> None:
+    """The model's actor as an ONNX graph, normaliser inside, for ONNX Runtime (the engine and td3 runs)."""
+    try:
+        from td3sched.rl.model import ModelError
+        from td3sched.rl.onnx_export import export_onnx
+    except ImportError as exc:
+        _fail(f"exporting a model needs the rl extra ({exc}): pip install 'td3sched[rl]'")
+    try:
+        path = export_onnx(folder, out_path)
+    except (ModelError, ValueError) as exc:
+        _fail(str(exc))
+    console.print(f"wrote {escape(str(path))}")
+
+
+@app.command()
+def serve(
+    config: Path = typer.Option(..., "--config", help="The engine's settings (docs/engine.md lists every key)."),
+    ready_file: Optional[Path] = typer.Option(None, help="Write the bound ports here as JSON once serving."),
+) -> None:
+    """The decision engine: gRPC ScoreNodes and the HTTP scheduler extender (127.0.0.1 by default)."""
+    import logging
+
+    try:
+        from td3sched.engine.config import load_config
+        from td3sched.engine.serve import serve as run_engine
+    except ImportError as exc:
+        _fail(f"the engine needs the engine extra and its generated stubs ({exc}): pip install "
+              "'td3sched[engine]' and run make setup")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        run_engine(load_config(config), ready_file)
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
+
+
 @app.command("inspect-model")
 def inspect_model(
     folder: Path = typer.Argument(..., help="Model folder (td3sched train's run folder, or models/NAME)."),

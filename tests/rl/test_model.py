@@ -55,17 +55,17 @@ def test_reload_gives_identical_actions_and_a_complete_card(tmp_path):
 
 
 def test_td3_policy_in_the_harness_places_as_the_env_does(tmp_path):
+    """The env is driven by the policy's own actor (ONNX Runtime, as the harness serves it)."""
     _, folder = _saved(tmp_path)
+    policy = make_policy(f"td3:{folder}")
+    assert isinstance(policy, TD3Policy) and policy.spec == f"td3:{folder}"
     env = ClusterSchedulingEnv("tiny", "test", 3.0)
     obs, _ = env.reset(seed=3)
-    model = load_model(folder)
     while True:
-        obs, _, _, truncated, info = env.step(model.act(obs))
+        obs, _, _, truncated, info = env.step(policy.model.act(obs))
         if truncated:
             break
     ep = env.episode
-    policy = make_policy(f"td3:{folder}")
-    assert isinstance(policy, TD3Policy) and policy.spec == f"td3:{folder}"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no OOM count in the policy context yet (none happen on tiny)
         record = Simulation(env.world, policy, ep.sim_seed, ep.start_s, ep.end_s).run()

@@ -60,3 +60,18 @@ class AssignCache:
             if recent.any():
                 np.add.at(out, self.node[: self.size][recent], self.estimate[: self.size][recent])
         return out
+
+    def usage_since_each(self, since_s: np.ndarray) -> np.ndarray:
+        """[nodes, columns] summed estimates of pods bound to each node n at or after ``since_s[n]``
+        (the decision engine: every node's metrics have their own scrape time)."""
+        out = np.zeros((self.nodes, self.estimate.shape[1]))
+        if self.size:
+            node = self.node[: self.size]
+            recent = self.time[: self.size] >= since_s[node]
+            if recent.any():
+                np.add.at(out, node[recent], self.estimate[: self.size][recent])
+        return out
+
+    def entries(self) -> list[tuple[int, float, np.ndarray]]:
+        """(node, time, estimate) of every entry held, oldest first."""
+        return [(int(self.node[i]), float(self.time[i]), self.estimate[i].copy()) for i in range(self.size)]

@@ -33,6 +33,11 @@ def validate_weights(weights, tau: float) -> tuple[np.ndarray, float]:
     return w, float(tau)
 
 
+def weighted_closeness(u: np.ndarray, weights: np.ndarray, tau: float) -> np.ndarray:
+    """The score of nodes of utilisation ``u`` [k, 4]: sum_r w_r * closeness(u_r, tau), in [0, 1]."""
+    return closeness(u, tau) @ weights
+
+
 def parse_args(args: str) -> dict[str, str]:
     """``k=v;k=v`` -> dict; a ValueError names a malformed part."""
     out = {}
@@ -80,7 +85,7 @@ class StaticWeights(Policy):
 
     def score_utilisation(self, u: np.ndarray) -> np.ndarray:
         """Scores of nodes of utilisation ``u``: the weighted closeness to tau."""
-        return closeness(u, self.tau) @ self.weights
+        return weighted_closeness(u, self.weights, self.tau)
 
     def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
         return self.score_utilisation(self.utilisation(pod, nodes, cluster))

@@ -11,9 +11,12 @@
     td3.py          TD3Config and the TD3 update (Fujimoto et al. 2018)
     train.py        the training loop: checkpoints, resume, TensorBoard
     model.py        a trained model: torch state dict + JSON model card, validated on load
+    card.py         a model folder's files, card and content hash, read without torch
+    onnx_export.py  the actor with its normaliser as an ONNX graph (td3sched export-onnx; needs torch)
+    onnx_actor.py   that graph served by ONNX Runtime: the td3 policy's and the engine's inference
 
-torch and gymnasium come with ``pip install 'td3sched[rl]'``; only ``policy.py``, ``observation.py``
-and ``actions.py`` load without them.
+torch and gymnasium come with ``pip install 'td3sched[rl]'``; ``policy.py``, ``observation.py``,
+``actions.py``, ``card.py`` and ``onnx_actor.py`` load without them.
 """
 
 # td3sched.policy registers TD3Policy (rl/policy.py), which imports td3sched.policy's modules: load

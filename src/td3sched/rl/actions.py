@@ -21,6 +21,9 @@ LOGIT_LIMIT = 5.0
 """Bound of every pre-activation: softmax weights can still reach a 1 : e^10 ratio and tau lies in
 [0.0067, 0.9933]."""
 ACTION_MODES = ("full", "seed")
+ACTION_SIZES = {"full": ACTION_SIZE, "seed": ACTION_SIZE}
+"""Numbers an actor of each mode outputs (the seed mode's actor outputs a tau pre-activation too,
+which the decoding ignores): a served model's output width is checked against its card's mode."""
 
 
 def check_action_mode(mode: str) -> str:
@@ -29,11 +32,16 @@ def check_action_mode(mode: str) -> str:
     return mode
 
 
+def action_size(mode: str) -> int:
+    """The action width of an actor trained in ``mode``."""
+    return ACTION_SIZES[check_action_mode(mode)]
+
+
 def action_to_weights(action, mode: str = "full") -> tuple[np.ndarray, float]:
     """(weights [4] on the simplex, tau in [0, 1]) of an action; out-of-box values are clipped."""
     a = np.asarray(action, dtype=np.float64)
-    if a.shape != (ACTION_SIZE,) or not np.all(np.isfinite(a)):
-        raise ValueError(f"action {np.asarray(action).tolist()}: expected {ACTION_SIZE} finite numbers "
+    if a.shape != (action_size(mode),) or not np.all(np.isfinite(a)):
+        raise ValueError(f"action {np.asarray(action).tolist()}: expected {action_size(mode)} finite numbers "
                          "(4 weight logits, 1 tau pre-activation)")
     a = np.clip(a, -LOGIT_LIMIT, LOGIT_LIMIT)
     e = np.exp(a[:4] - a[:4].max())

@@ -17,7 +17,6 @@ import datetime
 import hashlib
 import io
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,37 +24,12 @@ import numpy as np
 import torch
 
 from td3sched.rl.actions import check_action_mode
+from td3sched.rl.card import (  # noqa: F401  (re-exported: the model's files and errors)
+    CARD_FILE, CARD_FORMAT, CARD_KEYS, MODEL_FILE, ModelError, content_sha256, read_card as _read_card, write_atomic)
 from td3sched.rl.networks import Actor, Critic
 from td3sched.rl.normalizer import ObservationNormalizer
 from td3sched.rl.observation import OBSERVATION_FIELDS, OBSERVATION_SIZE
 from td3sched.rl.td3 import TD3Config
-
-MODEL_FILE = "model.pt"
-CARD_FILE = "model.json"
-CARD_FORMAT = 1
-CARD_KEYS = ("format", "scenario", "overrides", "span", "episode_hours", "seed", "action_mode", "config",
-             "observation", "normalizer", "code_version", "training", "created", "model_sha256")
-
-
-class ModelError(ValueError):
-    """A model folder that cannot be used, with the file and what was expected."""
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``: a reader
-    sees the old file or the new one, never a partial one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
 
 def save_model(folder, agent, card: dict) -> None:
     """Write ``agent``'s actor, critics, normaliser and config with the card fields given
@@ -105,24 +79,6 @@ class LoadedModel:
         """The deterministic action (no noise) for a raw observation."""
         with torch.no_grad():
             return self.actor(torch.from_numpy(self.normalizer.normalize(obs))).numpy()
-
-
-def _read_card(folder: Path) -> dict:
-    path = folder / CARD_FILE
-    try:
-        card = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelError(f"{path}: missing: expected the model card written with {MODEL_FILE}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{path}: not a JSON model card ({exc})") from None
-    if not isinstance(card, dict):
-        raise ModelError(f"{path}: expected a JSON object, got {type(card).__name__}")
-    missing = [k for k in CARD_KEYS if k not in card]
-    if missing:
-        raise ModelError(f"{path}: missing keys {missing}: expected {', '.join(CARD_KEYS)}")
-    if card["format"] != CARD_FORMAT:
-        raise ModelError(f"{path}: format {card['format']!r}: expected {CARD_FORMAT}")
-    return card
 
 
 def _check_state(path: Path, state, expected: dict[str, torch.Size]) -> None:
@@ -190,7 +146,5 @@ def load_model(folder) -> LoadedModel:
     critic.load_state_dict({k[len("critic."):]: v for k, v in state.items() if k.startswith("critic.")})
     actor.eval()
     critic.eval()
-    content = hashlib.sha256()
-    for name, blob in ((CARD_FILE, (folder / CARD_FILE).read_bytes()), (MODEL_FILE, data)):
-        content.update(f"{name}\0{len(blob)}\0".encode() + blob)
-    return LoadedModel(str(folder), card, config, action_mode, normalizer, actor, critic, content.hexdigest())
+    return LoadedModel(str(folder), card, config, action_mode, normalizer, actor, critic,
+                       content_sha256((folder / CARD_FILE).read_bytes(), data))

@@ -6,8 +6,9 @@ action (``rl.actions``) computed on the observation (``rl.observation``): the pl
 
 - the env's hand-off policy (``rl.env``), whose actions come from the agent being trained;
 - ``td3`` (``TD3Policy``), a trained actor for the harness: ``td3:runs/NAME`` loads the model folder
-  (``rl.model``), scores with the deterministic actor (no noise) on observations normalised with the
-  saved normaliser. torch is imported only when a model is loaded, so the simulator never needs it.
+  and scores with the deterministic actor (no noise) through ONNX Runtime (``rl.onnx_actor``, the
+  normaliser inside the graph): the same inference path as the decision engine. torch is imported
+  only when the folder has no ``model.onnx`` yet (it is then exported in memory).
 
 Node OOM kills of the last 5 minutes are part of the observation: both read the run's count from
 ``PolicyContext.oom_kills`` (Kubernetes reports OOM kills as events any scheduler can watch).
@@ -49,7 +50,7 @@ class ActionPolicy(StaticWeights):
 
     @abstractmethod
     def act(self, obs: np.ndarray) -> np.ndarray:
-        """The action (5 pre-activations) for an observation."""
+        """The action (``rl.actions.action_size`` pre-activations) for an observation."""
 
     def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
         u = self.utilisation(pod, nodes, cluster)  # once: the observation's statistics and the score
@@ -66,6 +67,8 @@ class TD3Policy(ActionPolicy):
     """Needs a model folder: ``td3`` alone is not a runnable spec."""
 
     def __init__(self, model=None):
+        """``model``: an ``rl.onnx_actor.OnnxActor`` (or any object with ``act``, ``action_mode``,
+        ``folder`` and ``content_sha256``)."""
         if model is None or isinstance(model, str):
             raise ValueError("td3 needs a trained model folder: td3:runs/NAME (written by td3sched train)")
         super().__init__(model.action_mode)
@@ -74,9 +77,9 @@ class TD3Policy(ActionPolicy):
 
     @classmethod
     def from_spec(cls, args: str) -> "TD3Policy":
-        from td3sched.rl.model import load_model
+        from td3sched.rl.onnx_actor import load_actor
 
-        return cls(load_model(args.strip()))
+        return cls(load_actor(args.strip()))
 
     @property
     def spec(self) -> str:

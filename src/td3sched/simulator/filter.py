@@ -72,6 +72,12 @@ def fits_one(free: np.ndarray, gpu_free: np.ndarray, request: np.ndarray, gpu_co
     return ok
 
 
+def safety_ok(observed_cpu_milli: np.ndarray, allocatable_cpu_milli: np.ndarray, threshold: float) -> np.ndarray:
+    """[N] bool: the safety rule, observed CPU at most ``threshold`` of allocatable (the compiled
+    Filter, ``kernels``, applies the same comparison node by node)."""
+    return observed_cpu_milli <= threshold * allocatable_cpu_milli
+
+
 def choose_gpus(gpu_free_row: np.ndarray, gpu_count: int, gpu_milli: int) -> np.ndarray:
     """Which GPUs of a node a pod gets: best fit for a share, the first free ones for whole GPUs."""
     if gpu_count == 0:

@@ -1,0 +1,151 @@
+"""``engine.yaml``: the engine's settings, validated at start by one pydantic schema. Unknown keys
+are refused; an error names the key (``grpc.port``) and what it allows. Every default is here.
+
+    model: models/td3-dlrm            # a model folder (model.onnx served; export-onnx writes it)
+    fallback: {weights: [...], tau: 0} # default: the best-static arguments of the model's scenario
+    shadow: false                     # decide and log; answers advisory / neutral
+    safety_cpu_util: 0.9              # /filter: observed CPU above this share of allocatable fails
+    grpc: {enabled: true, address: 127.0.0.1, port: 50051, max_workers: 8}
+    http: {enabled: true, address: 127.0.0.1, port: 8888, max_body_bytes: 8388608, read_timeout_s: 5}
+    tls:  {cert_file: ..., key_file: ..., client_ca_file: ...}   # optional; client_ca_file: mutual TLS
+    staleness: {max_age_s: 60, mode: fail-open}
+    prometheus: {url: http://127.0.0.1:9090, interval_s: 15, timeout_s: 5, queries: {...},
+                 node_label: "", node_names: {}}
+    decision_log: {path: decisions.jsonl, max_bytes: 67108864, keep: 5, fsync_interval_s: 1}
+    reload_interval_s: 5              # how often the model folder is checked for a new model
+    drain_s: 10                       # SIGTERM: how long calls in flight may take to finish
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from td3sched.engine.prometheus_source import DEFAULT_QUERIES
+
+STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class GrpcSettings(BaseModel):
+    model_config = STRICT
+    enabled: bool = True
+    address: str = "127.0.0.1"
+    """Bind address: loopback unless set otherwise."""
+    port: int = Field(50051, ge=0, le=65535)
+    max_workers: int = Field(8, ge=1, le=256)
+
+
+class HttpSettings(BaseModel):
+    model_config = STRICT
+    enabled: bool = True
+    address: str = "127.0.0.1"
+    port: int = Field(8888, ge=0, le=65535)
+    max_body_bytes: int = Field(8 << 20, ge=1024)
+    read_timeout_s: float = Field(5.0, gt=0)
+
+
+class TlsSettings(BaseModel):
+    model_config = STRICT
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+    """Set: clients must present a certificate signed by this CA (mutual TLS)."""
+
+    @model_validator(mode="after")
+    def _files_exist(self):
+        for key in ("cert_file", "key_file", "client_ca_file"):
+            path = getattr(self, key)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{key}: {path}: no such file")
+        return self
+
+
+class StalenessSettings(BaseModel):
+    model_config = STRICT
+    max_age_s: float = Field(60.0, gt=0)
+    """Metrics older than this (or missing) are stale."""
+    mode: Literal["fail-open", "fail-closed"] = "fail-open"
+    """fail-open: stale nodes score neutral and pass the filter; fail-closed: they are filtered out."""
+
+
+class PrometheusSettings(BaseModel):
+    model_config = STRICT
+    url: str
+    interval_s: float = Field(15.0, gt=0)
+    timeout_s: float = Field(5.0, gt=0)
+    queries: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_QUERIES))
+    node_label: str = ""
+    node_names: dict[str, str] = Field(default_factory=dict)
+    disk_gib: float = Field(100.0, gt=0)
+    rdma_pct: float = Field(100.0, gt=0)
+
+    @model_validator(mode="after")
+    def _queries(self):
+        unknown = sorted(set(self.queries) - set(DEFAULT_QUERIES))
+        if unknown:
+            raise ValueError(f"queries: unknown {unknown}: expected some of {', '.join(DEFAULT_QUERIES)}")
+        self.queries = {**DEFAULT_QUERIES, **self.queries}
+        return self
+
+
+class FallbackSettings(BaseModel):
+    model_config = STRICT
+    weights: list[float] = Field(min_length=4, max_length=4)
+    tau: float = Field(0.0, ge=0, le=1)
+
+
+class DecisionLogSettings(BaseModel):
+    model_config = STRICT
+    path: Path
+    max_bytes: int = Field(64 << 20, ge=4096)
+    keep: int = Field(5, ge=1)
+    fsync_interval_s: float = Field(1.0, gt=0)
+
+
+class EngineConfig(BaseModel):
+    model_config = STRICT
+    model: Path | None = None
+    """Model folder; none: every decision falls back (reason no_model)."""
+    fallback: FallbackSettings | None = None
+    """None: the best-static arguments of the model's scenario (models/best-static), else equal weights, tau 0."""
+    shadow: bool = False
+    safety_cpu_util: float = Field(0.90, gt=0, le=1)
+    grpc: GrpcSettings = GrpcSettings()
+    http: HttpSettings = HttpSettings()
+    tls: TlsSettings | None = None
+    staleness: StalenessSettings = StalenessSettings()
+    prometheus: PrometheusSettings | None = None
+    decision_log: DecisionLogSettings | None = None
+    reload_interval_s: float = Field(5.0, gt=0)
+    drain_s: float = Field(10.0, ge=0)
+
+
+def load_config(path) -> EngineConfig:
+    """The validated config in ``path``; a ValueError names the file, the key and what it allows."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such config file") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not YAML ({exc})") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping of settings, got {type(raw).__name__}")
+    try:
+        config = EngineConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}"
+                             + (f" (got {e['input']!r})" if e["type"] != "missing" and not isinstance(e["input"], dict)
+                                else "") for e in exc.errors())
+        raise ValueError(f"{path}: {problems}") from None
+    base = path.parent  # relative paths are relative to the config file
+    if config.model is not None and not config.model.is_absolute():
+        config.model = base / config.model
+    if config.decision_log is not None and not config.decision_log.path.is_absolute():
+        config.decision_log.path = base / config.decision_log.path
+    return config

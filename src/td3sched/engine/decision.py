@@ -1,0 +1,242 @@
+"""One decision: a pod and its candidate nodes -> the action and a score per node.
+
+The same code as the simulator's ``td3`` policy (``rl.policy.ActionPolicy.score``), imported, not
+copied:
+
+    u        = policy.features.utilisation(pod, fresh candidates, snapshot, assign-cache usage)
+    obs      = rl.observation.observe(pod, fresh candidates, snapshot, u, OOM kills of 5 min)
+    action   = the served actor (rl.onnx_actor) on obs
+    w, tau   = rl.actions.action_to_weights(action, the card's action mode)
+    score_n  = policy.static_weights.weighted_closeness(u_n, w, tau)          in [0, 1]
+
+Candidates with stale or missing metrics (``state.Staleness``) are left out of the observation and
+get ``NEUTRAL_SCORE`` (fail-open) or are excluded (fail-closed). The safety filter
+(``simulator.filter.safety_ok``) removes nodes whose observed CPU is above the threshold.
+
+Fallback: when the actor cannot give a usable action the decision uses the configured fallback
+arguments (default: the best-static weights and tau of the model's scenario), and says why:
+
+    no_model          no model loaded
+    model_error       the actor raised
+    nan               the action has a NaN or an infinity
+    out_of_range      an action value lies outside [-LOGIT_LIMIT, LOGIT_LIMIT] (beyond rounding)
+    no_fresh_metrics  no candidate has fresh metrics: nothing to observe
+
+The model is held in a ``ModelSlot``: a reload validates the new model, then swaps the reference; a
+decision reads the slot once, so a decision in flight finishes on the model it started with.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from td3sched.policy.base import PodRequest
+from td3sched.policy.features import utilisation
+from td3sched.policy.static_weights import validate_weights, weighted_closeness
+from td3sched.rl.actions import LOGIT_LIMIT, action_to_weights
+from td3sched.rl.observation import OBSERVATION_SIZE, observe
+from td3sched.simulator.filter import safety_ok
+from td3sched.engine.state import NodeSnapshot, NotReady, ShadowState
+
+NEUTRAL_SCORE = 0.5
+"""Score in [0, 1] of a candidate with stale or missing metrics under fail-open (50 of 100)."""
+RANGE_SLACK = 1e-4
+"""An action beyond LOGIT_LIMIT by more than this is out of range (the actor's tanh cannot reach it)."""
+FALLBACK_REASONS = ("no_model", "model_error", "nan", "out_of_range", "no_fresh_metrics")
+QOS_NAMES = ("Guaranteed", "Burstable", "BestEffort")
+"""QoS classes, indexed like ``PodRequest.qos`` (workload.pods)."""
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    """What the engine needs of a pod; requests in the simulator's units."""
+
+    name: str
+    cpu_milli: float = 0.0
+    mem_mib: float = 0.0
+    disk_gib: float = 0.0
+    rdma_pct: float = 0.0
+    gpu_count: int = 0
+    gpu_milli: int = 0
+    qos: int = 1
+    """Index into QOS_NAMES."""
+    cpu_limit_milli: float = math.inf
+    """inf: no limit (as the simulator's workloads)."""
+    mem_limit_mib: float = math.inf
+    namespace: str = ""
+
+    def __post_init__(self):
+        for key in ("cpu_milli", "mem_mib", "disk_gib", "rdma_pct", "cpu_limit_milli", "mem_limit_mib"):
+            value = getattr(self, key)
+            limit = key.endswith("_limit_milli") or key.endswith("_limit_mib")  # inf: no limit
+            if not (isinstance(value, (int, float)) and (math.isfinite(value) or (limit and value == math.inf))
+                    and value >= 0):
+                raise ValueError(f"pod.{key}={value!r}: expected a finite non-negative number"
+                                 + (" (or inf: no limit)" if limit else ""))
+        if not (isinstance(self.qos, int) and 0 <= self.qos < len(QOS_NAMES)):
+            raise ValueError(f"pod.qos={self.qos!r}: expected one of {', '.join(QOS_NAMES)}")
+        if self.gpu_count < 0 or not 0 <= self.gpu_milli <= 1000:
+            raise ValueError(f"pod.gpu_count={self.gpu_count!r}, gpu_milli={self.gpu_milli!r}: expected a count "
+                             "and milli-GPUs in [0, 1000]")
+
+    def request(self, time_s: float) -> PodRequest:
+        return PodRequest(-1, np.array([self.cpu_milli, self.mem_mib, self.disk_gib, self.rdma_pct]),
+                          self.gpu_count, self.gpu_milli, self.qos, self.cpu_limit_milli, self.mem_limit_mib, time_s)
+
+
+@dataclass
+class Decision:
+    """The answer for one pod."""
+
+    candidates: list[str]
+    scores: np.ndarray
+    """[k] in [0, 1], candidates' order (0 for excluded ones)."""
+    excluded: np.ndarray
+    """[k] bool: fail-closed staleness removed the node."""
+    stale: np.ndarray
+    """[k] bool: metrics stale or missing."""
+    weights: np.ndarray
+    tau: float
+    pre_activations: np.ndarray | None
+    """The actor's output (``action_size`` values), None for a fallback without one."""
+    model_version: str
+    fallback_reason: str = ""
+    observation: np.ndarray | None = None
+    utilisation: np.ndarray | None = None
+    """[fresh, 4] of the fresh candidates (for the decision log)."""
+    time_s: float = 0.0
+    advisory: bool = False
+
+    @property
+    def fallback(self) -> bool:
+        return bool(self.fallback_reason)
+
+    def scores_0_100(self) -> list[int]:
+        return np.rint(100.0 * self.scores).astype(np.int64).tolist()
+
+
+class ModelSlot:
+    """The served actor, swapped atomically on reload."""
+
+    def __init__(self, actor=None):
+        self.actor = actor
+        self._lock = threading.Lock()
+
+    @property
+    def version(self) -> str:
+        actor = self.actor
+        return actor.version if actor is not None else "none"
+
+    def swap(self, actor) -> None:
+        """Validate ``actor`` on a neutral observation, then serve it (a ValueError leaves the old one)."""
+        probe = actor.act(np.zeros(OBSERVATION_SIZE, dtype=np.float32))
+        if probe.shape != (actor.action_size,) or not np.all(np.isfinite(probe)):
+            raise ValueError(f"model {actor.folder}: gives {probe.tolist()} on a zero observation: expected "
+                             f"{actor.action_size} finite numbers")
+        with self._lock:
+            self.actor = actor
+
+
+@dataclass
+class DecisionEngine:
+    state: ShadowState
+    models: ModelSlot
+    fallback_weights: np.ndarray = field(default_factory=lambda: np.full(4, 0.25))
+    fallback_tau: float = 0.0
+    safety_cpu_util: float = 0.90
+    shadow: bool = False
+    """Decide and log, but answers are advisory (ScoreNodes) or neutral (the extender)."""
+
+    def __post_init__(self):
+        self.fallback_weights, self.fallback_tau = validate_weights(self.fallback_weights, self.fallback_tau)
+
+    def _action(self, actor, obs: np.ndarray) -> tuple[np.ndarray | None, str]:
+        if actor is None:
+            return None, "no_model"
+        try:
+            action = np.asarray(actor.act(obs), dtype=np.float64)
+        except Exception:  # noqa: BLE001  (any failure of the model falls back; the reason is counted)
+            return None, "model_error"
+        if action.shape != (actor.action_size,):
+            return None, "model_error"
+        if not np.all(np.isfinite(action)):
+            return action, "nan"
+        if np.any(np.abs(action) > LOGIT_LIMIT + RANGE_SLACK):
+            return action, "out_of_range"
+        return action, ""
+
+    def decide(self, pod: PodSpec, candidates: list[str] | None = None) -> Decision:
+        """Score ``candidates`` (every known node when None) for ``pod``. ``NotReady`` without a snapshot;
+        ``ValueError`` naming the field on bad input."""
+        snap = self.state.snapshot
+        now = self.state.clock()
+        names = list(snap.names) if candidates is None else list(candidates)
+        if not names:
+            raise ValueError("candidates: empty: expected at least one node name")
+        unique = set(names)
+        if len(unique) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})[:5]
+            raise ValueError(f"candidates: duplicate node names {dup}")
+        if "" in unique or not all(isinstance(n, str) for n in unique):
+            raise ValueError("candidates: expected non-empty node names")
+        get = snap.index.get
+        idx = np.array([get(n, -1) for n in names], dtype=np.int64)
+        known = idx >= 0
+        fresh = known.copy()
+        fresh[known] = self.state.fresh(snap, now, idx[known])
+        stale = ~fresh
+        excluded = stale if self.state.staleness.mode == "fail-closed" else np.zeros(len(names), dtype=bool)
+        scores = np.where(excluded, 0.0, NEUTRAL_SCORE)
+        actor = self.models.actor
+        version = actor.version if actor is not None else "none"
+        if not fresh.any():
+            return Decision(names, scores, excluded, stale, self.fallback_weights, self.fallback_tau, None, version,
+                            "no_fresh_metrics", time_s=now, advisory=self.shadow)
+        nodes = idx[fresh]
+        request = pod.request(now)
+        u = utilisation(request, nodes, snap, self.state.recent_usage(snap))
+        obs = observe(request, nodes, snap, u, snap.oom_kills_recent)
+        action, reason = self._action(actor, obs)
+        if reason:
+            weights, tau = self.fallback_weights, self.fallback_tau
+        else:
+            weights, tau = action_to_weights(action, actor.action_mode)
+        scores[fresh] = weighted_closeness(u, weights, tau)
+        return Decision(names, scores, excluded, stale, weights, tau, action, version, reason, obs, u, now,
+                        advisory=self.shadow)
+
+    def filter(self, candidates: list[str]) -> dict[str, str]:
+        """Failed nodes -> reason: the safety filter (observed CPU over the threshold, corrected by
+        nothing: what the node reports), and stale or unknown nodes under fail-closed."""
+        snap = self.state.snapshot
+        now = self.state.clock()
+        failed: dict[str, str] = {}
+        idx = np.array([snap.index.get(n, -1) for n in candidates], dtype=np.int64)
+        known = idx >= 0
+        fresh = np.zeros(len(candidates), dtype=bool)
+        fresh[known] = self.state.fresh(snap, now, idx[known])
+        k = idx[known & fresh]
+        hot = np.zeros(len(candidates), dtype=bool)
+        if len(k):
+            hot[known & fresh] = ~safety_ok(snap.observed[k, 0], snap.allocatable[k, 0], self.safety_cpu_util)
+        closed = self.state.staleness.mode == "fail-closed"
+        for j, name in enumerate(candidates):
+            if hot[j]:
+                i = idx[j]
+                failed[name] = (f"safety filter: observed CPU {100 * snap.observed[i, 0] / snap.allocatable[i, 0]:.0f}% "
+                                f"of allocatable is above {100 * self.safety_cpu_util:.0f}%")
+            elif closed and not known[j]:
+                failed[name] = "no metrics for this node (staleness: fail-closed)"
+            elif closed and not fresh[j]:
+                age = now - snap.scraped_at_s[idx[j]]
+                failed[name] = (f"metrics {age:.0f} s old, over {self.state.staleness.max_age_s:g} s "
+                                "(staleness: fail-closed)" if math.isfinite(age) else
+                                "metrics missing (staleness: fail-closed)")
+        return failed
+
+
+__all__ = ["Decision", "DecisionEngine", "ModelSlot", "NodeSnapshot", "NotReady", "PodSpec", "FALLBACK_REASONS"]

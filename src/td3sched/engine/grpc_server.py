@@ -1,0 +1,153 @@
+"""The gRPC front door (``proto/td3sched/engine/v1/engine.proto``; stubs from ``make setup``).
+
+Status codes as the gRPC documentation defines them: INVALID_ARGUMENT with a message naming the field
+for bad input (no pod name, negative or NaN requests, empty or duplicate candidates, an unknown
+node in ReportBinding), UNAVAILABLE while the shadow state has no metrics yet. The standard health
+service (``grpc.health.v1``) reports SERVING once the state is filled, NOT_SERVING before and while
+draining. The server binds loopback unless configured otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from td3sched.engine.decision import PodSpec
+from td3sched.engine.service import EngineService
+from td3sched.engine.state import NotReady
+
+try:
+    from td3sched.engine.v1 import engine_pb2, engine_pb2_grpc
+except ImportError as exc:  # pragma: no cover - a checkout without `make setup`
+    raise ImportError(f"the engine's gRPC stubs are missing ({exc}): run `make setup`, which generates them "
+                      "from proto/") from None
+
+SERVICE_NAME = "td3sched.engine.v1.DecisionEngine"
+MAX_CANDIDATES = 100_000
+# QosClass enum -> PodSpec.qos (Guaranteed 0, Burstable 1, BestEffort 2); unspecified reads as Burstable
+_QOS = {0: 1, 1: 0, 2: 1, 3: 2}
+
+
+def pod_from_proto(pod) -> PodSpec:
+    """A PodSpec, or ValueError naming the field."""
+    if not pod.name:
+        raise ValueError("pod.name: empty: expected the pod's name")
+    if pod.qos not in _QOS:
+        raise ValueError(f"pod.qos={pod.qos}: expected a QosClass value")
+    for key in ("cpu_milli", "mem_mib", "disk_gib", "rdma_pct", "cpu_limit_milli", "mem_limit_mib"):
+        value = getattr(pod, key)
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"pod.{key}={value!r}: expected a finite non-negative number")
+    return PodSpec(pod.name, pod.cpu_milli, pod.mem_mib, pod.disk_gib, pod.rdma_pct, int(pod.gpu_count),
+                   int(pod.gpu_milli), _QOS[pod.qos], pod.cpu_limit_milli or math.inf, pod.mem_limit_mib or math.inf,
+                   pod.namespace)
+
+
+def action_to_proto(d, action_mode: str):
+    return engine_pb2.Action(pre_activations=[] if d.pre_activations is None or d.fallback else
+                             [float(x) for x in d.pre_activations],
+                             weights=[float(w) for w in d.weights], tau=float(d.tau), action_mode=action_mode)
+
+
+class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
+    def __init__(self, service: EngineService):
+        self.service = service
+
+    def _guard(self, api, context, fn):
+        try:
+            return fn()
+        except NotReady as exc:
+            self.service.rejected(api, "UNAVAILABLE")
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except (ValueError, KeyError) as exc:
+            self.service.rejected(api, "INVALID_ARGUMENT")
+            message = f"node: unknown node {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+    def _mode(self) -> str:
+        actor = self.service.engine.models.actor
+        return actor.action_mode if actor is not None else ""
+
+    def ScoreNodes(self, request, context):
+        def run():
+            if not request.HasField("pod"):
+                raise ValueError("pod: missing")
+            if not request.candidates:
+                raise ValueError("candidates: empty: expected the nodes that passed Filter")
+            if len(request.candidates) > MAX_CANDIDATES:
+                raise ValueError(f"candidates: {len(request.candidates)} names, expected at most {MAX_CANDIDATES}")
+            decision_id, d = self.service.score_nodes(pod_from_proto(request.pod), list(request.candidates))
+            reply = engine_pb2.ScoreNodesResponse(
+                action=action_to_proto(d, self._mode()), model_version=d.model_version, fallback=d.fallback,
+                fallback_reason=d.fallback_reason, advisory=d.advisory, decision_id=decision_id)
+            add = reply.scores.add
+            for n, s, st, ex in zip(d.candidates, d.scores_0_100(), d.stale.tolist(), d.excluded.tolist()):
+                if st:
+                    add(node=n, score=s, stale=True, excluded=ex)
+                else:
+                    add(node=n, score=s)
+            return reply
+        return self._guard("score_nodes", context, run)
+
+    def GetSchedulingWeights(self, request, context):
+        def run():
+            if not request.HasField("pod"):
+                raise ValueError("pod: missing")
+            _, d = self.service.score_nodes(pod_from_proto(request.pod), None, api="get_weights")
+            return engine_pb2.GetSchedulingWeightsResponse(
+                action=action_to_proto(d, self._mode()), model_version=d.model_version, fallback=d.fallback,
+                fallback_reason=d.fallback_reason, advisory=d.advisory)
+        return self._guard("get_weights", context, run)
+
+    def ReportBinding(self, request, context):
+        def run():
+            if not request.HasField("pod"):
+                raise ValueError("pod: missing")
+            if not request.node:
+                raise ValueError("node: empty: expected the node the pod was bound to")
+            self.service.report_binding(pod_from_proto(request.pod), request.node, request.decision_id)
+            return engine_pb2.ReportBindingResponse()
+        return self._guard("report_binding", context, run)
+
+
+class GrpcFrontDoor:
+    """A started gRPC server with the engine and health services; ``port`` is the bound one."""
+
+    def __init__(self, service: EngineService, address: str = "127.0.0.1", port: int = 0, max_workers: int = 8,
+                 credentials: grpc.ServerCredentials | None = None):
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+                                  options=[("grpc.max_receive_message_length", 16 << 20)])
+        engine_pb2_grpc.add_DecisionEngineServicer_to_server(DecisionEngineServicer(service), self.server)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        target = f"{address}:{port}"
+        self.port = (self.server.add_secure_port(target, credentials) if credentials is not None
+                     else self.server.add_insecure_port(target))
+        if self.port == 0:
+            raise OSError(f"gRPC: cannot bind {target}")
+        self.address = address
+        self.service = service
+        self._stop = threading.Event()
+        self.server.start()
+        self._watch = threading.Thread(target=self._health_loop, name="grpc-health", daemon=True)
+        self._watch.start()
+
+    def _set(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, status)
+
+    def _health_loop(self) -> None:
+        while not self._stop.is_set():
+            self._set(self.service.ready)
+            self._stop.wait(0.2)
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Drain: NOT_SERVING, refuse new calls, let calls in flight finish (up to ``grace_s``)."""
+        self._stop.set()
+        self._set(False)
+        self.server.stop(grace_s).wait()

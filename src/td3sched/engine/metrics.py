@@ -1,0 +1,66 @@
+"""The engine's own Prometheus metrics (prometheus_client; base units, counters end in ``_total``,
+labels with small fixed sets of values). One registry per engine, served at ``/metrics``.
+
+    td3sched_decision_latency_seconds{api}           histogram: score_nodes, get_weights, prioritize, filter
+    td3sched_decisions_total{outcome,version}        model, fallback, shadow, error
+    td3sched_fallbacks_total{reason}                 no_model, model_error, nan, out_of_range, no_fresh_metrics
+    td3sched_requests_rejected_total{api,code}       bad input (INVALID_ARGUMENT / 400) and not ready (UNAVAILABLE / 503)
+    td3sched_model_info{version}                     1 for the served model
+    td3sched_stale_nodes                             candidates with stale or missing metrics at the last decision
+    td3sched_action_weight{resource}                 histogram of the weights chosen (cpu, mem, io, net)
+    td3sched_action_tau                              histogram of tau
+    td3sched_state_refreshes_total{result}           shadow-state refreshes: ok, error
+    td3sched_decision_log_records_total              records written to the decision log
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from td3sched.policy.features import FEATURES
+
+LATENCY_BUCKETS_S = (0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 1.0)
+SHARE_BUCKETS = tuple(i / 10 for i in range(1, 11))
+
+
+class EngineMetrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.latency = Histogram("td3sched_decision_latency_seconds", "Time to answer one request, by API.",
+                                 ["api"], buckets=LATENCY_BUCKETS_S, registry=r)
+        self.decisions = Counter("td3sched_decisions", "Decisions by outcome and model version.",
+                                 ["outcome", "version"], registry=r)
+        self.fallbacks = Counter("td3sched_fallbacks", "Decisions that used the fallback arguments, by reason.",
+                                 ["reason"], registry=r)
+        self.rejected = Counter("td3sched_requests_rejected", "Requests refused, by API and status code.",
+                                ["api", "code"], registry=r)
+        self.model_info = Gauge("td3sched_model_info", "The served model's version (value 1).", ["version"], registry=r)
+        self.stale_nodes = Gauge("td3sched_stale_nodes", "Candidates with stale or missing metrics at the last decision.",
+                                 registry=r)
+        self.weight = Histogram("td3sched_action_weight", "Weights chosen per resource.", ["resource"],
+                                buckets=SHARE_BUCKETS, registry=r)
+        self.tau = Histogram("td3sched_action_tau", "Target utilisation tau chosen.", buckets=SHARE_BUCKETS, registry=r)
+        self.refreshes = Counter("td3sched_state_refreshes", "Shadow-state refreshes by result.", ["result"], registry=r)
+        self.log_records = Counter("td3sched_decision_log_records", "Records written to the decision log.", registry=r)
+        self._version = None
+        self._weight_children = [self.weight.labels(name) for name in FEATURES]
+
+    def set_version(self, version: str) -> None:
+        if self._version is not None:
+            self.model_info.remove(self._version)
+        self.model_info.labels(version).set(1)
+        self._version = version
+
+    def record_decision(self, decision) -> None:
+        outcome = "shadow" if decision.advisory else ("fallback" if decision.fallback else "model")
+        self.decisions.labels(outcome, decision.model_version).inc()
+        if decision.fallback:
+            self.fallbacks.labels(decision.fallback_reason).inc()
+        self.stale_nodes.set(int(decision.stale.sum()))
+        for child, w in zip(self._weight_children, decision.weights.tolist()):
+            child.observe(w)
+        self.tau.observe(float(decision.tau))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,105 @@
+"""``td3sched export-onnx MODEL``: the actor of a model folder as an ONNX graph, its observation
+normaliser inside, for ONNX Runtime (``rl.onnx_actor``). torch is needed here, at export time only.
+
+The graph, one input and one output:
+
+    observation  float32 [batch, 35]   raw observation (``rl.observation``), not normalised
+    action       float32 [batch, A]    the actor's pre-activations (A from the card's action mode)
+
+    z      = clip((float64(observation) - mean) / sqrt(var + eps), -clip, clip)   in float64, as
+             ``ObservationNormalizer.normalize`` computes it, then cast to float32
+    action = LOGIT_LIMIT * tanh(MLP(z))
+
+The graph's metadata names the model it was exported from (``td3sched.content_sha256``: card and
+state dict, as ``rl.card.content_sha256``), its action mode and observation layout: a served graph
+whose model has changed since the export is refused. Before it is written, the graph is run with
+ONNX Runtime against torch on observations drawn around the normaliser's mean and on the
+normaliser's clip edges; a difference above ``PARITY_TOLERANCE`` refuses the export.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from td3sched.rl.actions import action_size
+from td3sched.rl.card import ONNX_FILE, ModelError, write_atomic
+from td3sched.rl.model import LoadedModel, load_model
+from td3sched.rl.observation import OBSERVATION_FIELDS, OBSERVATION_SIZE
+
+OPSET = 17
+PARITY_TOLERANCE = 1e-5
+"""Largest absolute difference of one pre-activation, ONNX Runtime against torch."""
+INPUT_NAME = "observation"
+OUTPUT_NAME = "action"
+METADATA_PREFIX = "td3sched."
+
+
+class NormalisedActor(torch.nn.Module):
+    """observation -> normaliser (float64) -> actor: the whole served computation in one module."""
+
+    def __init__(self, model: LoadedModel):
+        super().__init__()
+        self.actor = model.actor
+        norm = model.normalizer
+        self.register_buffer("mean", torch.tensor(norm.mean, dtype=torch.float64))
+        self.register_buffer("std", torch.tensor(np.sqrt(norm.var + norm.eps), dtype=torch.float64))
+        self.clip = float(norm.clip)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        z = torch.clamp((observation.double() - self.mean) / self.std, -self.clip, self.clip)
+        return self.actor(z.float())
+
+
+def probe_observations(model: LoadedModel, n: int = 256, seed: int = 0) -> np.ndarray:
+    """Observations around the normaliser's mean (2 standard deviations) and past its clip edges."""
+    rng = np.random.default_rng(seed)
+    std = np.sqrt(model.normalizer.var + model.normalizer.eps)
+    x = model.normalizer.mean + std * rng.normal(scale=2.0, size=(n, OBSERVATION_SIZE))
+    edges = model.normalizer.mean + std * model.normalizer.clip * np.array([[1.5], [-1.5]])
+    return np.vstack([x, edges]).astype(np.float32)
+
+
+def export_bytes(model: LoadedModel) -> bytes:
+    """The ONNX graph of ``model`` (serialised), checked against torch (``ModelError`` otherwise)."""
+    import onnx
+
+    from td3sched.rl.onnx_actor import OnnxActor
+
+    module = NormalisedActor(model).eval()
+    buf = io.BytesIO()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice: it is the one that needs no onnxscript
+        torch.onnx.export(module, (torch.zeros(1, OBSERVATION_SIZE),), buf, dynamo=False, opset_version=OPSET,
+                          input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                          dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}})
+    graph = onnx.load_from_string(buf.getvalue())
+    for key, value in (("content_sha256", model.content_sha256), ("action_mode", model.action_mode),
+                       ("action_size", str(action_size(model.action_mode))),
+                       ("observation_fields", ",".join(OBSERVATION_FIELDS))):
+        entry = graph.metadata_props.add()
+        entry.key, entry.value = METADATA_PREFIX + key, value
+    graph.producer_name = "td3sched export-onnx"
+    onnx.checker.check_model(graph)
+    data = graph.SerializeToString()
+    actor = OnnxActor.from_bytes(data, model.card, model.content_sha256, model.folder)
+    obs = probe_observations(model)
+    with torch.no_grad():
+        expected = model.actor(torch.from_numpy(model.normalizer.normalize(obs))).numpy()
+    gap = float(np.abs(actor.act(obs) - expected).max())
+    if not gap <= PARITY_TOLERANCE:
+        raise ModelError(f"{model.folder}: the ONNX graph differs from torch by {gap:.2e} on probe observations: "
+                         f"expected at most {PARITY_TOLERANCE:g}")
+    return data
+
+
+def export_onnx(folder, out: Path | None = None) -> Path:
+    """Export the model in ``folder`` to ``out`` (default: ``folder/model.onnx``), atomically."""
+    model = load_model(folder)
+    path = Path(out) if out is not None else Path(folder) / ONNX_FILE
+    write_atomic(path, export_bytes(model))
+    return path

@@ -1,0 +1,143 @@
+"""A decision scores as the simulator's td3 policy does; stale nodes get the documented treatment;
+a broken model falls back with its reason counted; the assign cache moves scores after bindings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from td3sched.engine.decision import NEUTRAL_SCORE, PodSpec
+from td3sched.engine.state import NotReady
+from td3sched.policy.features import utilisation
+from td3sched.policy.static_weights import weighted_closeness
+from td3sched.rl.actions import action_to_weights
+from td3sched.rl.observation import observe
+
+from tests.engine.conftest import make_service, snapshot
+
+POD = PodSpec("web-1", cpu_milli=500, mem_mib=512)
+
+
+def test_scores_are_the_shared_score_of_the_models_action(actor):
+    snap = snapshot(6)
+    service, clock = make_service(actor, snap)
+    _, d = service.score_nodes(POD, list(snap.names))
+    nodes = np.arange(6)
+    req = POD.request(clock())
+    u = utilisation(req, nodes, snap, np.zeros((6, 2)))
+    obs = observe(req, nodes, snap, u, 0.0)
+    np.testing.assert_array_equal(d.observation, obs)
+    w, tau = action_to_weights(actor.act(obs), actor.action_mode)
+    np.testing.assert_allclose(d.scores, weighted_closeness(u, w, tau))
+    assert not d.fallback and d.model_version == actor.version and np.all((0 <= d.scores) & (d.scores <= 1))
+
+
+def test_not_ready_without_a_snapshot(actor):
+    service, _ = make_service(actor)
+    with pytest.raises(NotReady):
+        service.score_nodes(POD, ["node-0"])
+
+
+@pytest.mark.parametrize("candidates, field", [([], "candidates: empty"), (["node-1", "node-1"], "duplicate"),
+                                               ([""], "non-empty")])
+def test_bad_candidates_name_the_field(actor, candidates, field):
+    service, _ = make_service(actor, snapshot(3))
+    with pytest.raises(ValueError, match=field):
+        service.score_nodes(POD, candidates)
+
+
+def test_bad_pod_values_name_the_field():
+    with pytest.raises(ValueError, match=r"pod.cpu_milli=nan"):
+        PodSpec("p", cpu_milli=float("nan"))
+    with pytest.raises(ValueError, match=r"pod.mem_mib=-1"):
+        PodSpec("p", mem_mib=-1)
+
+
+def test_stale_and_unknown_nodes_fail_open_with_a_neutral_score(actor):
+    snap = snapshot(4, age_s=[0, 0, 500, 0])
+    service, _ = make_service(actor, snap, max_age_s=60)
+    _, d = service.score_nodes(POD, ["node-0", "node-2", "ghost"])
+    assert d.stale.tolist() == [False, True, True] and not d.excluded.any()
+    assert d.scores[1] == d.scores[2] == NEUTRAL_SCORE
+    assert service.filter(["node-0", "node-2", "ghost"]) == {}
+
+
+def test_stale_and_unknown_nodes_fail_closed_are_excluded_and_filtered_by_reason(actor):
+    snap = snapshot(4, age_s=[0, 0, 500, 0])
+    service, _ = make_service(actor, snap, mode="fail-closed", max_age_s=60)
+    _, d = service.score_nodes(POD, ["node-0", "node-2", "ghost"])
+    assert d.excluded.tolist() == [False, True, True] and d.scores[1] == d.scores[2] == 0
+    failed = service.filter(["node-0", "node-2", "ghost"])
+    assert set(failed) == {"node-2", "ghost"}
+    assert "500 s old, over 60 s" in failed["node-2"] and "no metrics" in failed["ghost"]
+
+
+def test_no_fresh_candidate_falls_back_with_its_reason(actor):
+    service, _ = make_service(actor, snapshot(3, age_s=[999, 999, 999]))
+    _, d = service.score_nodes(POD, ["node-0", "node-1"])
+    assert d.fallback_reason == "no_fresh_metrics" and np.all(d.scores == NEUTRAL_SCORE)
+
+
+def test_safety_filter_names_the_observed_cpu(actor):
+    snap = snapshot(3, cpu_util=[0.95, 0.5, 0.9])
+    service, _ = make_service(actor, snap)
+    failed = service.filter(list(snap.names))
+    assert list(failed) == ["node-0"] and "observed CPU 95% of allocatable is above 90%" in failed["node-0"]
+
+
+class BrokenActor:
+    """An actor that answers ``value`` (or raises) with the real actor's interface."""
+
+    def __init__(self, actor, value):
+        self.value, self.action_size, self.action_mode = value, actor.action_size, actor.action_mode
+        self.version, self.folder = "broken", "broken"
+
+    def act(self, obs):
+        if self.value is None:
+            raise RuntimeError("model crashed")
+        return np.full(self.action_size, self.value, dtype=np.float32)
+
+
+@pytest.mark.parametrize("value, reason", [(float("nan"), "nan"), (7.0, "out_of_range"), (None, "model_error")])
+def test_a_broken_model_falls_back_to_the_configured_arguments_counted_by_reason(actor, value, reason):
+    snap = snapshot(5)
+    service, clock = make_service(actor, snap)
+    service.engine.models.actor = BrokenActor(actor, value)
+    service.engine.fallback_weights, service.engine.fallback_tau = np.array([0.5, 0, 0.5, 0]), 0.0
+    for _ in range(3):
+        _, d = service.score_nodes(POD, list(snap.names))
+    assert d.fallback_reason == reason
+    u = utilisation(POD.request(clock()), np.arange(5), snap, np.zeros((5, 2)))
+    np.testing.assert_allclose(d.scores, weighted_closeness(u, np.array([0.5, 0, 0.5, 0]), 0.0))
+    assert service.metrics.fallbacks.labels(reason)._value.get() == 3
+
+
+def test_bindings_raise_the_nodes_utilisation_until_a_newer_scrape(actor):
+    snap = snapshot(3, cpu_util=[0.2, 0.2, 0.2])
+    service, clock = make_service(actor, snap)
+    _, before = service.score_nodes(POD, list(snap.names))
+    for _ in range(4):
+        service.report_binding(PodSpec("x", cpu_milli=2000, mem_mib=4096), "node-1")
+    _, after = service.score_nodes(POD, list(snap.names))
+    assert after.utilisation[1, 0] == pytest.approx(before.utilisation[1, 0] + 8000 / 16000)
+    assert after.utilisation[0, 0] == before.utilisation[0, 0]
+    clock.t += 30  # a scrape after the bindings sees them: the cache no longer adds them
+    newer = snapshot(3, cpu_util=[0.2, 0.7, 0.2], now=clock.t)
+    service.engine.state.publish(newer)
+    _, later = service.score_nodes(POD, list(snap.names))
+    assert later.utilisation[1, 0] == pytest.approx(0.7 + 500 / 16000)
+    with pytest.raises(KeyError):
+        service.report_binding(POD, "ghost")
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 40), cpu=st.floats(0, 64000), mem=st.floats(0, 1e6), qos=st.integers(0, 2),
+       stale=st.lists(st.booleans(), min_size=40, max_size=40), seed=st.integers(0, 10))
+def test_scores_stay_in_range_and_weights_on_the_simplex(actor, n, cpu, mem, qos, stale, seed):
+    snap = snapshot(n, age_s=np.where(stale[:n], 1000.0, 0.0), seed=seed)
+    service, _ = make_service(actor, snap)
+    _, d = service.score_nodes(PodSpec("p", cpu_milli=cpu, mem_mib=mem, qos=qos), list(snap.names))
+    assert np.all((d.scores >= 0) & (d.scores <= 1)) and len(d.scores) == n
+    assert d.weights.sum() == pytest.approx(1.0) and np.all(d.weights >= 0) and 0 <= d.tau <= 1
+    assert all(0 <= s <= 100 for s in d.scores_0_100())

@@ -1,0 +1,131 @@
+"""The gRPC front door on a real server on 127.0.0.1: one ScoreNodes call scores every candidate,
+bad input is INVALID_ARGUMENT naming the field, no metrics yet is UNAVAILABLE, health follows
+readiness, and a drain lets calls in flight finish."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from td3sched.engine.grpc_server import SERVICE_NAME, GrpcFrontDoor
+from td3sched.engine.v1 import engine_pb2, engine_pb2_grpc
+
+from tests.engine.conftest import make_service, snapshot
+
+DEADLINE_S = 10.0
+
+
+@pytest.fixture
+def served(actor):
+    service, clock = make_service(actor, snapshot(20, age_s=[0] * 19 + [900]))
+    door = GrpcFrontDoor(service, "127.0.0.1", 0)
+    channel = grpc.insecure_channel(f"127.0.0.1:{door.port}")
+    yield service, engine_pb2_grpc.DecisionEngineStub(channel), channel
+    channel.close()
+    door.stop(0)
+
+
+def pod(**kw):
+    return engine_pb2.Pod(**{"name": "web-1", "namespace": "default", "cpu_milli": 500, "mem_mib": 512,
+                             "qos": engine_pb2.QOS_CLASS_BURSTABLE, **kw})
+
+
+def test_score_nodes_scores_every_candidate_in_one_call(served, actor):
+    service, stub, _ = served
+    names = [f"node-{i}" for i in range(20)]
+    reply = stub.ScoreNodes(engine_pb2.ScoreNodesRequest(pod=pod(), candidates=names), timeout=DEADLINE_S)
+    assert [s.node for s in reply.scores] == names
+    assert all(0 <= s.score <= 100 for s in reply.scores)
+    assert reply.scores[19].stale and reply.scores[19].score == 50 and not reply.scores[0].stale
+    assert reply.model_version == actor.version and not reply.fallback and not reply.advisory
+    assert len(reply.action.pre_activations) == actor.action_size and len(reply.action.weights) == 4
+    assert abs(sum(reply.action.weights) - 1) < 1e-9 and reply.action.action_mode == actor.action_mode
+    _, direct = service.score_nodes(service_pod(), names)
+    assert [s.score for s in reply.scores] == direct.scores_0_100()
+    weights = stub.GetSchedulingWeights(engine_pb2.GetSchedulingWeightsRequest(pod=pod()), timeout=DEADLINE_S)
+    assert len(weights.action.weights) == 4 and weights.model_version == actor.version
+    stub.ReportBinding(engine_pb2.ReportBindingRequest(pod=pod(), node="node-3", decision_id=reply.decision_id),
+                       timeout=DEADLINE_S)
+
+
+def service_pod():
+    from td3sched.engine.decision import PodSpec
+
+    return PodSpec("web-1", 500, 512, namespace="default")
+
+
+@pytest.mark.parametrize("request_, field", [
+    (engine_pb2.ScoreNodesRequest(candidates=["node-1"]), "pod: missing"),
+    (engine_pb2.ScoreNodesRequest(pod=pod(), candidates=[]), "candidates: empty"),
+    (engine_pb2.ScoreNodesRequest(pod=pod(name=""), candidates=["node-1"]), "pod.name"),
+    (engine_pb2.ScoreNodesRequest(pod=pod(cpu_milli=float("nan")), candidates=["node-1"]), "pod.cpu_milli"),
+    (engine_pb2.ScoreNodesRequest(pod=pod(mem_mib=-5), candidates=["node-1"]), "pod.mem_mib"),
+    (engine_pb2.ScoreNodesRequest(pod=pod(), candidates=["node-1", "node-1"]), "candidates: duplicate"),
+])
+def test_bad_input_is_invalid_argument_naming_the_field(served, request_, field):
+    _, stub, _ = served
+    with pytest.raises(grpc.RpcError) as err:
+        stub.ScoreNodes(request_, timeout=DEADLINE_S)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in err.value.details()
+
+
+def test_a_binding_to_an_unknown_node_is_invalid_argument(served):
+    _, stub, _ = served
+    with pytest.raises(grpc.RpcError) as err:
+        stub.ReportBinding(engine_pb2.ReportBindingRequest(pod=pod(), node="ghost"), timeout=DEADLINE_S)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "ghost" in err.value.details()
+
+
+def test_unavailable_and_not_serving_until_the_state_is_filled(actor):
+    service, _ = make_service(actor)  # no snapshot
+    door = GrpcFrontDoor(service, "127.0.0.1", 0)
+    with grpc.insecure_channel(f"127.0.0.1:{door.port}") as channel:
+        stub = engine_pb2_grpc.DecisionEngineStub(channel)
+        health = health_pb2_grpc.HealthStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.ScoreNodes(engine_pb2.ScoreNodesRequest(pod=pod(), candidates=["node-1"]), timeout=DEADLINE_S)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        check = health_pb2.HealthCheckRequest(service=SERVICE_NAME)
+        assert health.Check(check, timeout=DEADLINE_S).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        service.engine.state.publish(snapshot(3))
+        watch = health.Watch(check, timeout=DEADLINE_S)
+        for status in watch:
+            if status.status == health_pb2.HealthCheckResponse.SERVING:
+                break
+        watch.cancel()
+        assert stub.ScoreNodes(engine_pb2.ScoreNodesRequest(pod=pod(), candidates=["node-1"]),
+                               timeout=DEADLINE_S).scores[0].node == "node-1"
+    door.stop(0)
+
+
+def test_shadow_mode_marks_answers_advisory(actor):
+    service, _ = make_service(actor, snapshot(3), shadow=True)
+    door = GrpcFrontDoor(service, "127.0.0.1", 0)
+    with grpc.insecure_channel(f"127.0.0.1:{door.port}") as channel:
+        reply = engine_pb2_grpc.DecisionEngineStub(channel).ScoreNodes(
+            engine_pb2.ScoreNodesRequest(pod=pod(), candidates=["node-0", "node-1"]), timeout=DEADLINE_S)
+    door.stop(0)
+    assert reply.advisory
+    assert service.metrics.decisions.labels("shadow", reply.model_version)._value.get() == 1
+
+
+NUMBER = st.floats(allow_nan=True, allow_infinity=True, width=64)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.text(max_size=6), cpu=NUMBER, mem=NUMBER, qos=st.integers(0, 3), gpus=st.integers(0, 8),
+       gpu_milli=st.integers(0, 5000), candidates=st.lists(st.sampled_from([f"node-{i}" for i in range(22)] + ["", "x"]),
+                                                         max_size=30))
+def test_fuzzed_score_nodes_get_an_answer_or_invalid_argument(served, name, cpu, mem, qos, gpus, gpu_milli, candidates):
+    _, stub, _ = served
+    request = engine_pb2.ScoreNodesRequest(pod=engine_pb2.Pod(name=name, cpu_milli=cpu, mem_mib=mem, qos=qos,
+                                                              gpu_count=gpus, gpu_milli=gpu_milli),
+                                           candidates=candidates)
+    try:
+        reply = stub.ScoreNodes(request, timeout=DEADLINE_S)
+    except grpc.RpcError as exc:
+        assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT and exc.details(), exc
+        return
+    assert [s.node for s in reply.scores] == candidates and all(0 <= s.score <= 100 for s in reply.scores)
