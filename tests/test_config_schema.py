@@ -43,7 +43,7 @@ def _flat(text: str) -> str:
     ("simulator.kubelet=1", "unknown key 'kubelet' in simulator"),
     ("kubelet.backoff_initial_s=0", "a number >= 1"),
     ("queue.pod_max_backoff_s=abc", "a number >= 1"),
-    ("reward.alpha=-1", "a number >= 0"),
+    ("reward.overload=-1", "a number >= 0"),
     ("workload.kind=nope", "'dlrm', 'openb', 'files'"),
     ("workload.path=nosuch", "expected a folder holding pods.csv.gz"),
     ("nodes.pools.cpu.count=30", "count (30) <= max_count (20)"),

@@ -1,61 +1,99 @@
-"""The reward (reward.py) on hand-computed cases, alone and through a run."""
+"""The objective (reward.py) on hand-computed cases, alone and through a run."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from td3sched.reward import RewardConfig, RewardTracker, decision_reward, overload
-from tests.simulator.worlds import P, node, pool, simulate, typical, world
+from td3sched.reward import RewardConfig, RewardTracker, discount, overload
+from tests.simulator.worlds import BE, P, node, pool, simulate, typical, world
 
 
-def test_decision_reward_weights_each_term():
-    cfg = RewardConfig(alpha=1.0, beta=10.0, gamma=1.0, delta=0.5, sla_norm=10.0)
-    r, terms = decision_reward(cfg, fragmentation=0.1, overload_value=0.02, sla_events=5, provisioned_frac=0.8)
-    # -(1*0.1 + 10*0.02 + 1*(5/10) + 0.5*0.8) = -(0.1 + 0.2 + 0.5 + 0.4)
-    assert r == pytest.approx(-1.2)
-    assert terms == pytest.approx((0.1, 0.02, 0.5, 0.8))
+def test_a_decision_is_charged_its_cost_rate_over_the_time_to_the_next_and_the_events_in_between():
+    t = RewardTracker(RewardConfig(), max_nodes=20)
+    assert t.settle(0.0, [0, 0]) == 0.0 and t.count == 0        # nothing open yet: only the baseline
+    t.open(0.0, [10, 1.0, 0.1, 2.0])                              # N, F x N, overload, pending
+    r = t.settle(1800.0, [1, 4])
+    # half an hour of (1 x 10 + 1 x 1 + 10 x 0.1 + 2 x 2) = 8 node-hours, plus 2 x 1 OOM + 0.25 x 4 breaches
+    assert r == pytest.approx(-11.0 / 20)
+    res = t.result()
+    assert res["cost_node_hours"] == pytest.approx(11.0) and res["episode_reward"] == pytest.approx(-0.55)
+    assert [res[f"cost_{k}"] for k in ("nodes", "fragmentation", "overload", "pending", "oom", "slo")] == \
+        pytest.approx([5.0, 0.5, 0.5, 2.0, 2.0, 1.0])
+    # the next decision's events count from this settle on
+    t.open(1800.0, [0, 0, 0, 0])
+    assert t.settle(3600.0, [1, 5]) == pytest.approx(-0.25 / 20)
 
 
-def test_sla_term_saturates_at_one():
-    r, terms = decision_reward(RewardConfig(alpha=0, beta=0, gamma=2.0, sla_norm=4.0), 0.0, 0.0, 9, 0.0)
-    assert terms[2] == 1.0 and r == -2.0
+def test_open_needs_a_baseline_and_bad_settings_are_refused_by_name():
+    with pytest.raises(RuntimeError, match="settle"):
+        RewardTracker(RewardConfig()).open(0.0, [1, 0, 0, 0])
+    with pytest.raises(ValueError, match="max_nodes"):
+        RewardTracker(RewardConfig(), max_nodes=0)
 
 
-def test_overload_counts_only_provisioned_nodes_above_threshold():
-    util = np.array([0.90, 0.50, 1.00, 0.95])
-    provisioned = np.array([1.0, 1.0, 1.0, 0.0])
-    # (0.05 + 0 + 0.15) / 3 provisioned nodes; the unprovisioned 0.95 does not count
-    assert overload(util, provisioned, 0.85) == pytest.approx(0.2 / 3)
-    assert overload(util, np.zeros(4), 0.85) == 0.0
-
-
-def test_tracker_charges_only_events_since_the_previous_decision():
-    t = RewardTracker(RewardConfig(alpha=0, beta=0, gamma=1.0, sla_norm=10.0))
-    assert t.step(0.0, 0.0, events_so_far=3, provisioned_frac=0.0) == pytest.approx(-0.3)
-    assert t.step(0.0, 0.0, events_so_far=3, provisioned_frac=0.0) == 0.0
-    assert t.step(0.0, 0.0, events_so_far=4, provisioned_frac=0.0) == pytest.approx(-0.1)
-    assert t.result()["episode_reward"] == pytest.approx(-0.4)
-
-
-@pytest.mark.parametrize("field,value", [("alpha", -1.0), ("beta", float("nan")), ("sla_norm", 0.0),
+@pytest.mark.parametrize("field,value", [("node_hour", -1.0), ("overload", float("nan")), ("slo_breach", -0.5),
                                          ("overload_util", 1.5)])
 def test_bad_reward_settings_are_refused_by_name(field, value):
     with pytest.raises(ValueError, match=rf"(?s){field}.*expected a number"):
         RewardConfig(**{field: value})
 
 
-def test_episode_reward_of_one_placement_by_hand():
-    # One 4000m / 8192 MiB node; the pod requests 3000m and uses 3600m at once (shape 1, scale 1).
-    # After the placement: free CPU 1000m, so the typical pod (2000m, 1000 MiB) does not fit:
-    #   fragmentation = 1 * 1000 / 4000 = 0.25
-    # real CPU utilisation 3600 / 4000 = 0.90 -> overload = (0.90 - 0.85) / 1 node = 0.05
-    # no SLA event; delta = 0 by default:
-    #   r = -(1 * 0.25 + 10 * 0.05 + 1 * 0) = -0.75
+def test_overload_sums_provisioned_nodes_above_the_threshold_in_nodes():
+    util = np.array([0.90, 0.50, 1.00, 0.95])
+    provisioned = np.array([1.0, 1.0, 1.0, 0.0])
+    assert overload(util, provisioned, 0.85) == pytest.approx(0.2)   # 0.05 + 0.15; the unprovisioned 0.95 not
+    assert overload(util, np.zeros(4), 0.85) == 0.0
+
+
+def test_the_discount_is_per_hour_of_elapsed_time():
+    assert discount(0.9, 3600.0) == pytest.approx(0.9)
+    assert discount(0.9, 1800.0) == pytest.approx(0.9 ** 0.5)
+    assert discount(0.9, 0.0) == 1.0
+
+
+def test_the_cost_of_one_placement_by_hand():
+    # One 4000m / 8192 MiB node (the pool's only slot); the pod requests 3000m and uses 3600m at once.
+    # From its bind at 0 s to the run's end at 120 s (1/30 h), at the rate after the placement:
+    #   nodes 1; stranded: free CPU 1000m fits no typical pod (2000m) -> 1000 / 4000 x 1 node = 0.25;
+    #   overload (0.90 - 0.85) x 10 = 0.5; nothing pending.
     w = world([pool("p", node(4000, 8192), 1)], [P("a", cpu=3000, mem=1000, size_cpu=3600)],
               typ=typical([(2000, 1000)], [1.0]))
-    run = simulate(w, end_s=120)
-    assert run.metrics["decisions"] == 1
-    assert run.metrics["episode_reward"] == pytest.approx(-0.75)
-    assert run.metrics["reward_fragmentation"] == pytest.approx(0.25)
-    assert run.metrics["reward_overload"] == pytest.approx(0.05)
+    m = simulate(w, end_s=120).metrics
+    assert m["decisions"] == 1
+    assert m["cost_nodes"] == pytest.approx(1 / 30)
+    assert m["cost_fragmentation"] == pytest.approx(0.25 / 30)
+    assert m["cost_overload"] == pytest.approx(0.5 / 30)
+    assert m["cost_pending"] == 0.0
+    assert m["cost_node_hours"] == pytest.approx(1.75 / 30)
+    assert m["episode_reward"] == pytest.approx(-1.75 / 30)   # one slot: max nodes 1
+
+
+def test_a_pending_pod_is_priced_by_its_cpu_request_for_as_long_as_it_waits():
+    # "big" (5000m) fits no 4000m node and waits the whole run; "a" is placed at 0 s: from then on
+    # 5000 / 4000 x 1 node = 1.25 nodes of requests are pending, at 2 per node-hour, for 1/30 h.
+    w = world([pool("p", node(4000, 8192), 1)], [P("big", cpu=5000), P("a", cpu=1000)],
+              typ=typical([(1, 1)], [1.0]))
+    m = simulate(w, end_s=120).metrics
+    assert m["cost_pending"] == pytest.approx(2 * 1.25 / 30)
+
+
+def test_the_return_does_not_depend_on_how_many_decisions_happen():
+    # The same cluster cost over time, with one decision or with eleven (BestEffort pods that request
+    # and use nothing change no rate): the same cost, split over more decisions.
+    base = [P("a", cpu=1000, mem=1000, size_cpu=500)]
+    extra = [P(f"be{i}", t=10.0 * i, qos=BE) for i in range(1, 11)]
+    one = simulate(world([pool("p", node(), 2)], base), end_s=600).metrics
+    many = simulate(world([pool("p", node(), 2)], base + extra), end_s=600).metrics
+    assert (one["decisions"], many["decisions"]) == (1, 11)
+    assert many["episode_reward"] == pytest.approx(one["episode_reward"], rel=1e-12)
+    assert many["cost_node_hours"] == pytest.approx(2 * 600 / 3600 + one["cost_fragmentation"], rel=1e-12)
+
+
+def test_an_oom_kill_at_a_bind_is_charged_to_that_decision():
+    # "a" is placed at 0 s and its container is OOM-killed at once (memory 2 x its limit): the kill
+    # belongs to the decision that placed it.
+    w = world([pool("p", node(4000, 8192), 1)], [P("a", cpu=1000, mem=100, mem_limit=100, size_mem=200)])
+    m = simulate(w, end_s=5).metrics
+    assert m["container_oom"] >= 1
+    assert m["cost_oom"] == pytest.approx(2.0 * m["container_oom"])

@@ -1,91 +1,134 @@
-"""The reward TD3 optimises and the baselines are ranked by: one module, used by the simulator
-(episode reward of every run), the best-static search and TD3 training.
+"""The objective every run reports, the best-static search ranks by and TD3 optimises: what the
+cluster costs, in node-hours.
 
-For each scheduling decision (each bind), from the simulator's ground truth:
+The cost rate of the cluster at time t, in node-equivalents (a provisioned node for one hour costs
+``node_hour``):
 
-    r_t = - alpha * fragmentation_t - beta * overload_t - gamma * sla_t - delta * efficiency_t
+    c(t) = node_hour      x N(t)                          provisioned nodes
+         + fragmentation  x F(t) x N(t)                   capacity stranded by fragmentation (F: share
+                                                          of provisioned CPU, metrics.fragmentation)
+         + overload       x sum_n max(0, u_n(t) - 0.85)   real CPU above 85% of a node's allocatable
+         + pending        x P(t)                          pending pods' CPU requests (kube-scheduler's
+                                                          non-zero default for none), in nodes of the
+                                                          cluster's mean allocatable CPU
 
-    fragmentation_t  cluster fragmentation right after the placement (metrics.fragmentation)
-    overload_t       sum over provisioned nodes of max(0, real CPU utilisation - 0.85) / node count
-    sla_t            min(1, events / sla_norm): OOM kills, latency-SLO breaches and pods pending
-                     longer than 60 s since the previous decision
-    efficiency_t     provisioned nodes / the pools' maximum (delta = 0: the reference design)
+and each event costs at once: ``oom_kill`` per kernel OOM kill (a node out of memory, or a container
+above its limit) and ``slo_breach`` per latency-SLO breach episode.
 
-The episode reward is the sum of r_t over the decisions of a run's span.
+**A semi-MDP.** The rate is read at every decision (a scheduling cycle that consulted the policy)
+and held until the next one; decision k is charged
+
+    cost_k = c(t_k) x (t_{k+1} - t_k) / 1 h  +  the events of (t_k, t_{k+1}]
+
+(the last decision of a span until the span's end). The run's cost is the sum over its decisions:
+the integral of the rate over the span plus its events, whatever the number of decisions. The
+reward of decision k is ``r_k = -cost_k / max nodes`` (cluster-hours, so scenarios of every size
+share a scale), and a learner discounts by the time elapsed (``discount``), as Decima does.
+
+**Why these weights** (docs/policies.md, *The objective*, re-ranks the baselines under others):
+nodes are the unit; stranded capacity costs what the capacity costs; a node at 100% CPU costs 1.5
+nodes more (0.15 x 10: the reference design's overload weight); a pending pod's requested capacity
+costs twice what it would cost to serve it (the work not done, and the wait); an OOM kill costs two
+node-hours (the lost work of a restarted instance); a latency breach a quarter.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from pydantic.dataclasses import dataclass
 
-from td3sched.quantities import SETTINGS, Positive, Share, Weight
+from td3sched.quantities import SETTINGS, Share, Weight
+
+COMPONENTS = ("nodes", "fragmentation", "overload", "pending", "oom", "slo")
+"""The run's cost, split: node-hours of each rate term, then the events' node-hours."""
 
 
 @dataclass(frozen=True, config=SETTINGS)
 class RewardConfig:
-    alpha: Weight = 1.0
-    """Weight of fragmentation (a share of provisioned CPU, in [0, 1])."""
-    beta: Weight = 10.0
-    """Weight of overload (at most 0.15 when every node runs at 100% CPU, so 10 puts it on the
-    scale of the other terms)."""
-    gamma: Weight = 1.0
-    """Weight of the SLA term (in [0, 1])."""
-    delta: Weight = 0.0
-    """Weight of the efficiency term; 0 gives the reference design's reward."""
+    node_hour: Weight = 1.0
+    """Cost of one provisioned node for one hour: the unit of the objective."""
+    fragmentation: Weight = 1.0
+    """Cost of one node-hour of capacity stranded by fragmentation (fragmentation x nodes)."""
+    overload: Weight = 10.0
+    """Cost of one node-hour of CPU above ``overload_util`` (a node at 100% CPU: 0.15 of it)."""
+    pending: Weight = 2.0
+    """Cost of one node-hour of pending pods' CPU requests."""
+    oom_kill: Weight = 2.0
+    """Node-hours one OOM kill costs (node or container)."""
+    slo_breach: Weight = 0.25
+    """Node-hours one latency-SLO breach episode costs."""
     overload_util: Share = 0.85
     """Real CPU utilisation above which a node counts as overloaded."""
-    sla_norm: Positive = 10.0
-    """SLA events between two decisions at which the SLA term saturates at 1."""
+
+    def rate_weights(self) -> np.ndarray:
+        return np.array([self.node_hour, self.fragmentation, self.overload, self.pending])
+
+    def event_weights(self) -> np.ndarray:
+        return np.array([self.oom_kill, self.slo_breach])
 
 
 def overload(cpu_utilisation: np.ndarray, provisioned: np.ndarray, threshold: float) -> float:
-    """sum_n max(0, utilisation_n - threshold) / N over provisioned nodes.
+    """sum_n max(0, utilisation_n - threshold) over provisioned nodes, in nodes.
 
     ``cpu_utilisation`` is real CPU usage / allocatable for every node slot, ``provisioned`` 1.0 for
-    a provisioned node and 0.0 otherwise (float, so this is two vector operations and a dot product).
+    a provisioned node and 0.0 otherwise.
     """
-    count = float(provisioned.sum())
-    if count == 0:
-        return 0.0
-    return float(np.maximum(cpu_utilisation - threshold, 0.0) @ provisioned) / count
+    return float(np.maximum(cpu_utilisation - threshold, 0.0) @ provisioned)
 
 
-def decision_reward(cfg: RewardConfig, fragmentation: float, overload_value: float, sla_events: int,
-                    provisioned_frac: float) -> tuple[float, tuple[float, float, float, float]]:
-    """r_t and its four terms (fragmentation, overload, sla, efficiency), before weighting."""
-    sla = min(1.0, sla_events / cfg.sla_norm)
-    terms = (fragmentation, overload_value, sla, provisioned_frac)
-    r = -(cfg.alpha * terms[0] + cfg.beta * terms[1] + cfg.gamma * terms[2] + cfg.delta * terms[3])
-    return r, terms
+def discount(gamma_per_hour: float, elapsed_s: float) -> float:
+    """The semi-MDP discount of a transition that took ``elapsed_s``: gamma_per_hour ** hours."""
+    return gamma_per_hour ** (elapsed_s / 3600.0)
 
 
 class RewardTracker:
-    """Sums r_t over a run and keeps the means of its terms."""
+    """The run's cost, decision by decision (module docstring).
 
-    def __init__(self, cfg: RewardConfig):
+    A decision's cycle first ``settle``s the decision before it (charged up to ``t``, the events
+    counted so far), then ``open``s its own with the cost rate terms [N, F x N, overload, pending]
+    after its placement: the events of its own cycle (an OOM kill at the bind) are its own."""
+
+    def __init__(self, cfg: RewardConfig, max_nodes: float = 1.0):
+        if not (math.isfinite(max_nodes) and max_nodes > 0):
+            raise ValueError(f"max_nodes={max_nodes!r}: expected a positive number of nodes")
         self.cfg = cfg
+        self.max_nodes = float(max_nodes)
+        self._rate_w, self._event_w = cfg.rate_weights(), cfg.event_weights()
         self.total = 0.0
         self.count = 0
-        self.term_sums = np.zeros(4)
-        self.last_events = 0
+        self.components = np.zeros(len(COMPONENTS))
+        """Node-hours of each component so far (weighted)."""
+        self._open: tuple[float, np.ndarray] | None = None
+        self._events: np.ndarray | None = None
+        """The run's event counts when the last decision was settled: the next one's baseline."""
 
-    def step(self, fragmentation: float, overload_value: float, events_so_far: int, provisioned_frac: float) -> float:
-        r, terms = decision_reward(self.cfg, fragmentation, overload_value, events_so_far - self.last_events,
-                                   provisioned_frac)
-        self.last_events = events_so_far
+    def settle(self, t: float, events) -> float:
+        """Charge the open decision up to ``t`` with the events since it was opened; returns its
+        reward (0.0 and nothing counted when none is open). ``events``: the run's event counts
+        so far [OOM kills, SLO breaches]."""
+        events = np.asarray(events, dtype=np.float64)
+        baseline, self._events = self._events, events
+        if self._open is None:
+            return 0.0
+        t0, rates = self._open
+        self._open = None
+        hours = max(float(t) - t0, 0.0) / 3600.0
+        cost = np.concatenate([self._rate_w * rates * hours, self._event_w * (events - baseline)])
+        self.components += cost
+        r = -float(cost.sum()) / self.max_nodes
         self.total += r
         self.count += 1
-        self.term_sums += terms
         return r
 
+    def open(self, t: float, rates) -> None:
+        """Start a decision at ``t`` with the cost rate terms of the cluster after it."""
+        if self._events is None:
+            raise RuntimeError("open() before settle(): a decision's cycle settles the one before it first")
+        self._open = (float(t), np.asarray(rates, dtype=np.float64))
+
     def result(self) -> dict[str, float]:
-        n = max(self.count, 1)
-        return {
-            "episode_reward": self.total,
-            "reward_per_decision": self.total / n,
-            "reward_fragmentation": self.term_sums[0] / n,
-            "reward_overload": self.term_sums[1] / n,
-            "reward_sla": self.term_sums[2] / n,
-            "reward_efficiency": self.term_sums[3] / n,
-        }
+        out = {"episode_reward": self.total, "cost_node_hours": float(self.components.sum())}
+        out.update({f"cost_{name}": float(v) for name, v in zip(COMPONENTS, self.components)})
+        return out

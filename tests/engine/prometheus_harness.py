@@ -50,7 +50,10 @@ class SimulatedNode:
         self.disk_busy, self.net_bytes_per_s, self.speed_bytes = disk_busy, net_bytes_per_s, speed_bytes
         self.oom_kills = 0
 
-    def exposition(self, elapsed_s: float) -> str:
+    def exposition(self, elapsed_s: float, stamp_ms: int) -> str:
+        """The node's metrics ``elapsed_s`` after the exporter started, each sample stamped with
+        ``stamp_ms``, the moment its value stands for: Prometheus then computes rates from the
+        exporter's own clock, exact however late a scrape runs on a busy machine."""
         inst = f'instance="{self.name}:9100"'
         lines = []
         for cpu in range(self.cores):  # counters grow at the configured rates since the exporter started
@@ -66,7 +69,7 @@ class SimulatedNode:
             f'node_network_speed_bytes{{{inst},device="eth0"}} {self.speed_bytes:.0f}',
             f"node_vmstat_oom_kill{{{inst}}} {self.oom_kills}",
         ]
-        return "\n".join(lines) + "\n"
+        return "".join(f"{line} {stamp_ms}\n" for line in lines)
 
 
 class NodeExporterStub:
@@ -82,7 +85,8 @@ class NodeExporterStub:
                 pass
 
             def do_GET(self):
-                body = "".join(n.exposition(time.time() - stub.started) for n in list(stub.nodes)).encode()
+                now = time.time()
+                body = "".join(n.exposition(now - stub.started, int(now * 1000)) for n in list(stub.nodes)).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))

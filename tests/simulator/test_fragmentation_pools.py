@@ -148,4 +148,4 @@ def test_fragmentation_unchanged_by_set_days(name):
     swapped = run(dataclasses.replace(short, typical=filed))
     assert own["decisions"] > 0 and own["fragmentation"] > 0
     assert own["fragmentation"] == swapped["fragmentation"]
-    assert own["reward_fragmentation"] == swapped["reward_fragmentation"]
+    assert own["cost_fragmentation"] == swapped["cost_fragmentation"]

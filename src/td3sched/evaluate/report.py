@@ -29,6 +29,7 @@ KEY_METRICS: tuple[tuple[str, str, str], ...] = (
     ("sla_violations_per_1k_pods", "SLA violations per 1,000 pods", "lower"),
     ("pending_p99_s", "p99 pending time (s)", "lower"),
     ("node_hours", "provisioned node-hours", "lower"),
+    ("cost_node_hours", "the objective: the cluster's cost (node-hours, reward.py)", "lower"),
     ("episode_reward", "episode reward of the RL environment", "higher"),
 )
 KEY_NAMES = tuple(m for m, _, _ in KEY_METRICS)
@@ -261,6 +262,9 @@ class Analysis:
             s = self.stats[p].get(m)
             return s.mean if s and s.mean is not None else None
 
+        costed = [p for p in others if mean(p, "cost_node_hours") is not None]
+        if costed:
+            return min(costed, key=lambda p: mean(p, "cost_node_hours")), "lowest mean cost (node-hours) besides the default"
         rewarded = [p for p in others if mean(p, "episode_reward") is not None]
         if rewarded:
             return max(rewarded, key=lambda p: mean(p, "episode_reward")), "highest mean episode_reward besides the default"

@@ -10,8 +10,9 @@ imports it on the way.)
 **Observation**: ``rl.observation`` (35 values, the same whatever the node count). **Action**: 5
 pre-activations in [-5, 5]; ``rl.actions`` maps them to weights on the simplex (softmax) and a target
 utilisation tau (sigmoid; fixed at 0 with ``action_mode="seed"``). The placement is the
-``static-weights`` score with those arguments (``rl.policy.ActionPolicy``). **Reward**: the
-simulator's r_t of that decision (``reward.py``), so the step rewards of an episode sum to the run's
+``static-weights`` score with those arguments (``rl.policy.ActionPolicy``). **Reward**: what the
+simulator charged that decision (``reward.py``: the cluster's cost rate after it, integrated until
+the next decision, and the events in between), so the step rewards of an episode sum to the run's
 ``episode_reward``. **Episode**: a window of ``episode_hours`` (the whole span if shorter) at a
 random start within the scenario's span, with a random tie-breaking seed, both drawn from the env's
 seed. It ends with the window: ``truncated`` is True on its last step (the cluster would go on), whose
@@ -63,13 +64,20 @@ class Episode:
 
 
 class StepRewardTracker(RewardTracker):
-    """The engine's reward tracker, also keeping the last r_t so each step returns it exactly."""
+    """The engine's reward tracker, also keeping what was charged since the env last took it, so
+    each step returns exactly its decision's reward (and any cycle's in between: a pod the policy
+    held back is charged as a decision too)."""
 
-    last = 0.0
+    unclaimed = 0.0
 
-    def step(self, *args) -> float:
-        self.last = super().step(*args)
-        return self.last
+    def settle(self, t: float, events) -> float:
+        r = super().settle(t, events)
+        self.unclaimed += r
+        return r
+
+    def take(self) -> float:
+        r, self.unclaimed = self.unclaimed, 0.0
+        return r
 
 
 class _Abandoned(BaseException):
@@ -96,7 +104,7 @@ class _HandOffPolicy(ActionPolicy):
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         tracker = self.sim.reward
-        previous = tracker.last if tracker.count else None
+        previous = tracker.take() if tracker.count else None
         self.to_env.put(("decision", obs, previous, self.decision))
         action = self.to_sim.get()
         if action is _STOP:
@@ -112,7 +120,7 @@ def _work(sim: Simulation, to_env: queue.Queue) -> None:
     except BaseException as exc:  # handed to the env, which raises it in step/reset
         to_env.put(("error", exc, None, None))
         return
-    to_env.put(("end", record, sim.reward.last if sim.reward.count else None, None))
+    to_env.put(("end", record, sim.reward.take() if sim.reward.count else None, None))
 
 
 class ClusterSchedulingEnv(gym.Env):
@@ -231,7 +239,7 @@ class ClusterSchedulingEnv(gym.Env):
         world = self._world_for(episode.world_seed)
         policy = _HandOffPolicy(self.action_mode, self._to_env, self._to_sim)
         sim = Simulation(world, policy, episode.sim_seed, episode.start_s, episode.end_s)
-        sim.reward = StepRewardTracker(world.reward)
+        sim.reward = StepRewardTracker(world.reward, sim._max_nodes)
         policy.sim = sim
         self.episode = episode
         self._steps, self._return = 0, 0.0

@@ -171,11 +171,13 @@ class Simulation(ClusterAutoscaler):
         self.frag_cache = np.zeros(c.size)
         self.dirty = np.ones(c.size, dtype=bool)
         self.decision_wall_s = 0.0
-        self.reward = RewardTracker(world.reward)
         self._max_nodes = float(c.size)
+        self.reward = RewardTracker(world.reward, self._max_nodes)
         self._typical_arrays = padded_typical(world.typical)
         self._inv_alloc_cpu = 1.0 / c.allocatable[:, 0]
         self._next_start = 0
+        self._pending_cpu = 0.0
+        """CPU requests (non-zero default for none) of the pods in the scheduling queue."""
         """The slot the next scheduling cycle's Filter starts from (kube-scheduler's nextStartNodeIndex)."""
         self._provisioned_changed()
         self._heatmap_nodes = np.unique(np.linspace(0, c.size - 1, min(c.size, HEATMAP_NODES)).astype(np.int64))
@@ -338,7 +340,8 @@ class Simulation(ClusterAutoscaler):
         if reasons is None:
             nodes, reasons = self._filter(pod, t, walk=True)
             req = self.pod_request(pod, t) if len(nodes) else None
-            if req is not None:
+            if req is not None:  # the policy is consulted: a decision (reward.py)
+                self._settle_decision(t)
                 keep = self.policy.filter(req, nodes, self.cluster)
                 if keep is not None:
                     held = len(nodes) > 0
@@ -350,6 +353,8 @@ class Simulation(ClusterAutoscaler):
         if len(nodes) == 0:
             self._memo_failed[k] = (len(self._freed), t, reasons)
             self._unschedulable([pod], t, [reasons])
+            if req is not None:  # held back by the policy: still a decision
+                self._open_decision(t)
             self.decision_wall_s += time.perf_counter() - t0
             return False
         scores = np.asarray(self.policy.score(req, nodes, self.cluster), dtype=np.float64)
@@ -361,9 +366,10 @@ class Simulation(ClusterAutoscaler):
         node = int(nodes[choice])
         self._bind(pod, node, t)
         self.queue.bound(pod)
+        self._pending_cpu = self._pending_cpu - self.nonzero[pod, 0] if self.queue.pending else 0.0
         self.metrics.binds += 1
         self.policy.bound(req, node, self.cluster)
-        self._reward_step()
+        self._open_decision(t)
         self.decision_wall_s += time.perf_counter() - t0
         if self.events:
             self.events.write(t, "placement", pod=str(self.w.name[pod]), node=str(self.cluster.names[node]),
@@ -456,6 +462,7 @@ class Simulation(ClusterAutoscaler):
         self.queued_at[pod] = t
         self.flagged[pod] = False
         self.queue.add(pod, t)
+        self._pending_cpu += self.nonzero[pod, 0]
         self._drain(t)
 
     def _unschedulable(self, pods: list[int], t: float, reasons: list[int]) -> None:
@@ -580,6 +587,7 @@ class Simulation(ClusterAutoscaler):
         self.queued_at[pod] = t
         self.flagged[pod] = False
         self.queue.add(pod, t)
+        self._pending_cpu += self.nonzero[pod, 0]
 
     def _tick(self, t: float) -> None:
         c, cfg = self.cluster, self.cfg
@@ -759,19 +767,29 @@ class Simulation(ClusterAutoscaler):
         np.minimum(out[:, 0], self._cpu_cores, out=out[:, 0])
         return out
 
-    def _reward_step(self) -> None:
-        """r_t of the decision just made (reward.py), from the ground truth."""
-        m, c = self.metrics, self.cluster
-        events = m.oom_kills + m.slo_breaches + m.pending_violations
-        load = reward_state(self.dirty, c.free, c.gpu_capacity, c.gpu_used, c.pool_of, *self._typical_arrays,
+    def _cost_events(self) -> np.ndarray:
+        """The run's event counts the objective prices: OOM kills (node and container), SLO breaches."""
+        m = self.metrics
+        return np.array([m.oom_kills + m.container_ooms, m.slo_breaches], dtype=np.float64)
+
+    def _settle_decision(self, t: float) -> None:
+        """Charge the open decision (reward.py) up to ``t``."""
+        self.reward.settle(t, self._cost_events())
+
+    def _open_decision(self, t: float) -> None:
+        """Start decision k at ``t`` with the cost rate of the cluster now, from the ground truth:
+        nodes, stranded capacity, overload and pending requests, in node-equivalents."""
+        c = self.cluster
+        over = reward_state(self.dirty, c.free, c.gpu_capacity, c.gpu_used, c.pool_of, *self._typical_arrays,
                             self.frag_cache, c.usage[:, 0], self._cpu_cores, self._inv_alloc_cpu, self._prov_f,
                             self.reward.cfg.overload_util)
-        if self._prov_count:
-            load /= self._prov_count
-            frag = float(self.frag_cache @ self._prov_f / self._prov_alloc_cpu) if self._prov_alloc_cpu > 0 else 0.0
+        n = self._prov_count
+        if self._prov_alloc_cpu > 0:
+            stranded = float(self.frag_cache @ self._prov_f) / self._prov_alloc_cpu * n
+            pending = self._pending_cpu / self._prov_alloc_cpu * n
         else:
-            load, frag = 0.0, 0.0
-        self.reward.step(frag, load, events, self._prov_count / self._max_nodes)
+            stranded, pending = 0.0, 0.0
+        self.reward.open(t, np.array([n, stranded, over, pending]))
 
     def _sample(self, t: float) -> None:
         c, w, cfg = self.cluster, self.w, self.cfg
@@ -939,7 +957,7 @@ class Simulation(ClusterAutoscaler):
         self.measuring = True
         self.metrics = MetricsCollector(self.end_s - self.measure_s, self.cfg.tick_s)
         self.metrics.arrivals = int(np.isin(self.state, (PENDING, RUNNING)).sum())
-        self.reward = type(self.reward)(self.world.reward)
+        self.reward = type(self.reward)(self.world.reward, self._max_nodes)
         if self.events:
             self.events.write(self.measure_s, "span_start", pods_alive=self.metrics.arrivals,
                               pending=len(self.queue.pending))
@@ -1020,6 +1038,7 @@ class Simulation(ClusterAutoscaler):
             self.progress(self.end_s - last_progress)
         waits = [self.end_s - self.queued_at[p] for p in self.queue.pending]
         result = self.metrics.result(unschedulable=len(self.queue.pending), still_pending_waits=waits)
+        self._settle_decision(self.end_s)
         result.update(self.reward.result())
         wall = time.perf_counter() - wall0
         runtime = {
