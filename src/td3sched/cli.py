@@ -31,7 +31,8 @@ def _fail(message: str) -> None:
 @app.command()
 def simulate(
     scenario: str = typer.Option("tiny", help="Scenario name (see `td3sched scenarios`)."),
-    policy: str = typer.Option("k8s-default", help="Scoring policy."),
+    policy: str = typer.Option("k8s-default", help="Scoring policy spec, e.g. k8s-default, td3:models/td3-dlrm, "
+                                                   "static-weights:w=0.4/0.3/0.2/0.1:tau=0.5."),
     seed: int = typer.Option(1, min=0, help="Seed: with the scenario, it fully determines the run."),
     span: str = typer.Option("full", help="Span of the scenario to run: full, train or test."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
@@ -139,8 +140,9 @@ def evaluate(
     policies: Optional[list[str]] = typer.Option(
         None, "--policies",
         help="Comma-separated policy specs, or all (default: every competitor; the hindsight bound oracle runs "
-             "only when named). A spec may carry arguments after a colon "
-             "(td3:runs/NAME); repeat --policies to keep specs whose arguments hold commas apart."),
+             "only when named). A spec may carry arguments after a colon: td3:runs/NAME, "
+             "static-weights:w=0.4/0.3/0.2/0.1:tau=0.5 (key=value pairs apart by colons, list items by "
+             "slashes; no quoting needed)."),
     seeds: int = typer.Option(5, help="Seeds per policy: runs seeds 1..N."),
     out_dir: Path = typer.Option(..., "--out", help="Results folder, e.g. results/NAME/ (resumes what is there)."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),

@@ -261,6 +261,8 @@ def test_policy_lists_split_on_commas_but_keep_spec_arguments():
     assert split_policies(["random,all,random"], names) == ["random", "k8s-default", "static-weights"]
     assert split_policies(["k8s-default,static-weights:w=0.4,0.3,0.2,0.1;tau=0.5,random"], names) == [
         "k8s-default", "static-weights:w=0.4,0.3,0.2,0.1;tau=0.5", "random"]
+    assert split_policies(["k8s-default,static-weights:w=0.4/0.3/0.2/0.1:tau=0.5,random"], names) == [
+        "k8s-default", "static-weights:w=0.4/0.3/0.2/0.1:tau=0.5", "random"]
     assert split_policies(["td3:models/x", "k8s-default"], names) == ["td3:models/x", "k8s-default"]
     assert split_policies([" k8s-default , "], names) == ["k8s-default"]
 
@@ -293,3 +295,4 @@ def test_policy_slugs_are_safe_and_distinct():
     a, b = policy_slug("td3:models/x"), policy_slug("td3:models_x")
     assert a != b and "/" not in a and ":" not in a
     assert "/" not in policy_slug("static-weights:w=0.4,0.3;tau=0.5")
+    assert "/" not in policy_slug("static-weights:w=0.4/0.6:tau=0.5")

@@ -42,8 +42,8 @@ def test_grid_has_the_default_static_weights_as_anchor():
     taus = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     assert len(candidates(0.25, taus)) == 35 * 6                        # equal weights are on the 0.25 grid
     assert len(candidates(0.5, taus)) == 10 * 6 + 1                     # ... not on the 0.5 one
-    assert candidates(0.5, taus)[-1].spec == "static-weights:w=0.25,0.25,0.25,0.25;tau=0"
-    assert candidates(0.2, (0.4,))[-1].spec == "static-weights:w=0.25,0.25,0.25,0.25;tau=0.4"
+    assert candidates(0.5, taus)[-1].spec == "static-weights:w=0.25/0.25/0.25/0.25:tau=0"
+    assert candidates(0.2, (0.4,))[-1].spec == "static-weights:w=0.25/0.25/0.25/0.25:tau=0.4"
 
 
 def test_auto_step_is_the_finest_whose_ladder_fits():

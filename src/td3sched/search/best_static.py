@@ -28,7 +28,7 @@ one window, with the search seed for the world and the run. The result is stored
 ``models/best-static/<scenario>-<variant>-<hash of the settings>.json`` (written atomically): the
 winner's weights, tau and rewards, its windows, the settings (budget included), the ladder, every
 candidate's scores, the code version and the wall time. ``resolve_policy`` turns the policy names
-``best-static`` / ``best-static-seed`` into the stored ``static-weights:w=...;tau=...``.
+``best-static`` / ``best-static-seed`` into the stored ``static-weights:w=...:tau=...``.
 """
 
 from __future__ import annotations
@@ -166,7 +166,9 @@ class Candidate:
 
     @property
     def spec(self) -> str:
-        return f"static-weights:w={','.join(f'{x:g}' for x in self.weights)};tau={self.tau:g}"
+        from td3sched.policy.static_weights import static_weights_spec
+
+        return static_weights_spec(self.weights, self.tau)
 
 
 def candidates(step: float, tau_values) -> list[Candidate]:
@@ -486,7 +488,7 @@ def load_result(name: str, scenario_name: str, overrides, models_dir: Path | Non
 
 def resolve_policy(spec: str, scenario_name: str, overrides=None, models_dir: Path | None = None) -> tuple[str, str]:
     """(label, concrete spec): ``best-static`` / ``best-static-seed`` become the stored
-    ``static-weights:w=...;tau=...`` for the scenario and overrides; any other spec passes through."""
+    ``static-weights:w=...:tau=...`` for the scenario and overrides; any other spec passes through."""
     name, sep, args = spec.partition(":")
     if name not in VARIANTS:
         return spec, spec
