@@ -116,6 +116,49 @@ def scenarios(
     out.print(table)
 
 
+@app.command()
+def traces(
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Check the production traces: every file td3sched reads, by its sha256; where each dataset comes
+    from, its licence and how to get it. Exit 1 when a file is missing or differs."""
+    from td3sched.trace.location import ENV_VAR, traces_dir
+    from td3sched.trace.sources import check_traces, expected_files
+
+    folder = traces_dir(must_exist=False)
+    import os
+
+    how = f"${ENV_VAR}" if os.environ.get(ENV_VAR) else f"the default; set ${ENV_VAR} to use another"
+    console.print(f"traces folder: {escape(str(folder))} ({how})")
+    if progress:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        with Progress(TextColumn("checking sha256"), BarColumn(), MofNCompleteColumn(), console=console,
+                      transient=True) as bar:
+            task = bar.add_task("", total=len(expected_files()))
+            checks = check_traces(folder, on_file=lambda _: bar.advance(task))
+    else:
+        checks = check_traces(folder)
+    table = Table()
+    for col in ("dataset", "files", "status", "used by"):
+        table.add_column(col)
+    for c in checks:
+        colour = {"ok": "green", "differs": "red"}.get(c.status, "yellow")
+        table.add_row(c.dataset.folder, f"{len(c.ok)}/{len(c.ok) + len(c.missing) + len(c.differs)}",
+                      f"[{colour}]{c.status}[/{colour}]", c.dataset.used_by)
+    out.print(table)
+    for c in checks:
+        d = c.dataset
+        out.print(f"[bold]{d.folder}/[/bold]: {escape(d.title)}\n  source: {escape(d.source)}\n"
+                  f"  licence: {escape(d.licence)}\n  to get it: {escape(d.how_to_get)}", soft_wrap=True)
+        for name in c.differs[:5]:
+            out.print(f"  [red]differs:[/red] {escape(name)} (sha256 is not the published file's)", soft_wrap=True)
+        if c.missing and c.ok:
+            out.print(f"  [yellow]missing:[/yellow] {len(c.missing)} files, e.g. {escape(c.missing[0])}", soft_wrap=True)
+    if any(c.status != "ok" for c in checks):
+        raise typer.Exit(1)
+
+
 def _ray_address_args(args: list[str]) -> list[str]:
     """``--ray`` with no value (last, or followed by an option) becomes ``--ray local``."""
     fixed = []
@@ -314,8 +357,10 @@ def search_static(
                                                         "span, between 1 and 6)."),
     max_windows: int = typer.Option(8, help="Windows of the last rung of the ladder."),
     workers: int = typer.Option(2, help="Worker processes (each builds the world once)."),
-    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Where results are stored "
-                                                                   "(default: models/best-static/)."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder the result is stored in (default: "
+                                                               "$TD3SCHED_MODELS/best-static/, else "
+                                                               "./models/best-static/; the policies best-static "
+                                                               "and best-static-seed read it first)."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Search the static-weights arguments with the highest episode reward on the train span; store the winner
@@ -527,7 +572,8 @@ def overestimation(
 
 @app.command("inspect-model")
 def inspect_model(
-    folder: Path = typer.Argument(..., help="Model folder (td3sched train's run folder, or models/NAME)."),
+    folder: Path = typer.Argument(..., help="Model folder (td3sched train's run folder), or a shipped model's "
+                                            "name (td3-dlrm, td3-dlrm-seed, td3-openb, td3-openb-seed)."),
     scenario: str = typer.Option("tiny", help="Scenario whose window the model runs on."),
     span: str = typer.Option("test", help="Span of the window."),
     episode_hours: float = typer.Option(6.0, help="Window length in simulated hours."),
