@@ -23,6 +23,20 @@ SET_HELP = ("Override a scenario setting, e.g. --set autoscaler.enabled=false (e
             "range: td3sched scenarios --show NAME).")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from td3sched.version import code_version
+
+        out.print(f"td3sched {code_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                          help="Print the version (and the commit, in a checkout) and exit.")) -> None:
+    """td3-scheduler: a learned Kubernetes scheduler and its trace-driven simulator."""
+
+
 def _fail(message: str) -> None:
     console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)  # one line, however long
     raise typer.Exit(2)
@@ -334,13 +348,24 @@ def reproduce_fgd(
 
 
 @app.command("build-tiny")
-def build_tiny_cmd(seed: int = typer.Option(1, min=0, help="Seed of the sampling.")) -> None:
-    """Regenerate the shipped tiny scenario from the production traces."""
-    from td3sched.scenario import SCENARIO_DIR
+def build_tiny_cmd(
+    seed: int = typer.Option(1, min=0, help="Seed of the sampling."),
+    out_dir: Path = typer.Option(Path("tiny"), "--out", help="Folder for pods.csv.gz, profiles.npz and "
+                                                             "ATTRIBUTION.md (in a checkout, "
+                                                             "src/td3sched/scenarios/tiny replaces the shipped one)."),
+) -> None:
+    """Rebuild the tiny scenario's workload from the production traces, into --out (default ./tiny)."""
+    from td3sched.outputs import check_folder
     from td3sched.scenario.tiny import build_tiny
 
-    w = build_tiny(SCENARIO_DIR / "tiny", seed)
-    out.print(f"tiny: {len(w)} pods written to {SCENARIO_DIR / 'tiny'}")
+    try:
+        check_folder(out_dir, "--out")
+        console.print(f"build-tiny: seed {seed} -> {escape(str(out_dir))} (reads the traces; about a minute)")
+        w = build_tiny(out_dir, seed)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print(f"tiny: {len(w)} pods written to {escape(str(out_dir))}; run it with --scenario tiny --set "
+              f"workload.path={escape(str(out_dir.resolve()))}", soft_wrap=True)
 
 
 @app.command("search-static")
