@@ -62,7 +62,7 @@ def test_td3_policy_in_the_harness_places_as_the_env_does(tmp_path):
     obs, _ = env.reset(seed=3)
     model = load_model(folder)
     while True:
-        obs, _, _, truncated, info = env.step(model.act(obs))
+        obs, _, _, truncated, info = env.step_logits(model.act(obs))
         if truncated:
             break
     ep = env.episode
@@ -242,7 +242,7 @@ def test_inspect_model_reports_the_actions_taken_and_the_critics_spread(tmp_path
     taken, reward = [], 0.0
     while True:
         taken.append(action_to_weights(model.act(obs), mode))
-        obs, r, _, truncated, _ = env.step(model.act(obs))
+        obs, r, _, truncated, _ = env.step_logits(model.act(obs))
         reward += r
         if truncated:
             break
