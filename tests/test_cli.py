@@ -171,3 +171,14 @@ def test_reproduce_fgd_writes_its_table(tmp_path):
     assert "| 100% |" in result.output and "7.09" in result.output   # the paper's BestFit median at 100%
     for name in ("curves.csv", "table.csv", "summary.md", "fgd-openb.png"):
         assert (out / name).exists(), name
+
+
+def test_scenarios_says_what_it_builds_before_building_it(monkeypatch):
+    """Listing builds every workload (tens of seconds for dlrm and openb): each is announced first."""
+    import td3sched.scenario as scenario_mod
+
+    monkeypatch.setattr(scenario_mod, "scenario_names", lambda: ["tiny"])
+    result = runner.invoke(app, ["scenarios"])
+    assert result.exit_code == 0, result.output
+    text = _flat(result.output)
+    assert text.index("building tiny (1/1") < text.index("built in") < text.index("┏")  # the table starts

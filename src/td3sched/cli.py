@@ -112,13 +112,20 @@ def scenarios(
             _fail(str(exc))
         return
 
+    import time
+
     table = Table()
     for col in ("scenario", "nodes (start / max)", "pods", "days", "spans (days)", "description"):
         table.add_column(col)
-    for name in scenario_names():
+    names = scenario_names()
+    for i, name in enumerate(names, 1):
+        t0 = time.perf_counter()
+        console.print(f"scenarios: building {name} ({i}/{len(names)}, seed 1; the production-size ones take "
+                      "tens of seconds)")
         try:
             sc = load_scenario(name)
             world = sc.build(1)
+            console.print(f"scenarios: {name} built in {time.perf_counter() - t0:,.1f} s")
         except (ValueError, FileNotFoundError) as exc:
             table.add_row(name, "-", "-", "-", "-", f"unavailable: {exc}")
             continue

@@ -296,3 +296,16 @@ def test_policy_slugs_are_safe_and_distinct():
     assert a != b and "/" not in a and ":" not in a
     assert "/" not in policy_slug("static-weights:w=0.4,0.3;tau=0.5")
     assert "/" not in policy_slug("static-weights:w=0.4/0.6:tau=0.5")
+
+
+def test_the_progress_bar_shows_an_eta(tmp_path):
+    from rich.console import Console
+
+    spec = prepare("tiny", "test", ["k8s-default"], 3, tmp_path / "g", workers=1)
+    console = Console(record=True, width=200, force_terminal=True)
+    with grid_mod._Status(spec, 3, 0, True, console) as status:
+        for task in spec.tasks()[:2]:
+            status.started(task)
+            status.finished(task, {"ok": True})
+    text = console.export_text()
+    assert "2/3" in text and "eta" in text

@@ -305,10 +305,12 @@ class _Status:
         self.progress = None
         self.console = console
         if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
 
             self.progress = Progress(TextColumn("[bold]evaluate[/bold] {task.description}"), BarColumn(),
-                                     MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
+                                     MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+                                     TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
                                      console=console, transient=False)
             self.task = self.progress.add_task(f"{spec.scenario}/{spec.span}", total=total, completed=reused,
                                                status=f"{reused} reused" if reused else "")
