@@ -54,7 +54,8 @@ def metric_bars(out: Path, metric: str, label: str, policies: list[str], stats: 
     fig = _figure(max(4.0, 1.2 * len(present) + 2.5), 3.6)
     ax = fig.add_subplot()
     means = [stats[p].mean for p in present]
-    errs = [stats[p].half if stats[p].half is not None else 0.0 for p in present]
+    errs = np.array([[s.mean - s.low, s.high - s.mean] if s.low is not None else [0.0, 0.0]
+                     for s in (stats[p] for p in present)]).T  # asymmetric: a bootstrap interval stays >= 0
     colors = ["#7f7f7f" if p == "k8s-default" else f"C{i % 10}" for i, p in enumerate(present)]
     x = np.arange(len(present))
     ax.bar(x, means, yerr=errs, capsize=6, color=colors, edgecolor="black", linewidth=0.5)

@@ -207,11 +207,20 @@ def fmt_signed(x: float | None) -> str:
 
 
 def fmt_ci(s: Summary | None) -> str:
+    """``mean ± half`` for a t interval, ``mean [low, high]`` for a bootstrap one, ``± n/a`` for none."""
     if s is None or s.mean is None:
         return "n/a"
-    if s.half is None:
+    if s.low is None:
         return f"{fmt(s.mean)} ± n/a"
+    if s.half is None:
+        return f"{fmt(s.mean)} [{fmt(s.low)}, {fmt(s.high)}]"
     return f"{fmt(s.mean)} ± {fmt(s.half)}"
+
+
+def bounded_at_zero(metric: str, values) -> bool:
+    """Whether ``metric`` cannot be negative (times, counts, rates, fractions): its interval is then
+    the bootstrap's (``stats.summarize``). Rewards, and any metric with a negative value, are not."""
+    return "reward" not in metric and all(v >= 0 for v in values)
 
 
 def metric_value(record: dict, name: str):
@@ -291,7 +300,9 @@ def analyse(result: GridResult) -> Analysis:
     present = [m for m in names if any(values[p][m] for p in policies)]
     missing = [m for m in KEY_NAMES if m not in present]
     metrics = [m for m in names if m in present]
-    stats = {p: {m: summarize(values[p][m].values()) for m in names} for p in policies}
+    zero = {m: bounded_at_zero(m, [v for p in policies for v in values[p][m].values()]) for m in names}
+    stats = {p: {m: summarize(values[p][m].values(), lower_bound=0.0 if zero[m] else None) for m in names}
+             for p in policies}
     return Analysis(result, policies, metrics, values, stats, missing)
 
 
@@ -303,8 +314,10 @@ def _setup_line(result: GridResult) -> str:
     spec = result.spec
     ov = ", ".join(f"`{o}`" for o in spec.overrides) if spec.overrides else "none"
     return (f"Scenario `{spec.scenario}`, span `{spec.span}`, seeds 1..{spec.seeds}, overrides: {ov}. "
-            f"Values are means over seeds ± the half-width of the {CONFIDENCE:.0%} confidence interval "
-            f"(Student t, n-1 degrees of freedom).")
+            f"Values are means over seeds with their {CONFIDENCE:.0%} confidence interval: `mean [low, high]`, the "
+            f"percentile bootstrap of the mean, for metrics that cannot be negative (skewed across seeds: a "
+            f"t interval would reach below 0); `mean ± half-width` (Student t, n-1 degrees of freedom) for the "
+            f"others.")
 
 
 def summary_doc(a: Analysis) -> tuple[Doc, str]:
@@ -339,11 +352,12 @@ def summary_doc(a: Analysis) -> tuple[Doc, str]:
 
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["policy", "metric", "n", "mean", "std", "ci95_half", "ci95_low", "ci95_high"])
+    w.writerow(["policy", "metric", "n", "mean", "std", "ci95_half", "ci95_low", "ci95_high", "ci_method"])
     for p in a.policies:
         for m in a.metrics:
             s = a.stats[p][m]
-            w.writerow([p, m, s.n, *("" if v is None else repr(v) for v in (s.mean, s.std, s.half, s.low, s.high))])
+            w.writerow([p, m, s.n, *("" if v is None else repr(v) for v in (s.mean, s.std, s.half, s.low, s.high)),
+                        s.method if s.low is not None else ""])
     return doc, buf.getvalue()
 
 
