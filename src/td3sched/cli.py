@@ -249,13 +249,14 @@ def evaluate(
 
 
 def print_evaluation(result) -> None:
+    from td3sched.evaluate.plots import short_label
     from td3sched.evaluate.report import KEY_NAMES, analyse, fmt_ci
 
     a = analyse(result)
-    table = Table(title=f"{result.spec.scenario} / {result.spec.span}: mean ± 95% CI over {result.spec.seeds} seeds")
+    table = Table(title=f"{result.spec.scenario} / {result.spec.span}: mean and 95% CI over {result.spec.seeds} seeds")
     table.add_column("metric")
     for p in a.policies:
-        table.add_column(escape(p), justify="right")
+        table.add_column(escape(short_label(p)), justify="right")
     for m in KEY_NAMES:
         if m in a.metrics:
             table.add_row(m, *(fmt_ci(a.stats[p][m]) for p in a.policies))
