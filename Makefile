@@ -1,6 +1,13 @@
 # First command: `make demo` (sets up .venv if needed, runs the shipped TD3 model against k8s-default on tiny).
 # Second command: `make test`.
 PYTHON ?= python3
+# The production traces (`td3sched traces` says where each comes from): $TD3SCHED_TRACES when set, else a
+# `shared/traces` folder beside the checkout when there is one, else the per-user default of td3sched.
+ifeq ($(TD3SCHED_TRACES),)
+ifneq ($(wildcard ../shared/traces),)
+export TD3SCHED_TRACES := $(abspath ../shared/traces)
+endif
+endif
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed

@@ -6,7 +6,7 @@ twin critics, ReLU MLPs of 256-256), batch (256), one gradient step per env step
 learning rate, gamma, tau, replay capacity and warm-up, on the CPU with the same number of torch
 threads. SB3 gets the same running observation normalisation as ours (``VecNormalize``, observations
 only, clipped at 10, normalised when sampled) and the same noises (ours are in units of the [-5, 5]
-pre-activation box, SB3's of its [-1, 1] box: divided by 5). One difference remains in the work:
+pre-activations, SB3's of the env's [-1, 1] action box: divided by 5). One difference remains in the work:
 our critics read the action squashed (softmax weights, sigmoid tau), SB3's read it as it is; a few
 element-wise ops on [256, 5]. The script checks that both runs have the same numbers of parameters
 and of actor and critic updates. Goal (issue: training speed): ours at least 2x SB3's env steps/s.
@@ -58,12 +58,18 @@ class StepClock(gym.Wrapper):
         self.marked_at: float | None = None
         self.marked_cpu_s = 0.0
 
-    def step(self, action):
+    def step(self, action):  # SB3: actions in the env's [-1, 1] box
+        return self._timed(self.env.step, action)
+
+    def step_logits(self, logits):  # ours: pre-activations (td3sched.rl.train.learn)
+        return self._timed(self.env.unwrapped.step_logits, logits)
+
+    def _timed(self, step, action):
         if self.steps == self.mark_step:
             self.marked_at, self.marked_cpu_s = time.perf_counter(), time.process_time()
             self.env_s_at_mark = self.env_s
         t = time.perf_counter()
-        out = self.env.step(action)
+        out = step(action)
         self.steps += 1
         self.env_s += time.perf_counter() - t
         return out
@@ -126,14 +132,14 @@ def run_sb3(args) -> dict:
     from stable_baselines3.common.noise import NormalActionNoise
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    from td3sched.rl.actions import ACTION_SIZE
+    from td3sched.rl.actions import ACTION_SIZE, LOGIT_LIMIT
     from td3sched.rl.td3 import TD3Config
 
     ours = TD3Config()
     clock = make_env(args)
     venv = VecNormalize(DummyVecEnv([lambda: clock]), norm_obs=True, norm_reward=False, clip_obs=10.0)
-    # SB3 rescales actions to [-1, 1]: our noises, in units of the [-5, 5] box, shrink by 5.
-    scale = float(clock.action_space.high[0])
+    # SB3 acts in the env's [-1, 1] box: our noises, in units of the [-5, 5] pre-activations, shrink by 5.
+    scale = LOGIT_LIMIT
     sigma = np.full(ACTION_SIZE, ours.exploration_noise / scale)
     model = SB3TD3(
         "MlpPolicy", venv, learning_rate=args.learning_rate, buffer_size=args.buffer_size,

@@ -46,6 +46,39 @@ def test_help_lists_the_commands():
         assert command in proc.stdout
 
 
+def test_version_and_python_dash_m():
+    import td3sched
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith(f"td3sched {td3sched.__version__}")
+    proc = subprocess.run([sys.executable, "-m", "td3sched", "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == result.output.strip()
+    proc = subprocess.run([sys.executable, "-m", "td3sched", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "Usage: td3sched" in proc.stdout and "simulate" in proc.stdout
+
+
+def test_build_tiny_writes_into_the_working_directory(tmp_path, monkeypatch):
+    """Not into the installed package's scenarios/tiny (read-only, or shared by every user)."""
+    from td3sched.scenario import SCENARIO_DIR
+    from td3sched.scenario import tiny
+
+    written = []
+
+    def fake_build(out, seed):  # records where the real one would write, writes nothing
+        written.append(Path(out).resolve())
+        return [None] * 7
+
+    monkeypatch.setattr(tiny, "build_tiny", fake_build)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["build-tiny"])
+    assert result.exit_code == 0, result.output
+    assert written == [tmp_path / "tiny"] and written[0] != (SCENARIO_DIR / "tiny").resolve() and "7 pods written to tiny" in _flat(result.output)
+    assert f"workload.path={tmp_path / 'tiny'}" in _flat(result.output)
+    result = runner.invoke(app, ["build-tiny", "--out", str(tmp_path / "other")])
+    assert written[-1] == tmp_path / "other"
+
+
 def test_entry_point_is_installed():
     exe = Path(sys.executable).parent / "td3sched"
     if not exe.exists():
@@ -138,3 +171,14 @@ def test_reproduce_fgd_writes_its_table(tmp_path):
     assert "| 100% |" in result.output and "7.09" in result.output   # the paper's BestFit median at 100%
     for name in ("curves.csv", "table.csv", "summary.md", "fgd-openb.png"):
         assert (out / name).exists(), name
+
+
+def test_scenarios_says_what_it_builds_before_building_it(monkeypatch):
+    """Listing builds every workload (tens of seconds for dlrm and openb): each is announced first."""
+    import td3sched.scenario as scenario_mod
+
+    monkeypatch.setattr(scenario_mod, "scenario_names", lambda: ["tiny"])
+    result = runner.invoke(app, ["scenarios"])
+    assert result.exit_code == 0, result.output
+    text = _flat(result.output)
+    assert text.index("building tiny (1/1") < text.index("built in") < text.index("┏")  # the table starts

@@ -23,6 +23,20 @@ SET_HELP = ("Override a scenario setting, e.g. --set autoscaler.enabled=false (e
             "range: td3sched scenarios --show NAME).")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from td3sched.version import code_version
+
+        out.print(f"td3sched {code_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                          help="Print the version (and the commit, in a checkout) and exit.")) -> None:
+    """td3-scheduler: a learned Kubernetes scheduler and its trace-driven simulator."""
+
+
 def _fail(message: str) -> None:
     console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)  # one line, however long
     raise typer.Exit(2)
@@ -31,7 +45,8 @@ def _fail(message: str) -> None:
 @app.command()
 def simulate(
     scenario: str = typer.Option("tiny", help="Scenario name (see `td3sched scenarios`)."),
-    policy: str = typer.Option("k8s-default", help="Scoring policy."),
+    policy: str = typer.Option("k8s-default", help="Scoring policy spec, e.g. k8s-default, td3:models/td3-dlrm, "
+                                                   "static-weights:w=0.4/0.3/0.2/0.1:tau=0.5."),
     seed: int = typer.Option(1, min=0, help="Seed: with the scenario, it fully determines the run."),
     span: str = typer.Option("full", help="Span of the scenario to run: full, train or test."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
@@ -97,13 +112,20 @@ def scenarios(
             _fail(str(exc))
         return
 
+    import time
+
     table = Table()
     for col in ("scenario", "nodes (start / max)", "pods", "days", "spans (days)", "description"):
         table.add_column(col)
-    for name in scenario_names():
+    names = scenario_names()
+    for i, name in enumerate(names, 1):
+        t0 = time.perf_counter()
+        console.print(f"scenarios: building {name} ({i}/{len(names)}, seed 1; the production-size ones take "
+                      "tens of seconds)")
         try:
             sc = load_scenario(name)
             world = sc.build(1)
+            console.print(f"scenarios: {name} built in {time.perf_counter() - t0:,.1f} s")
         except (ValueError, FileNotFoundError) as exc:
             table.add_row(name, "-", "-", "-", "-", f"unavailable: {exc}")
             continue
@@ -113,6 +135,49 @@ def scenarios(
         table.add_row(name, f"{start:,} / {most:,}", f"{len(world.workload):,}", f"{sc.days:g}", spans,
                       sc.config.get("description", ""))
     out.print(table)
+
+
+@app.command()
+def traces(
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Check the production traces: every file td3sched reads, by its sha256; where each dataset comes
+    from, its licence and how to get it. Exit 1 when a file is missing or differs."""
+    from td3sched.trace.location import ENV_VAR, traces_dir
+    from td3sched.trace.sources import check_traces, expected_files
+
+    folder = traces_dir(must_exist=False)
+    import os
+
+    how = f"${ENV_VAR}" if os.environ.get(ENV_VAR) else f"the default; set ${ENV_VAR} to use another"
+    console.print(f"traces folder: {escape(str(folder))} ({how})")
+    if progress:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        with Progress(TextColumn("checking sha256"), BarColumn(), MofNCompleteColumn(), console=console,
+                      transient=True) as bar:
+            task = bar.add_task("", total=len(expected_files()))
+            checks = check_traces(folder, on_file=lambda _: bar.advance(task))
+    else:
+        checks = check_traces(folder)
+    table = Table()
+    for col in ("dataset", "files", "status", "used by"):
+        table.add_column(col)
+    for c in checks:
+        colour = {"ok": "green", "differs": "red"}.get(c.status, "yellow")
+        table.add_row(c.dataset.folder, f"{len(c.ok)}/{len(c.ok) + len(c.missing) + len(c.differs)}",
+                      f"[{colour}]{c.status}[/{colour}]", c.dataset.used_by)
+    out.print(table)
+    for c in checks:
+        d = c.dataset
+        out.print(f"[bold]{d.folder}/[/bold]: {escape(d.title)}\n  source: {escape(d.source)}\n"
+                  f"  licence: {escape(d.licence)}\n  to get it: {escape(d.how_to_get)}", soft_wrap=True)
+        for name in c.differs[:5]:
+            out.print(f"  [red]differs:[/red] {escape(name)} (sha256 is not the published file's)", soft_wrap=True)
+        if c.missing and c.ok:
+            out.print(f"  [yellow]missing:[/yellow] {len(c.missing)} files, e.g. {escape(c.missing[0])}", soft_wrap=True)
+    if any(c.status != "ok" for c in checks):
+        raise typer.Exit(1)
 
 
 def _ray_address_args(args: list[str]) -> list[str]:
@@ -139,8 +204,9 @@ def evaluate(
     policies: Optional[list[str]] = typer.Option(
         None, "--policies",
         help="Comma-separated policy specs, or all (default: every competitor; the hindsight bound oracle runs "
-             "only when named). A spec may carry arguments after a colon "
-             "(td3:runs/NAME); repeat --policies to keep specs whose arguments hold commas apart."),
+             "only when named). A spec may carry arguments after a colon: td3:runs/NAME, "
+             "static-weights:w=0.4/0.3/0.2/0.1:tau=0.5 (key=value pairs apart by colons, list items by "
+             "slashes; no quoting needed)."),
     seeds: int = typer.Option(5, help="Seeds per policy: runs seeds 1..N."),
     out_dir: Path = typer.Option(..., "--out", help="Results folder, e.g. results/NAME/ (resumes what is there)."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
@@ -183,13 +249,14 @@ def evaluate(
 
 
 def print_evaluation(result) -> None:
+    from td3sched.evaluate.plots import short_label
     from td3sched.evaluate.report import KEY_NAMES, analyse, fmt_ci
 
     a = analyse(result)
-    table = Table(title=f"{result.spec.scenario} / {result.spec.span}: mean ± 95% CI over {result.spec.seeds} seeds")
+    table = Table(title=f"{result.spec.scenario} / {result.spec.span}: mean and 95% CI over {result.spec.seeds} seeds")
     table.add_column("metric")
     for p in a.policies:
-        table.add_column(escape(p), justify="right")
+        table.add_column(escape(short_label(p)), justify="right")
     for m in KEY_NAMES:
         if m in a.metrics:
             table.add_row(m, *(fmt_ci(a.stats[p][m]) for p in a.policies))
@@ -289,13 +356,24 @@ def reproduce_fgd(
 
 
 @app.command("build-tiny")
-def build_tiny_cmd(seed: int = typer.Option(1, min=0, help="Seed of the sampling.")) -> None:
-    """Regenerate the shipped tiny scenario from the production traces."""
-    from td3sched.scenario import SCENARIO_DIR
+def build_tiny_cmd(
+    seed: int = typer.Option(1, min=0, help="Seed of the sampling."),
+    out_dir: Path = typer.Option(Path("tiny"), "--out", help="Folder for pods.csv.gz, profiles.npz and "
+                                                             "ATTRIBUTION.md (in a checkout, "
+                                                             "src/td3sched/scenarios/tiny replaces the shipped one)."),
+) -> None:
+    """Rebuild the tiny scenario's workload from the production traces, into --out (default ./tiny)."""
+    from td3sched.outputs import check_folder
     from td3sched.scenario.tiny import build_tiny
 
-    w = build_tiny(SCENARIO_DIR / "tiny", seed)
-    out.print(f"tiny: {len(w)} pods written to {SCENARIO_DIR / 'tiny'}")
+    try:
+        check_folder(out_dir, "--out")
+        console.print(f"build-tiny: seed {seed} -> {escape(str(out_dir))} (reads the traces; about a minute)")
+        w = build_tiny(out_dir, seed)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print(f"tiny: {len(w)} pods written to {escape(str(out_dir))}; run it with --scenario tiny --set "
+              f"workload.path={escape(str(out_dir.resolve()))}", soft_wrap=True)
 
 
 @app.command("search-static")
@@ -312,8 +390,10 @@ def search_static(
                                                         "span, between 1 and 6)."),
     max_windows: int = typer.Option(8, help="Windows of the last rung of the ladder."),
     workers: int = typer.Option(2, help="Worker processes (each builds the world once)."),
-    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Where results are stored "
-                                                                   "(default: models/best-static/)."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder the result is stored in (default: "
+                                                               "$TD3SCHED_MODELS/best-static/, else "
+                                                               "./models/best-static/; the policies best-static "
+                                                               "and best-static-seed read it first)."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Search the static-weights arguments with the highest episode reward on the train span; store the winner
@@ -564,7 +644,8 @@ def serve(
 
 @app.command("inspect-model")
 def inspect_model(
-    folder: Path = typer.Argument(..., help="Model folder (td3sched train's run folder, or models/NAME)."),
+    folder: Path = typer.Argument(..., help="Model folder (td3sched train's run folder), or a shipped model's "
+                                            "name (td3-dlrm, td3-dlrm-seed, td3-openb, td3-openb-seed)."),
     scenario: str = typer.Option("tiny", help="Scenario whose window the model runs on."),
     span: str = typer.Option("test", help="Span of the window."),
     episode_hours: float = typer.Option(6.0, help="Window length in simulated hours."),

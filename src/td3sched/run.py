@@ -3,29 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-from functools import lru_cache
 from pathlib import Path
 
-from td3sched import __version__
 from td3sched.outputs import check_file
 from td3sched.policy import make_policy
 from td3sched.scenario import load_scenario
 from td3sched.simulator.engine import Simulation, open_event_log
-
-
-@lru_cache(maxsize=1)
-def code_version() -> str:
-    """The package version and, in a git checkout, the commit (``+dirty`` with local changes)."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
-                                capture_output=True, text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
-        return f"{__version__}+{commit}{'.dirty' if dirty else ''}"
-    except (OSError, subprocess.SubprocessError):
-        return __version__
+from td3sched.version import code_version  # noqa: F401 (imported from here by older callers)
 
 
 def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = "full",

@@ -114,7 +114,7 @@ def test_vs_default_table_has_the_case_study_rows(local_grid):
     header = next(line for line in text.splitlines() if line.startswith("| metric"))
     assert header.split("|")[2].strip() == "`k8s-default`"
     if len(POLICY_LIST) > 1:
-        assert f"`{POLICY_LIST[1]}` | Δ | Δ%" in header
+        assert f"`{POLICY_LIST[1]}` | Δ `{POLICY_LIST[1]}` | Δ% `{POLICY_LIST[1]}`" in header
 
 
 def test_report_names_the_setup_and_embeds_tables_and_plots(local_grid):
@@ -126,10 +126,45 @@ def test_report_names_the_setup_and_embeds_tables_and_plots(local_grid):
         assert "tiny" in text and "test" in text and version in text and "1..2" in text
         assert "grid wall-clock" in text
     assert "](plots/metric_cpu_util.png)" in md and "](plots/timeseries.png)" in md
-    assert '<img src="plots/metric_cpu_util.png"' in html and "<table>" in html and "| ---" not in html
+    assert "<table>" in html and "| ---" not in html
     assert html.lstrip().startswith("<!DOCTYPE html>") and "</html>" in html
-    for png in (out / "plots").glob("*.png"):
-        assert f"plots/{png.name}" in md and f"plots/{png.name}" in html
+    # one self-contained file: every figure inlined, nothing linked
+    import base64
+    import re
+
+    sources = re.findall(r'<img src="([^"]+)"', html)
+    pngs = sorted((out / "plots").glob("*.png"))
+    assert len(sources) == len(pngs) > 0 and all(src.startswith("data:image/png;base64,") for src in sources)
+    assert sorted(base64.b64decode(src.split(",", 1)[1]) for src in sources) == sorted(p.read_bytes() for p in pngs)
+    for png in pngs:
+        assert f"plots/{png.name}" in md
+    assert '<div class="figures">' in html and '<div class="table-wrap"><table>' in html
+
+
+def test_each_delta_column_names_its_policy(local_grid):
+    out, result, _ = local_grid
+    vs = (out / "vs-default.md").read_text()
+    header = next(line for line in vs.splitlines() if line.startswith("| metric"))
+    others = [p for p in result.spec.policies if p != "k8s-default"]
+    assert others and all(f"Δ `{p}`" in header and f"Δ% `{p}`" in header for p in others)
+
+
+def test_figures_use_one_colour_per_policy_short_labels_and_skip_all_zero_metrics(tmp_path):
+    from td3sched.evaluate import plots as P
+    from td3sched.evaluate.stats import summarize
+
+    policies = ["k8s-default", "td3:some/long/path/to/td3-dlrm", "random"]
+    colours = P.policy_colours(policies)
+    assert colours == P.policy_colours(policies) and len(set(colours.values())) == 3
+    assert colours["k8s-default"] == P.DEFAULT_COLOUR
+    assert P.short_label("td3:some/long/path/to/td3-dlrm") == "td3:td3-dlrm"
+    zero = {p: summarize([0.0, 0.0], lower_bound=0.0) for p in policies}
+    assert P.metric_bars(tmp_path, "oom_per_week", "OOM", policies, zero, colours) is None
+    spread = {"k8s-default": summarize([1.0, 1.2], lower_bound=0.0),
+              "td3:some/long/path/to/td3-dlrm": summarize([900.0, 1100.0], lower_bound=0.0),
+              "random": summarize([10.0, 30.0], lower_bound=0.0)}
+    plot = P.metric_bars(tmp_path, "latency_p99_ms", "p99 (ms)", policies, spread, colours)
+    assert plot is not None and plot.path.is_file()
 
 
 def test_optional_plots_are_drawn_or_noted(local_grid):
@@ -261,6 +296,8 @@ def test_policy_lists_split_on_commas_but_keep_spec_arguments():
     assert split_policies(["random,all,random"], names) == ["random", "k8s-default", "static-weights"]
     assert split_policies(["k8s-default,static-weights:w=0.4,0.3,0.2,0.1;tau=0.5,random"], names) == [
         "k8s-default", "static-weights:w=0.4,0.3,0.2,0.1;tau=0.5", "random"]
+    assert split_policies(["k8s-default,static-weights:w=0.4/0.3/0.2/0.1:tau=0.5,random"], names) == [
+        "k8s-default", "static-weights:w=0.4/0.3/0.2/0.1:tau=0.5", "random"]
     assert split_policies(["td3:models/x", "k8s-default"], names) == ["td3:models/x", "k8s-default"]
     assert split_policies([" k8s-default , "], names) == ["k8s-default"]
 
@@ -293,3 +330,17 @@ def test_policy_slugs_are_safe_and_distinct():
     a, b = policy_slug("td3:models/x"), policy_slug("td3:models_x")
     assert a != b and "/" not in a and ":" not in a
     assert "/" not in policy_slug("static-weights:w=0.4,0.3;tau=0.5")
+    assert "/" not in policy_slug("static-weights:w=0.4/0.6:tau=0.5")
+
+
+def test_the_progress_bar_shows_an_eta(tmp_path):
+    from rich.console import Console
+
+    spec = prepare("tiny", "test", ["k8s-default"], 3, tmp_path / "g", workers=1)
+    console = Console(record=True, width=200, force_terminal=True)
+    with grid_mod._Status(spec, 3, 0, True, console) as status:
+        for task in spec.tasks()[:2]:
+            status.started(task)
+            status.finished(task, {"ok": True})
+    text = console.export_text()
+    assert "2/3" in text and "eta" in text

@@ -42,8 +42,8 @@ def test_grid_has_the_default_static_weights_as_anchor():
     taus = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     assert len(candidates(0.25, taus)) == 35 * 6                        # equal weights are on the 0.25 grid
     assert len(candidates(0.5, taus)) == 10 * 6 + 1                     # ... not on the 0.5 one
-    assert candidates(0.5, taus)[-1].spec == "static-weights:w=0.25,0.25,0.25,0.25;tau=0"
-    assert candidates(0.2, (0.4,))[-1].spec == "static-weights:w=0.25,0.25,0.25,0.25;tau=0.4"
+    assert candidates(0.5, taus)[-1].spec == "static-weights:w=0.25/0.25/0.25/0.25:tau=0"
+    assert candidates(0.2, (0.4,))[-1].spec == "static-weights:w=0.25/0.25/0.25/0.25:tau=0.4"
 
 
 def test_auto_step_is_the_finest_whose_ladder_fits():
@@ -131,9 +131,27 @@ def test_resolve_prefers_the_largest_budget(tmp_path):
 def test_cli_search_static(tmp_path):
     res = CliRunner().invoke(app, ["search-static", "--scenario", "tiny", "--budget-min", "1", "--tau-fixed", "0",
                                    "--step", "0.5", "--window-h", "2", "--max-windows", "2", "--workers", "1",
-                                   "--out-dir", str(tmp_path), "--no-progress"])
+                                   "--out", str(tmp_path), "--no-progress"])
     assert res.exit_code == 0, res.output
     (path,) = tmp_path.glob("tiny-best-static-seed-*.json")
     stored = json.loads(path.read_text())
     assert stored["tau"] == 0.0 and stored["settings"]["tau_fixed"] == 0.0
     assert [r["windows"] for r in stored["search"]["rungs"]] == [1, 2]
+
+
+def test_the_users_results_come_before_the_shipped_ones(tmp_path, monkeypatch):
+    """Without --out, search-static writes to $TD3SCHED_MODELS/best-static (else ./models/best-static)
+    and best-static reads that folder before the results shipped in the package."""
+    from td3sched.shipped import MODELS_ENV, SHIPPED_MODELS
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(MODELS_ENV, raising=False)
+    shipped = resolve_policy("best-static", "dlrm", [])[1]  # shipped with the package, found from any folder
+    assert any(SHIPPED_MODELS.joinpath("best-static").glob("dlrm-best-static-*.json"))
+    settings = SearchSettings("dlrm", budget_min=0.01).resolved()  # a smaller budget than the shipped search's
+    path = store({"policy": "static-weights:w=1/0/0/0:tau=1", "settings": settings.as_dict(),
+                  "written_at": "2026-01-01T00:00:00+00:00"}, settings)
+    assert path.parent.resolve() == tmp_path / "models" / "best-static"
+    assert resolve_policy("best-static", "dlrm", [])[1] == "static-weights:w=1/0/0/0:tau=1" != shipped
+    monkeypatch.setenv(MODELS_ENV, str(tmp_path / "elsewhere"))
+    assert resolve_policy("best-static", "dlrm", [])[1] == shipped

@@ -106,10 +106,10 @@ def test_threshold_is_on_the_rounded_percentage():
 
 
 def test_weights_and_factors_from_the_spec():
-    policy, c = _attached(make_policy("koord-loadaware:cpu_weight=3;mem_weight=1"))
+    policy, c = _attached(make_policy("koord-loadaware:cpu_weight=3:mem_weight=1"))
     # n0: (3 x 53 + 57) // 4 = 216 // 4 = 54; n2: (3 x 64 + 18) // 4 = 210 // 4 = 52
     assert policy.score(_pod(), np.array([0, 2]), c).tolist() == [54, 52]
-    policy, c = _attached(make_policy("koord-loadaware:cpu_factor=100;mem_factor=100"))
+    policy, c = _attached(make_policy("koord-loadaware:cpu_factor=100:mem_factor=100"))
     assert policy.args == LoadAwareArgs(cpu_factor=100, mem_factor=100)
     # estimate = the request (1000m, 2000Mi): n0 used (2000, 4048): least CPU 50, mem 414400 // 8192 = 50 -> 50
     assert policy.score(_pod(), np.array([0]), c).tolist() == [50]

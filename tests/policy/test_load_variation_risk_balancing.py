@@ -74,7 +74,7 @@ def test_scores_by_hand():
 
 
 def test_margin_and_sensitivity_from_the_spec():
-    policy = make_policy("trimaran-lvrb:margin=2;sensitivity=2;window_s=120")
+    policy = make_policy("trimaran-lvrb:margin=2:sensitivity=2:window_s=120")
     assert policy.args == LoadVariationRiskBalancingArgs(margin=2.0, sensitivity=2.0, window_s=120.0)
     policy, c, _ = _setup(policy)
     # n0 CPU: sigma = 2 x sqrt(0.25) = 1 -> risk (0.75 + 1)/2 = 0.875 -> 12.5; mem 81.25 -> 12.5 -> 13 (Go; NumPy 12)

@@ -94,15 +94,42 @@ def test_bad_arguments_are_named(weights, tau, match):
 
 
 def test_spec_round_trip_and_errors():
-    p = make_policy("static-weights:w=0.4,0.3,0.2,0.1;tau=0.5")
+    p = make_policy("static-weights:w=0.4/0.3/0.2/0.1:tau=0.5")
     assert p.weights.tolist() == [0.4, 0.3, 0.2, 0.1] and p.tau == 0.5
+    assert p.spec == "static-weights:w=0.4/0.3/0.2/0.1:tau=0.5"
     assert make_policy(p.spec).weights.tolist() == p.weights.tolist()
     with pytest.raises(ValueError, match="unknown argument"):
         make_policy("static-weights:x=1")
-    with pytest.raises(ValueError, match="expected w=a,b,c,d"):
-        make_policy("static-weights:w=a,b,c,d")
+    with pytest.raises(ValueError, match="expected w=a/b/c/d"):
+        make_policy("static-weights:w=a/b/c/d")
     with pytest.raises(ValueError, match="takes no arguments"):
         make_policy("random:x=1")
+
+
+def test_the_older_spec_syntax_is_still_read():
+    old = make_policy("static-weights:w=0.4,0.3,0.2,0.1;tau=0.5")
+    assert old.weights.tolist() == [0.4, 0.3, 0.2, 0.1] and old.tau == 0.5
+    assert old.spec == "static-weights:w=0.4/0.3/0.2/0.1:tau=0.5"
+    assert make_policy("k8s-most-allocated:cpu_weight=3;mem_weight=1").args == \
+        make_policy("k8s-most-allocated:cpu_weight=3:mem_weight=1").args
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(0.001, 10), min_size=4, max_size=4), st.floats(0, 1))
+def test_a_printed_spec_needs_no_shell_quoting_and_reads_back(raw, tau):
+    """The shell ate the ``;tau=...`` of the older syntax: a spec as printed (best-static's stored
+    result, a run record) must survive being pasted unquoted, and split whole out of --policies."""
+    import shlex
+
+    from td3sched.evaluate.grid import split_policies
+
+    p = StaticWeights(np.array(raw) / np.sum(raw), tau)
+    assert shlex.quote(p.spec) == p.spec  # no character a POSIX shell treats specially
+    assert shlex.split(f"td3sched simulate --policy {p.spec}")[-1] == p.spec
+    back = make_policy(p.spec)
+    assert np.allclose(back.weights, p.weights, atol=1e-5) and back.tau == pytest.approx(p.tau, abs=1e-5)
+    assert split_policies([f"k8s-default,{p.spec},random"], ["k8s-default", "static-weights", "random"]) == [
+        "k8s-default", p.spec, "random"]
 
 
 @settings(max_examples=50, deadline=None)

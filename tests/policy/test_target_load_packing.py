@@ -115,7 +115,7 @@ def test_the_simulator_spreads_a_burst_between_scrapes():
 
 
 def test_spec_arguments_and_their_validation():
-    policy = make_policy("trimaran-tlp:target_pct=70;multiplier=2;default_cpu_milli=2000")
+    policy = make_policy("trimaran-tlp:target_pct=70:multiplier=2:default_cpu_milli=2000")
     assert policy.args == TargetLoadPackingArgs(target_pct=70, multiplier=2.0, default_cpu_milli=2000)
     policy, c = _attached(policy)
     # T = 70, predicted 2000 (default): n0 U = 100 x 2400/4000 = 60 -> round(30 x 60/70 + 70) = round(95.71) = 96

@@ -71,7 +71,7 @@ def test_deterministic_given_the_seed():
         rng = np.random.default_rng(0)
         trace = [obs]
         for _ in range(150):
-            obs, reward, _, truncated, _ = env.step(rng.uniform(-5, 5, 5))
+            obs, reward, _, truncated, _ = env.step(rng.uniform(-1, 1, 5))
             trace += [obs, np.array([reward])]
             if truncated:
                 obs, _ = env.reset()
@@ -139,3 +139,63 @@ def test_bad_arguments_are_refused():
         env.step([0, 0, np.inf, 0, 0])
     env.step(np.zeros(5))  # the episode goes on after a refused action
     env.close()
+
+
+def test_the_action_space_is_the_conventional_box_scaled_onto_the_pre_activations():
+    """[-1, 1]^5 for any agent (Gymnasium's env checker asks for a symmetric, normalised box); ``step(a)`` is
+    ``step_logits(LOGIT_LIMIT * a)``, the units td3sched's own TD3 acts in, so its training is unchanged."""
+    import warnings
+
+    from td3sched.rl.actions import LOGIT_LIMIT, action_to_weights
+
+    from gymnasium.utils.env_checker import check_env
+
+    env = ClusterSchedulingEnv("tiny", "train", 1.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env, skip_render_check=True)
+    assert not [w for w in caught if "action" in str(w.message).lower()], [str(w.message) for w in caught]
+    env.close()
+    env = gym.make(ENV_ID, scenario="tiny", span="train", episode_hours=1.0)
+    space = env.action_space
+    assert space.shape == (5,) and space.dtype == np.float32
+    assert np.all(space.low == -1.0) and np.all(space.high == 1.0)
+    env.close()
+
+    a, b = ClusterSchedulingEnv("tiny", "train", 1.0), ClusterSchedulingEnv("tiny", "train", 1.0)
+    a.reset(seed=4)
+    b.reset(seed=4)
+    rng = np.random.default_rng(4)
+    for _ in range(40):
+        action = rng.uniform(-1, 1, 5).astype(np.float32)
+        got_a, got_b = a.step(action), b.step_logits(LOGIT_LIMIT * action)
+        assert np.array_equal(got_a[0], got_b[0]) and got_a[1] == got_b[1]
+        weights, tau = action_to_weights(LOGIT_LIMIT * action)
+        assert np.allclose(got_a[4]["weights"], weights) and got_a[4]["tau"] == pytest.approx(tau)
+        if got_a[3]:
+            break
+    a.close()
+    b.close()
+
+
+def test_the_entry_point_registers_the_env_in_a_fresh_interpreter():
+    """pyproject's gymnasium.envs entry point names a function that registers ENV_ID (Gymnasium 0.29
+    calls it on import); and the module-qualified id works with any Gymnasium, importing nothing first."""
+    import subprocess
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    target = pyproject["project"]["entry-points"]["gymnasium.envs"]["td3sched"]
+    module, func = target.split(":")
+    code = (f"import importlib, gymnasium as gym; assert {ENV_ID!r} not in gym.registry; "
+            f"getattr(importlib.import_module({module!r}), {func!r})(); "
+            f"e = gym.make({ENV_ID!r}, scenario='tiny', episode_hours=1.0); print(e.action_space)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Box(-1.0, 1.0, (5,), float32)" in proc.stdout
+    code = (f"import gymnasium as gym; e = gym.make('td3sched.envs:{ENV_ID}', scenario='tiny', episode_hours=1.0); "
+            "print(type(e.unwrapped).__name__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "ClusterSchedulingEnv" in proc.stdout, proc.stderr

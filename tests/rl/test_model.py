@@ -4,6 +4,7 @@ env, and a corrupt or mismatched model is refused with the file and what was exp
 from __future__ import annotations
 
 import json
+import shutil
 import warnings
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from td3sched.rl.model import CARD_FILE, MODEL_FILE, ModelError, load_model  # n
 from td3sched.rl.observation import OBSERVATION_SIZE  # noqa: E402
 from td3sched.rl.policy import TD3Policy  # noqa: E402
 from td3sched.rl.td3 import TD3, TD3Config  # noqa: E402
+from td3sched.shipped import MODELS_ENV, SHIPPED_MODELS  # noqa: E402
 from td3sched.simulator.engine import Simulation  # noqa: E402
 
 CONFIG = TD3Config(hidden=(32, 32), batch_size=16, buffer_size=1000, learning_starts=0)
@@ -62,7 +64,7 @@ def test_td3_policy_in_the_harness_places_as_the_env_does(tmp_path):
     env = ClusterSchedulingEnv("tiny", "test", 3.0)
     obs, _ = env.reset(seed=3)
     while True:
-        obs, _, _, truncated, info = env.step(policy.model.act(obs))
+        obs, _, _, truncated, info = env.step_logits(policy.model.act(obs))
         if truncated:
             break
     ep = env.episode
@@ -193,7 +195,7 @@ def test_a_card_that_disagrees_with_the_model_is_refused(tmp_path):
         load_model(folder)
 
 
-SHIPPED = sorted((Path(__file__).resolve().parents[2] / "models").glob("td3-*"))
+SHIPPED = sorted(SHIPPED_MODELS.glob("td3-*"))
 
 
 @pytest.mark.parametrize("folder", SHIPPED, ids=[f.name for f in SHIPPED])
@@ -213,6 +215,21 @@ def test_the_demo_model_is_shipped():
     assert "td3-dlrm" in [f.name for f in SHIPPED]
 
 
+def test_a_shipped_model_is_found_by_name_from_any_folder(tmp_path, monkeypatch):
+    """Outside a checkout, td3:td3-dlrm and td3:models/td3-dlrm name the model shipped in the package;
+    a folder of that name in the user's models folder ($TD3SCHED_MODELS) comes first."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(MODELS_ENV, raising=False)
+    for name in ("td3-dlrm", "models/td3-dlrm"):
+        assert Path(load_model(name).folder) == SHIPPED_MODELS / "td3-dlrm"
+    own = tmp_path / "mine"
+    shutil.copytree(SHIPPED_MODELS / "td3-dlrm-seed", own / "td3-dlrm")
+    monkeypatch.setenv(MODELS_ENV, str(own))
+    assert Path(load_model("td3-dlrm").folder) == own / "td3-dlrm"
+    with pytest.raises(ModelError, match="td3-openb-seed"):  # a name found nowhere lists the shipped ones
+        load_model("td3-nothing")
+
+
 @pytest.mark.parametrize("mode", ["full", "seed"])
 def test_inspect_model_reports_the_actions_taken_and_the_critics_spread(tmp_path, mode):
     from td3sched.rl.diagnose import inspect_model
@@ -225,7 +242,7 @@ def test_inspect_model_reports_the_actions_taken_and_the_critics_spread(tmp_path
     taken, reward = [], 0.0
     while True:
         taken.append(action_to_weights(model.act(obs), mode))
-        obs, r, _, truncated, _ = env.step(model.act(obs))
+        obs, r, _, truncated, _ = env.step_logits(model.act(obs))
         reward += r
         if truncated:
             break

@@ -67,7 +67,7 @@ def test_measure_is_the_first_critic_on_the_actors_action_and_the_discounted_ret
     observations, rewards = [], []
     while True:
         observations.append(obs)
-        obs, reward, terminated, truncated, _ = env.step(agent.predict(obs))
+        obs, reward, terminated, truncated, _ = env.step_logits(agent.predict(obs))
         rewards.append(reward)
         if terminated or truncated:
             break

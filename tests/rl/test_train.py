@@ -62,7 +62,7 @@ def _episode_return(env, window, act) -> float:
     obs, _ = env.reset(options={"episode": window})
     total = 0.0
     while True:
-        obs, reward, terminated, truncated, _ = env.step(act(obs))
+        obs, reward, terminated, truncated, _ = env.step_logits(act(obs))
         total += reward
         if terminated or truncated:
             return total

@@ -9,6 +9,7 @@ worker that dies (killed process, lost Ray node) is turned into a failed outcome
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import socket
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -49,10 +50,35 @@ def check_ray_address(address: str | None, timeout_s: float = 5.0) -> None:
         raise GridError(f"--ray {address!r}: no Ray cluster answers there ({exc})") from None
 
 
+def _ignore_sigint() -> None:
+    """Worker initializer: Ctrl-C is the parent's to handle (it stops the workers itself), so a
+    worker never prints a KeyboardInterrupt traceback of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop ``pool`` now: cancel the runs not started, terminate the workers running the others, and
+    wait for the pool's manager thread to end.
+
+    ``shutdown(wait=False)`` alone leaves the running calls and the manager thread alive: the
+    interpreter then waits at exit for runs that may take minutes, and its exit hook races the
+    thread closing its wake-up pipe ("Exception ignored ... Bad file descriptor"). The executor has
+    no public way to stop a running call, hence its private ``_processes``.
+    """
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in workers:
+        process.terminate()
+    for process in workers:
+        process.join()
+    pool.shutdown(wait=True)  # the manager thread sees the workers gone and ends
+
+
 class LocalBackend:
     """``workers`` local processes, spawned (no state forked from the parent's threads, such as the
     progress bar's). As with any spawned pool, a script that calls ``run_grid`` needs the usual
-    ``if __name__ == "__main__":`` guard; the ``td3sched`` command has it."""
+    ``if __name__ == "__main__":`` guard; the ``td3sched`` command has it. Workers ignore SIGINT;
+    an interrupt (or any error) in the parent terminates them before it propagates."""
 
     name = "local"
 
@@ -69,7 +95,8 @@ class LocalBackend:
         pending = deque(tasks)
         ctx = multiprocessing.get_context("spawn")
         size = max(1, min(self.capacity, len(tasks)))
-        pool = ProcessPoolExecutor(max_workers=size, mp_context=ctx)
+        start = lambda: ProcessPoolExecutor(max_workers=size, mp_context=ctx, initializer=_ignore_sigint)  # noqa: E731
+        pool = start()
         inflight: dict = {}
         try:
             while pending or inflight:
@@ -78,8 +105,8 @@ class LocalBackend:
                     try:
                         fut = pool.submit(execute, task)
                     except BrokenProcessPool:  # a worker died: start a fresh pool, go on
-                        pool.shutdown(wait=False, cancel_futures=True)
-                        pool = ProcessPoolExecutor(max_workers=size, mp_context=ctx)
+                        stop_pool(pool)
+                        pool = start()
                         continue
                     pending.popleft()
                     inflight[fut] = task
@@ -93,7 +120,7 @@ class LocalBackend:
                         outcome = failure(exc)
                     finished(task, outcome)
         except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
+            stop_pool(pool)
             raise
         pool.shutdown(wait=True)
 

@@ -155,9 +155,10 @@ def split_policies(values: Iterable[str], names: Iterable[str], everything: Iter
     """Policy specs from comma-separated ``--policies`` values, ``all`` expanded (to ``everything``,
     by default ``names``), duplicates dropped.
 
-    A spec's arguments may themselves hold commas (``static-weights:w=0.4,0.3,0.2,0.1;tau=0.5``):
-    a piece that is not a registered name, not ``all`` and has no colon of its own continues the
-    arguments of the spec before it. Repeat ``--policies`` to keep specs apart unambiguously.
+    A spec's arguments hold no comma in the current syntax (``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5``).
+    In the older one they may (``static-weights:w=0.4,0.3,0.2,0.1;tau=0.5``): a piece that is not a
+    registered name, not ``all`` and has no colon of its own continues the arguments of the spec
+    before it. Repeat ``--policies`` to keep such specs apart unambiguously.
     """
     registered = list(names)
     expanded = registered if everything is None else list(everything)
@@ -304,10 +305,12 @@ class _Status:
         self.progress = None
         self.console = console
         if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
 
             self.progress = Progress(TextColumn("[bold]evaluate[/bold] {task.description}"), BarColumn(),
-                                     MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
+                                     MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+                                     TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
                                      console=console, transient=False)
             self.task = self.progress.add_task(f"{spec.scenario}/{spec.span}", total=total, completed=reused,
                                                status=f"{reused} reused" if reused else "")

@@ -46,33 +46,61 @@ def _file_part(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-def metric_bars(out: Path, metric: str, label: str, policies: list[str], stats: dict[str, Summary]) -> Plot | None:
-    """Bar of the mean per policy with its 95% interval as an error bar (none for 1 seed)."""
+DEFAULT_COLOUR = "#7f7f7f"
+LOG_SPAN = 100.0
+"""Bars go on a log axis when the largest mean is this many times the smallest (all above 0)."""
+
+
+def policy_colours(policies: list[str]) -> dict[str, str]:
+    """One colour per policy for every figure of a report: grey for k8s-default, the others in the
+    grid's order through matplotlib's tab10 cycle."""
+    others = [p for p in policies if p != "k8s-default"]
+    colours = {p: f"C{i % 10}" for i, p in enumerate(others)}
+    colours["k8s-default"] = DEFAULT_COLOUR
+    return colours
+
+
+def short_label(policy: str, width: int = 28) -> str:
+    """A policy's label in figures and the terminal: a td3 model by its folder's name
+    (``td3:runs/a/td3-dlrm`` -> ``td3:td3-dlrm``), anything else cut to ``width`` characters."""
+    name, sep, args = policy.partition(":")
+    if sep and name == "td3":
+        policy = f"td3:{Path(args.rstrip('/')).name or args}"
+    return policy if len(policy) <= width else policy[: width - 1] + "…"
+
+
+_short = short_label
+
+
+def metric_bars(out: Path, metric: str, label: str, policies: list[str], stats: dict[str, Summary],
+                colours: dict[str, str] | None = None) -> Plot | None:
+    """Horizontal bar of the mean per policy with its 95% interval as an error bar (none for 1 seed):
+    labels never overlap, the axis is logarithmic when the means span orders of magnitude, and a
+    metric that is 0 for every policy gets no figure (None)."""
     present = [p for p in policies if stats.get(p) and stats[p].mean is not None]
-    if not present:
+    if not present or all(stats[p].mean == 0 and (stats[p].high or 0) == 0 for p in present):
         return None
-    fig = _figure(max(4.0, 1.2 * len(present) + 2.5), 3.6)
+    colours = colours or policy_colours(policies)
+    fig = _figure(7.0, 1.2 + 0.45 * len(present))
     ax = fig.add_subplot()
-    means = [stats[p].mean for p in present]
-    errs = [stats[p].half if stats[p].half is not None else 0.0 for p in present]
-    colors = ["#7f7f7f" if p == "k8s-default" else f"C{i % 10}" for i, p in enumerate(present)]
-    x = np.arange(len(present))
-    ax.bar(x, means, yerr=errs, capsize=6, color=colors, edgecolor="black", linewidth=0.5)
-    ax.set_xticks(x, [_short(p) for p in present], rotation=20 if len(present) > 3 else 0, ha="right"
-                  if len(present) > 3 else "center")
-    ax.set_ylabel(label)
+    means = np.array([stats[p].mean for p in present])
+    errs = np.array([[s.mean - s.low, s.high - s.mean] if s.low is not None else [0.0, 0.0]
+                     for s in (stats[p] for p in present)]).T  # asymmetric: a bootstrap interval stays >= 0
+    y = np.arange(len(present))[::-1]  # the first policy on top
+    ax.barh(y, means, xerr=errs, capsize=4, color=[colours.get(p, "C9") for p in present], edgecolor="black",
+            linewidth=0.5)
+    ax.set_yticks(y, [short_label(p) for p in present])
+    if np.all(means > 0) and means.max() / means.min() >= LOG_SPAN:
+        ax.set_xscale("log")
+    ax.set_xlabel(label)
     ax.set_title(f"{metric} (mean, 95% CI over seeds)")
-    ax.grid(axis="y", alpha=0.3)
+    ax.grid(axis="x", alpha=0.3, which="both")
     path = out / f"metric_{_file_part(metric)}.png"
     _save(fig, path)
     return Plot(path, metric, f"{label}: mean per policy with its 95% interval over seeds.")
 
 
-def _short(policy: str, width: int = 28) -> str:
-    return policy if len(policy) <= width else policy[: width - 1] + "…"
-
-
-def time_series(out: Path, series: dict[str, tuple[int, dict]]) -> Plot | None:
+def time_series(out: Path, series: dict[str, tuple[int, dict]], colours: dict[str, str] | None = None) -> Plot | None:
     """Cluster CPU utilisation and provisioned nodes per simulated hour, one line per policy."""
     usable = {p: (seed, s) for p, (seed, s) in series.items()
               if isinstance(s, dict) and (s.get("cpu_util") or s.get("nodes"))}
@@ -80,8 +108,9 @@ def time_series(out: Path, series: dict[str, tuple[int, dict]]) -> Plot | None:
         return None
     fig = _figure(8.0, 5.5)
     ax_cpu, ax_nodes = fig.subplots(2, 1, sharex=True)
-    for i, (policy, (seed, s)) in enumerate(usable.items()):
-        color = "#555555" if policy == "k8s-default" else f"C{i % 10}"
+    colours = colours or policy_colours(list(usable))
+    for policy, (seed, s) in usable.items():
+        color = colours.get(policy, "C9")
         label = f"{_short(policy)} (seed {seed})"
         if s.get("cpu_util"):
             ax_cpu.plot(np.arange(len(s["cpu_util"])), 100 * np.asarray(s["cpu_util"], float), color=color, label=label)
@@ -93,19 +122,20 @@ def time_series(out: Path, series: dict[str, tuple[int, dict]]) -> Plot | None:
     ax_nodes.set_xlabel("hour of the span")
     ax_cpu.grid(alpha=0.3)
     ax_nodes.grid(alpha=0.3)
-    ax_cpu.legend(fontsize="small", loc="best")
+    ax_cpu.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside the data
     path = out / "timeseries.png"
     _save(fig, path)
     return Plot(path, "CPU utilisation and nodes over time",
                 "Hourly means of cluster CPU utilisation and provisioned nodes (series_hourly), one seed per policy.")
 
 
-def latency_cdf(out: Path, hists: dict[str, tuple[int, list]]) -> Plot | None:
+def latency_cdf(out: Path, hists: dict[str, tuple[int, list]], colours: dict[str, str] | None = None) -> Plot | None:
     """CDF of latency-sensitive latency from ``latency_hist`` ([upper_edge_ms, count] pairs)."""
     fig = _figure(7.0, 4.0)
     ax = fig.add_subplot()
     drawn = 0
-    for i, (policy, (seed, hist)) in enumerate(hists.items()):
+    colours = colours or policy_colours(list(hists))
+    for policy, (seed, hist) in hists.items():
         try:
             arr = np.asarray(hist, dtype=float).reshape(-1, 2)
         except (TypeError, ValueError):
@@ -116,7 +146,7 @@ def latency_cdf(out: Path, hists: dict[str, tuple[int, list]]) -> Plot | None:
         if total <= 0:
             continue
         cdf = np.cumsum(arr[:, 1]) / total
-        color = "#555555" if policy == "k8s-default" else f"C{i % 10}"
+        color = colours.get(policy, "C9")
         ax.step(arr[:, 0], cdf, where="post", color=color, label=f"{_short(policy)} (seed {seed})")
         drawn += 1
     if not drawn:
@@ -126,7 +156,7 @@ def latency_cdf(out: Path, hists: dict[str, tuple[int, list]]) -> Plot | None:
     ax.set_ylabel("fraction of samples")
     ax.set_ylim(0, 1.0)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize="small", loc="lower right")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside the data
     path = out / "latency_cdf.png"
     _save(fig, path)
     return Plot(path, "Latency CDF", "CDF of latency-sensitive pod latency (latency_hist), one seed per policy.")

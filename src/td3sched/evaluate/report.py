@@ -101,9 +101,15 @@ class Doc:
                     out += [f"*{caption}*", ""]
         return "\n".join(out).rstrip() + "\n"
 
-    def html(self) -> str:
+    def html(self, base: Path | None = None) -> str:
+        """One self-contained page: images under ``base`` are inlined (base64), so the file can be
+        mailed alone; consecutive figures share a grid."""
         body = [f"<h1>{_inline(self.title)}</h1>"]
+        figures: list[str] = []
         for kind, value in self.blocks:
+            if kind != "img" and figures:
+                body.append('<div class="figures">' + "".join(figures) + "</div>")
+                figures = []
             if kind in ("h2", "h3"):
                 body.append(f"<{kind}>{_inline(str(value))}</{kind}>")
             elif kind == "p":
@@ -115,9 +121,21 @@ class Doc:
             elif kind == "img":
                 src, alt, caption = value
                 cap = f"<figcaption>{_inline(caption)}</figcaption>" if caption else ""
-                body.append(f'<figure><img src="{html.escape(src, quote=True)}" alt="{html.escape(alt, quote=True)}">'
-                            f"{cap}</figure>")
+                figures.append(f'<figure><img src="{_image_src(src, base)}" alt="{html.escape(alt, quote=True)}">'
+                               f"{cap}</figure>")
+        if figures:
+            body.append('<div class="figures">' + "".join(figures) + "</div>")
         return _PAGE.format(title=html.escape(self.title), body="\n".join(body))
+
+
+def _image_src(src: str, base: Path | None) -> str:
+    """A data: URI of the PNG ``base / src`` when it exists, else the link as it is."""
+    import base64
+
+    path = base / src if base is not None else None
+    if path is not None and path.is_file() and path.suffix.lower() == ".png":
+        return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+    return html.escape(src, quote=True)
 
 
 def _md_cell(text: str) -> str:
@@ -158,7 +176,7 @@ def _html_table(t: Table) -> str:
     head = "".join(f"<th{cls(a)}>{_inline(h)}</th>" for h, a in zip(t.header, align))
     rows = "".join("<tr>" + "".join(f"<td{cls(a)}>{_inline(c)}</td>" for c, a in zip(row, align)) + "</tr>"
                    for row in t.rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    return f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
 
 
 _PAGE = """<!DOCTYPE html>
@@ -171,13 +189,15 @@ body {{ font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; ma
        padding: 0 1em; color: #222; line-height: 1.45; }}
 h1, h2, h3 {{ line-height: 1.2; }}
 h2 {{ border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 1.6em; }}
-table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; display: block; overflow-x: auto; }}
+.table-wrap {{ max-width: 100%; overflow-x: auto; margin: 1em 0; }}
+table {{ border-collapse: collapse; font-size: 0.9em; }}
 th, td {{ border: 1px solid #ccc; padding: .3em .6em; text-align: left; white-space: nowrap; }}
 th {{ background: #f3f3f3; }}
 td.num, th.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
 tr:nth-child(even) td {{ background: #fafafa; }}
 code {{ background: #f3f3f3; padding: 0 .25em; border-radius: 3px; }}
-figure {{ margin: 1.2em 0; }}
+.figures {{ display: grid; grid-template-columns: repeat(auto-fill, minmax(460px, 1fr)); gap: 1em; }}
+figure {{ margin: 0; }}
 figure img {{ max-width: 100%; border: 1px solid #eee; }}
 figcaption {{ color: #555; font-size: 0.9em; }}
 </style>
@@ -208,11 +228,20 @@ def fmt_signed(x: float | None) -> str:
 
 
 def fmt_ci(s: Summary | None) -> str:
+    """``mean ± half`` for a t interval, ``mean [low, high]`` for a bootstrap one, ``± n/a`` for none."""
     if s is None or s.mean is None:
         return "n/a"
-    if s.half is None:
+    if s.low is None:
         return f"{fmt(s.mean)} ± n/a"
+    if s.half is None:
+        return f"{fmt(s.mean)} [{fmt(s.low)}, {fmt(s.high)}]"
     return f"{fmt(s.mean)} ± {fmt(s.half)}"
+
+
+def bounded_at_zero(metric: str, values) -> bool:
+    """Whether ``metric`` cannot be negative (times, counts, rates, fractions): its interval is then
+    the bootstrap's (``stats.summarize``). Rewards, and any metric with a negative value, are not."""
+    return "reward" not in metric and all(v >= 0 for v in values)
 
 
 def metric_value(record: dict, name: str):
@@ -295,7 +324,9 @@ def analyse(result: GridResult) -> Analysis:
     present = [m for m in names if any(values[p][m] for p in policies)]
     missing = [m for m in KEY_NAMES if m not in present]
     metrics = [m for m in names if m in present]
-    stats = {p: {m: summarize(values[p][m].values()) for m in names} for p in policies}
+    zero = {m: bounded_at_zero(m, [v for p in policies for v in values[p][m].values()]) for m in names}
+    stats = {p: {m: summarize(values[p][m].values(), lower_bound=0.0 if zero[m] else None) for m in names}
+             for p in policies}
     return Analysis(result, policies, metrics, values, stats, missing)
 
 
@@ -307,8 +338,10 @@ def _setup_line(result: GridResult) -> str:
     spec = result.spec
     ov = ", ".join(f"`{o}`" for o in spec.overrides) if spec.overrides else "none"
     return (f"Scenario `{spec.scenario}`, span `{spec.span}`, seeds 1..{spec.seeds}, overrides: {ov}. "
-            f"Values are means over seeds ± the half-width of the {CONFIDENCE:.0%} confidence interval "
-            f"(Student t, n-1 degrees of freedom).")
+            f"Values are means over seeds with their {CONFIDENCE:.0%} confidence interval: `mean [low, high]`, the "
+            f"percentile bootstrap of the mean, for metrics that cannot be negative (skewed across seeds: a "
+            f"t interval would reach below 0); `mean ± half-width` (Student t, n-1 degrees of freedom) for the "
+            f"others.")
 
 
 def summary_doc(a: Analysis) -> tuple[Doc, str]:
@@ -343,11 +376,12 @@ def summary_doc(a: Analysis) -> tuple[Doc, str]:
 
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["policy", "metric", "n", "mean", "std", "ci95_half", "ci95_low", "ci95_high"])
+    w.writerow(["policy", "metric", "n", "mean", "std", "ci95_half", "ci95_low", "ci95_high", "ci_method"])
     for p in a.policies:
         for m in a.metrics:
             s = a.stats[p][m]
-            w.writerow([p, m, s.n, *("" if v is None else repr(v) for v in (s.mean, s.std, s.half, s.low, s.high))])
+            w.writerow([p, m, s.n, *("" if v is None else repr(v) for v in (s.mean, s.std, s.half, s.low, s.high)),
+                        s.method if s.low is not None else ""])
     return doc, buf.getvalue()
 
 
@@ -379,7 +413,7 @@ def vs_default_doc(a: Analysis) -> Doc:
     header = ["metric", f"`{DEFAULT_POLICY}`"]
     align = ["l", "r"]
     for p in others:
-        header += [f"`{p}`", "Δ", "Δ%"]
+        header += [f"`{p}`", f"Δ `{p}`", f"Δ% `{p}`"]  # each delta column names its policy
         align += ["r", "r", "r"]
     rows = []
     for m in KEY_NAMES:
@@ -427,22 +461,29 @@ def make_plots(a: Analysis, out: Path):
     for stale in plots_dir.glob("*.png"):  # figures of an earlier invocation that may not apply now
         stale.unlink()
     result = P.Plots()
+    colours = P.policy_colours(a.policies)  # one colour per policy in every figure
+    zero = []
     for m in a.metrics:
         if m not in KEY_NAMES:
             continue
-        plot = P.metric_bars(plots_dir, m, LABEL.get(m, m), a.policies, {p: a.stats[p][m] for p in a.policies})
+        plot = P.metric_bars(plots_dir, m, LABEL.get(m, m), a.policies, {p: a.stats[p][m] for p in a.policies},
+                             colours)
         if plot:
             result.items.append(plot)
+        else:
+            zero.append(m)
+    if zero:
+        result.notes.append(f"No figure for {', '.join(f'`{m}`' for m in zero)}: 0 for every policy.")
     firsts = {p: a.first_record(p) for p in a.policies}
     firsts = {p: v for p, v in firsts.items() if v is not None}
     series = {p: (seed, rec.get("series_hourly")) for p, (seed, rec) in firsts.items()}
-    plot = P.time_series(plots_dir, series)
+    plot = P.time_series(plots_dir, series, colours)
     if plot:
         result.items.append(plot)
     else:
         result.notes.append("CPU utilisation / nodes over time: skipped, no run record has `series_hourly`.")
     hists = {p: (seed, rec["latency_hist"]) for p, (seed, rec) in firsts.items() if rec.get("latency_hist")}
-    plot = P.latency_cdf(plots_dir, hists) if hists else None
+    plot = P.latency_cdf(plots_dir, hists, colours) if hists else None
     if plot:
         result.items.append(plot)
     else:
@@ -516,7 +557,7 @@ def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path) -> 
                  "`runs/<policy>__seed<k>.json`: one record per run (what `td3sched simulate --out` writes)",
                  "`summary.md`, `summary.csv`: every metric per policy, mean and interval",
                  "`vs-default.md`: the case-study table against the default kube-scheduler",
-                 "`plots/*.png`: the figures above"])
+                 "`plots/*.png`: the figures above (inlined in `report.html`, which stands alone)"])
     return doc
 
 
@@ -533,5 +574,5 @@ def write_reports(result: GridResult) -> ReportFiles:
     write_text_atomic(files.summary_csv, summary_csv)
     write_text_atomic(files.vs_default_md, vs.markdown())
     write_text_atomic(files.report_md, report.markdown())
-    write_text_atomic(files.report_html, report.html())
+    write_text_atomic(files.report_html, report.html(out))
     return files

@@ -1,116 +1,70 @@
-"""Means and 95% confidence intervals over seeds (Student t), with no dependency beyond the stdlib.
+"""Means and 95% confidence intervals over seeds, from ``scipy.stats``.
 
-``summarize(values)`` gives the mean, the sample standard deviation and the half-width of the 95%
-interval ``t_{0.975, n-1} * s / sqrt(n)``. With one value the interval is undefined: ``half`` is
-None (never a crash, never a made-up number). ``paired_difference`` does the same for per-seed
-differences between two policies: the seeds share their workload, so pairing removes its noise.
+``summarize(values)`` gives the mean, the sample standard deviation and the 95% interval of the
+mean, by one of two methods:
+
+- ``t`` (the default): Student's t, ``mean ± t_{0.975, n-1} * s / sqrt(n)`` (``scipy.stats.t``),
+  symmetric; ``half`` is its half-width. For metrics that can take either sign (the episode reward)
+  and for paired differences.
+- ``bootstrap``, for a metric that cannot be negative (``lower_bound=0``: latency, pending time,
+  violations, OOM kills, fractions): the percentile bootstrap of the mean
+  (``scipy.stats.bootstrap``, 9,999 resamples, a fixed generator so a report is reproducible). Such
+  metrics are skewed across seeds (one bad seed), and a t interval then reaches below zero, which
+  no value can; a percentile interval stays within the values' range. It is asymmetric: ``half`` is
+  None, ``low`` and ``high`` carry it. With few seeds it is narrower than the t interval (it cannot
+  see beyond the values drawn).
+
+With one value there is no interval: ``low``, ``high`` and ``half`` are None (never a crash, never a
+made-up number). ``paired_difference`` summarises per-seed differences between two policies (the
+seeds share their workload, so pairing removes its noise) with the t interval.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+import numpy as np
+from scipy import stats as sps
+
 CONFIDENCE = 0.95
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c = 1.0
-    d = 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        step = d * c
-        h *= step
-        if abs(step - 1.0) < 1e-15:
-            break
-    return h
-
-
-def betainc(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
-    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t > 0 else tail
+BOOTSTRAP_RESAMPLES = 9999
+BOOTSTRAP_SEED = 0
 
 
 def t_quantile(p: float, df: float) -> float:
-    """The ``p`` quantile of Student's t (bisection on the CDF; |error| < 1e-10)."""
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"quantile p={p}: expected 0 < p < 1")
     if df <= 0:
         raise ValueError(f"degrees of freedom {df}: expected > 0")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    if p == 0.5:
-        return 0.0
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
+    return float(sps.t.ppf(p, df))
 
 
 @dataclass(frozen=True)
 class Summary:
-    """Mean of ``n`` values with the half-width of their 95% interval (None when n < 2)."""
+    """Mean of ``n`` values with its 95% interval [low, high] (None when n < 2); ``half`` is the
+    half-width of a symmetric (t) interval, None for a bootstrap one."""
 
     n: int
     mean: float | None
     std: float | None
     half: float | None
-
-    @property
-    def low(self) -> float | None:
-        return None if self.half is None or self.mean is None else self.mean - self.half
-
-    @property
-    def high(self) -> float | None:
-        return None if self.half is None or self.mean is None else self.mean + self.half
+    low: float | None = None
+    high: float | None = None
+    method: str = "t"
 
     @property
     def defined(self) -> bool:
-        return self.half is not None
+        return self.low is not None
 
     def excludes_zero(self) -> bool | None:
         """Whether the interval lies entirely above or below 0 (None when it is undefined)."""
-        if self.half is None or self.mean is None:
+        if self.low is None or self.high is None:
             return None
-        return abs(self.mean) > self.half
+        return self.low > 0 or self.high < 0
 
 
 def _numbers(values: Iterable) -> list[float]:
@@ -124,8 +78,20 @@ def _numbers(values: Iterable) -> list[float]:
     return out
 
 
-def summarize(values: Iterable, confidence: float = CONFIDENCE) -> Summary:
-    """Mean, sample std and CI half-width of the finite numbers in ``values`` (others are skipped)."""
+def _bootstrap(xs: list[float], confidence: float) -> tuple[float, float]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # few distinct values: scipy warns the distribution is degenerate
+        res = sps.bootstrap((np.asarray(xs),), np.mean, confidence_level=confidence, method="percentile",
+                            n_resamples=BOOTSTRAP_RESAMPLES, vectorized=True,
+                            rng=np.random.default_rng(BOOTSTRAP_SEED))
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return max(low, min(xs)), min(high, max(xs))  # the percentile of resample means, inside the values' range
+
+
+def summarize(values: Iterable, confidence: float = CONFIDENCE, lower_bound: float | None = None) -> Summary:
+    """Mean, sample std and interval of the finite numbers in ``values`` (others are skipped). With
+    ``lower_bound`` (the metric's smallest possible value, 0 for counts, times and fractions) the
+    interval is the percentile bootstrap's, never below any value; otherwise Student's t."""
     xs = _numbers(values)
     n = len(xs)
     if n == 0:
@@ -134,16 +100,18 @@ def summarize(values: Iterable, confidence: float = CONFIDENCE) -> Summary:
     if n == 1:
         return Summary(1, mean, None, None)
     if max(xs) - min(xs) <= 1e-12 * max(abs(x) for x in xs):
-        std = 0.0  # equal values: no rounding noise dressed up as spread
-    else:
-        std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+        return Summary(n, mean, 0.0, 0.0, mean, mean)  # equal values: no rounding noise dressed up as spread
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+    if lower_bound is not None:
+        low, high = _bootstrap(xs, confidence)
+        return Summary(n, mean, std, None, max(low, lower_bound), high, "bootstrap")
     half = t_quantile(0.5 + confidence / 2.0, n - 1) * std / math.sqrt(n)
-    return Summary(n, mean, std, half)
+    return Summary(n, mean, std, half, mean - half, mean + half)
 
 
 def paired_difference(base: Mapping[int, float], other: Mapping[int, float],
                       confidence: float = CONFIDENCE) -> Summary:
-    """Summary of ``other[seed] - base[seed]`` over the seeds both have a number for."""
+    """Summary (t interval) of ``other[seed] - base[seed]`` over the seeds both have a number for."""
     diffs = []
     for seed in sorted(set(base) & set(other)):
         pair = _numbers([base[seed], other[seed]])

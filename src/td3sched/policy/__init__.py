@@ -1,7 +1,8 @@
 """Scoring policies. Each is one small module with its arguments, defaults and formula.
 
 ``make_policy(spec)`` builds one from a spec: a name, optionally followed by ``:`` and arguments
-(``static-weights:w=0.4,0.3,0.2,0.1;tau=0.5``). ``POLICIES`` maps the competitors' names to classes
+(``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5``; the older ``w=0.4,0.3,0.2,0.1;tau=0.5``
+is still read). ``POLICIES`` maps the competitors' names to classes
 (``--policies all`` runs these); ``REFERENCE_POLICIES`` maps the hindsight bounds (``oracle``), which
 read the run's ground truth, compete with nothing and run only when named.
 """

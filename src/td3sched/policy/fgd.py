@@ -21,7 +21,7 @@ fragmentation grows least (or shrinks most) wins. FGD's upstream plugin squashes
 through a sigmoid into an integer in [0, 100]; that keeps the order but makes close differences tie
 (``sigmoid_scale`` below), and by default it is left out.
 
-Arguments (``fgd:sigmoid_scale=1000;share_gpu=1``), both off by default:
+Arguments (``fgd:sigmoid_scale=1000:share_gpu=1``), both off by default:
 
 - ``sigmoid_scale`` > 0: the score is the artifact's node score (hkust-adsl/kubernetes-scheduler-simulator,
   ``pkg/simulator/plugin/fgd_score.go``), ``int(100 x sigmoid(decrease / sigmoid_scale))`` in 0..100,

@@ -15,7 +15,7 @@ balanced_allocation.go):
 Memory is counted in bytes and CPU in milli-cores, as kube-scheduler counts them, so the integer
 divisions match.
 
-Spec: ``k8s-most-allocated:cpu_weight=1;mem_weight=1``. Defaults: weight 1 each (kube-scheduler's
+Spec: ``k8s-most-allocated:cpu_weight=1:mem_weight=1``. Defaults: weight 1 each (kube-scheduler's
 default ``resources`` of the NodeResourcesFit scoring strategy); a weight must be a whole number in
 [1, 100] (kube-scheduler's validateResources).
 """

@@ -29,7 +29,7 @@ Mapping to the simulator:
   departures, so a pod that leaves within ``window_s`` of its bind still counts until it ages out.
 - Prod-pod thresholds, aggregated (percentile) usage and metric expiry are not modelled.
 
-Spec: ``koord-loadaware:cpu_threshold=65;mem_threshold=95;cpu_weight=1;mem_weight=1;cpu_factor=85;mem_factor=70``.
+Spec: ``koord-loadaware:cpu_threshold=65:mem_threshold=95:cpu_weight=1:mem_weight=1:cpu_factor=85:mem_factor=70``.
 Thresholds and factors are whole percentages in [1, 100] (Koordinator's validateResourceThresholds;
 a threshold of 0 turns that resource's check off, as a missing threshold does in Koordinator);
 weights are whole numbers in [1, 100] (validateResourceWeights).

@@ -27,7 +27,7 @@ Mapping to the simulator:
   overhead here) and the plugin multiplies it by *allocatable*; this policy does the same, so with
   overhead the mean counts as ``usage x allocatable / capacity``.
 
-Spec: ``trimaran-lvrb:margin=1;sensitivity=1;window_s=900``. Defaults margin 1 and sensitivity 1
+Spec: ``trimaran-lvrb:margin=1:sensitivity=1:window_s=900``. Defaults margin 1 and sensitivity 1
 (DefaultSafeVarianceMargin, DefaultSafeVarianceSensitivity: risk = mu + sigma). The original
 replaces a negative value by the default and accepts sensitivity 0 (sigma ** inf); here a negative
 margin or a sensitivity <= 0 is an error.

@@ -1,4 +1,4 @@
-"""Policy arguments from a spec's ``k=v;k=v`` part, into a policy's frozen ``Args`` dataclass.
+"""Policy arguments from a spec's ``k=v:k=v`` part, into a policy's frozen ``Args`` dataclass.
 
 Each field of the dataclass is one argument, annotated ``int`` or ``float``; the dataclass validates
 ranges in ``__post_init__``. Bad input fails here with the policy, the key and the value named.

@@ -6,8 +6,9 @@ with f the closeness of each utilisation (pod included) to the target utilisatio
 (``policy.features``), the weights on the simplex. Uses the assign cache: pods bound since the last
 scrape are added to observed usage with their requests as the estimate.
 
-Spec: ``static-weights:w=0.4,0.3,0.2,0.1;tau=0.5``. Defaults: equal weights, tau = 0 (the reference
-design's idle-weighted score).
+Spec: ``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5``. Defaults: equal weights, tau = 0 (the reference
+design's idle-weighted score). The older form ``w=0.4,0.3,0.2,0.1;tau=0.5`` is still read, but its
+``;`` ends a shell command unless quoted (see ``parse_args``).
 """
 
 from __future__ import annotations
@@ -38,15 +39,36 @@ def weighted_closeness(u: np.ndarray, weights: np.ndarray, tau: float) -> np.nda
     return closeness(u, tau) @ weights
 
 
+ARG_SEPARATOR = ":"
+"""Between a spec's ``key=value`` arguments: ``name:k=v:k=v``. Like ``/`` between the items of a list
+value, it is no shell metacharacter and no ``--policies`` separator (``,``), so a spec is typed
+unquoted and pasted as printed."""
+LIST_SEPARATOR = "/"
+OLD_SEPARATORS = (";", ",")
+"""Read for compatibility: ``k=v;k=v`` and ``w=a,b,c,d``."""
+
+
 def parse_args(args: str) -> dict[str, str]:
-    """``k=v;k=v`` -> dict; a ValueError names a malformed part."""
+    """``k=v:k=v`` (or the older ``k=v;k=v``) -> dict; a ValueError names a malformed part."""
     out = {}
-    for part in filter(None, (p.strip() for p in args.split(";"))):
+    for part in filter(None, (p.strip() for p in args.replace(OLD_SEPARATORS[0], ARG_SEPARATOR).split(ARG_SEPARATOR))):
         if "=" not in part:
             raise ValueError(f"policy argument {part!r}: expected key=value")
         k, v = part.split("=", 1)
         out[k.strip()] = v.strip()
     return out
+
+
+def parse_list(value: str) -> list[str]:
+    """``a/b/c`` (or the older ``a,b,c``) -> items."""
+    return value.replace(OLD_SEPARATORS[1], LIST_SEPARATOR).split(LIST_SEPARATOR)
+
+
+def static_weights_spec(weights, tau: float) -> str:
+    """The canonical spec, safe to paste into a shell unquoted: ``static-weights:w=a/b/c/d:tau=t``.
+    Twelve significant digits: the weights read back still sum to 1 within ``SIMPLEX_TOLERANCE``."""
+    return (f"static-weights{ARG_SEPARATOR}w={LIST_SEPARATOR.join(f'{x:.12g}' for x in weights)}"
+            f"{ARG_SEPARATOR}tau={tau:.12g}")
 
 
 class StaticWeights(Policy):
@@ -63,15 +85,15 @@ class StaticWeights(Policy):
         if unknown:
             raise ValueError(f"static-weights: unknown argument(s) {sorted(unknown)}: expected w and tau")
         try:
-            weights = [float(x) for x in kw["w"].split(",")] if "w" in kw else (0.25,) * 4
+            weights = [float(x) for x in parse_list(kw["w"])] if "w" in kw else (0.25,) * 4
             tau = float(kw.get("tau", 0.0))
         except ValueError:
-            raise ValueError(f"static-weights:{args}: expected w=a,b,c,d;tau=x with numbers") from None
+            raise ValueError(f"static-weights:{args}: expected w=a/b/c/d:tau=x with numbers") from None
         return cls(weights, tau)
 
     @property
     def spec(self) -> str:
-        return f"{self.name}:w={','.join(f'{x:g}' for x in self.weights)};tau={self.tau:g}"
+        return static_weights_spec(self.weights, self.tau)
 
     def attach(self, context) -> None:
         super().attach(context)

@@ -31,7 +31,7 @@ Mapping to the simulator:
   departures, so a pod that leaves within ``window_s`` of its bind still counts until it ages out.
 - There is no pod overhead (``Spec.Overhead``) and every pod is one container.
 
-Spec: ``trimaran-tlp:target_pct=40;multiplier=1.5;default_cpu_milli=1000``.
+Spec: ``trimaran-tlp:target_pct=40:multiplier=1.5:default_cpu_milli=1000``.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ POLICIES: dict[str, Setup] = {
     "GpuClustering": Setup("gpu-clustering"),
     "GpuPacking": Setup("gpu-packing"),
     "BestFit": Setup("best-fit"),
-    "FGD": Setup("fgd:sigmoid_scale=1000;share_gpu=1"),
+    "FGD": Setup("fgd:sigmoid_scale=1000:share_gpu=1"),
 }
 """The paper's policy names and how each runs here."""
 

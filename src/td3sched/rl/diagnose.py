@@ -68,7 +68,7 @@ def inspect_model(model: LoadedModel, scenario: str, span: str = "test", episode
             action = model.act(obs)
             observations.append(obs)
             actions.append(action)
-            obs, r, terminated, truncated, _ = env.step(action)
+            obs, r, terminated, truncated, _ = env.step_logits(action)
             reward += r
             if terminated or truncated:
                 break

@@ -4,12 +4,15 @@
     obs, info = env.reset(seed=1)                       # builds the world of seed 1 (once), draws a window
     obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
 
-(``import td3sched.rl.env`` registers the id; ``gymnasium.make("td3sched.rl.env:td3sched/ClusterScheduling-v0")``
-imports it on the way.)
+(``td3sched.envs`` registers the id: through the ``gymnasium.envs`` entry point with Gymnasium 0.29,
+otherwise ``gymnasium.make("td3sched.envs:td3sched/ClusterScheduling-v0")`` imports it on the way.)
 
 **Observation**: ``rl.observation`` (35 values, the same whatever the node count). **Action**: 5
-pre-activations in [-5, 5]; ``rl.actions`` maps them to weights on the simplex (softmax) and a target
-utilisation tau (sigmoid; fixed at 0 with ``action_mode="seed"``). The placement is the
+numbers in the conventional [-1, 1] box; times ``LOGIT_LIMIT`` (5) they are the pre-activations that
+``rl.actions`` maps to weights on the simplex (softmax) and a target utilisation tau (sigmoid; fixed at
+0 with ``action_mode="seed"``). ``step_logits`` takes the pre-activations themselves: td3sched's own
+TD3 acts, explores and stores transitions in those units (its noise scales and the shipped models'
+critics are in them), so its training is unchanged by the box. The placement is the
 ``static-weights`` score with those arguments (``rl.policy.ActionPolicy``). **Reward**: what the
 simulator charged that decision (``reward.py``: the cluster's cost rate after it, integrated until
 the next decision, and the events in between), so the step rewards of an episode sum to the run's
@@ -37,6 +40,7 @@ from dataclasses import asdict, dataclass
 import gymnasium as gym
 import numpy as np
 
+from td3sched.envs import ENV_ID  # noqa: F401 (registers it; re-exported)
 from td3sched.policy.base import PodRequest
 from td3sched.reward import RewardTracker
 from td3sched.rl.actions import ACTION_SIZE, LOGIT_LIMIT, action_to_weights, check_action_mode
@@ -46,7 +50,6 @@ from td3sched.scenario import load_scenario
 from td3sched.simulator.cluster import Cluster
 from td3sched.simulator.engine import Simulation, World
 
-ENV_ID = "td3sched/ClusterScheduling-v0"
 DEFAULT_WORLD_SEED = 1
 """World seed when ``reset`` was never given one."""
 MAX_EMPTY_WINDOWS = 20
@@ -138,7 +141,8 @@ class ClusterSchedulingEnv(gym.Env):
         self.action_mode = check_action_mode(action_mode)
         self.lenient = lenient
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (OBSERVATION_SIZE,), np.float32)
-        self.action_space = gym.spaces.Box(-LOGIT_LIMIT, LOGIT_LIMIT, (ACTION_SIZE,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_SIZE,), np.float32)
+        """Scaled by LOGIT_LIMIT into the pre-activations (``step``); ``step_logits`` takes those."""
         self.world: World | None = None
         self.world_seed: int | None = None
         self.episode: Episode | None = None
@@ -174,6 +178,14 @@ class ClusterSchedulingEnv(gym.Env):
         return obs, {"episode_window": asdict(self.episode)}
 
     def step(self, action):
+        """One decision with ``action`` in the action space [-1, 1]^5: the pre-activations are
+        ``LOGIT_LIMIT * action`` (values outside the box are clipped, like the pre-activations)."""
+        return self.step_logits(LOGIT_LIMIT * np.asarray(action, dtype=np.float64))
+
+    def step_logits(self, logits):
+        """One decision with the 5 pre-activations in [-LOGIT_LIMIT, LOGIT_LIMIT] (``rl.actions``): the
+        units of td3sched's TD3 actor, noise and replay buffer."""
+        action = logits
         if not self._running:
             raise RuntimeError("step() without a running episode: call reset() first")
         action = np.asarray(action, dtype=np.float32).reshape(-1)
@@ -268,6 +280,3 @@ class ClusterSchedulingEnv(gym.Env):
             self._to_sim.put(_STOP)
         self._finish()
 
-
-if ENV_ID not in gym.registry:
-    gym.register(id=ENV_ID, entry_point="td3sched.rl.env:ClusterSchedulingEnv")

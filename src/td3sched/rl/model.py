@@ -99,14 +99,18 @@ def _check_state(path: Path, state, expected: dict[str, torch.Size]) -> None:
 
 
 def load_model(folder) -> LoadedModel:
-    """The model in ``folder``, fully validated (``ModelError`` otherwise)."""
-    folder = Path(folder)
+    """The model in ``folder``, fully validated (``ModelError`` otherwise). A name that is no folder
+    here is looked up among the user's and the shipped models (``td3sched.shipped.model_folder``)."""
+    from td3sched.shipped import MODELS_ENV, model_folder, shipped_model_names
+
+    folder = model_folder(folder)
     if folder.is_file():
         raise ModelError(f"model folder {folder}: is a file: expected the model's folder, holding {MODEL_FILE} and "
                          f"{CARD_FILE} (e.g. runs/NAME, not runs/NAME/{folder.name})")
     if not folder.is_dir():
         raise ModelError(f"model folder {folder}: not found: expected a folder holding {MODEL_FILE} and "
-                         f"{CARD_FILE} (written by td3sched train)")
+                         f"{CARD_FILE} (written by td3sched train), a model in ${MODELS_ENV} (default ./models), "
+                         f"or a shipped model: {', '.join(shipped_model_names())}")
     card = _read_card(folder)
     card_path = folder / CARD_FILE
     try:

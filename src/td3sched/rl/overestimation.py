@@ -112,7 +112,7 @@ class EvaluationEpisode:
         observations, rewards = [], []
         while True:
             observations.append(obs)
-            obs, reward, terminated, truncated, _ = self.env.step(act(obs))
+            obs, reward, terminated, truncated, _ = self.env.step_logits(act(obs))
             rewards.append(reward)
             if terminated or truncated:
                 return np.array(observations, dtype=np.float32), np.array(rewards, dtype=np.float64)

@@ -135,7 +135,7 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
             # Act: uniformly random during the warm-up, then the actor plus exploration noise.
             agent.normalizer.update(obs)
             action = agent.random_action() if global_step < cfg.learning_starts else agent.explore(obs)
-            next_obs, reward, terminated, truncated, info = env.step(action)
+            next_obs, reward, terminated, truncated, info = env.step_logits(action)
             agent.buffer.add(obs, action, reward, next_obs, terminated)
             loop.episode_actions.append(action)
             loop.episode_reward += reward
@@ -227,7 +227,7 @@ def resume_from(path: Path, agent: TD3, env, settings: TrainSettings) -> LoopSta
     obs = env.unwrapped.restore(state["env"])
     actions = state["episode_actions"].numpy()
     for action in actions:  # replay the episode so far: the simulator is deterministic
-        obs, _, terminated, truncated, _ = env.step(action)
+        obs, _, terminated, truncated, _ = env.step_logits(action)
         if terminated or truncated:
             break
     saved = loop_state["obs"].numpy()

@@ -25,10 +25,11 @@ Method (successive halving over a grid, within a wall-clock budget):
 
 An evaluation is one ``Simulation`` of the scenario's world (built once per worker process) over
 one window, with the search seed for the world and the run. The result is stored in
-``models/best-static/<scenario>-<variant>-<hash of the settings>.json`` (written atomically): the
+``<models>/best-static/<scenario>-<variant>-<hash of the settings>.json`` (written atomically; models:
+``$TD3SCHED_MODELS``, else ``./models``, see ``td3sched.shipped``): the
 winner's weights, tau and rewards, its windows, the settings (budget included), the ladder, every
 candidate's scores, the code version and the wall time. ``resolve_policy`` turns the policy names
-``best-static`` / ``best-static-seed`` into the stored ``static-weights:w=...;tau=...``.
+``best-static`` / ``best-static-seed`` into the stored ``static-weights:w=...:tau=...``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ from typing import Callable
 
 import numpy as np
 
-MODELS_DIR = Path(__file__).resolve().parents[3] / "models" / "best-static"
 STEPS = (0.2, 0.25, 0.5)
 """Grid steps of the simplex, finest first (``auto`` picks the finest that fits the budget)."""
 TAU_VALUES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -166,7 +166,9 @@ class Candidate:
 
     @property
     def spec(self) -> str:
-        return f"static-weights:w={','.join(f'{x:g}' for x in self.weights)};tau={self.tau:g}"
+        from td3sched.policy.static_weights import static_weights_spec
+
+        return static_weights_spec(self.weights, self.tau)
 
 
 def candidates(step: float, tau_values) -> list[Candidate]:
@@ -447,8 +449,11 @@ def _leaderboard(ladder: _Ladder, grid: list[Candidate]) -> list[dict]:
 
 
 def store(result: dict, settings: SearchSettings, models_dir: Path | None = None) -> Path:
-    """Write ``result`` atomically under ``models_dir`` (default models/best-static/)."""
-    folder = Path(models_dir) if models_dir is not None else MODELS_DIR
+    """Write ``result`` atomically under ``models_dir`` (default: the user's models folder's
+    best-static/, ``td3sched.shipped``)."""
+    from td3sched.shipped import BEST_STATIC, user_models_dir
+
+    folder = Path(models_dir) if models_dir is not None else user_models_dir() / BEST_STATIC
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / settings.file_name()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -460,33 +465,38 @@ def store(result: dict, settings: SearchSettings, models_dir: Path | None = None
 # --- resolving the policy names ----------------------------------------------------------------------
 def load_result(name: str, scenario_name: str, overrides, models_dir: Path | None = None) -> tuple[dict, Path]:
     """The stored result of ``name`` (best-static or best-static-seed) for a scenario and its
-    overrides under the default search settings; with several budgets, the largest (then the newest)."""
-    folder = Path(models_dir) if models_dir is not None else MODELS_DIR
+    overrides under the default search settings. Searched in ``models_dir``, by default in the user's
+    then the shipped best-static folders: the user's folder wins, then the largest budget, then the newest."""
+    from td3sched.shipped import best_static_dirs
+
+    folders = [Path(models_dir)] if models_dir is not None else best_static_dirs()
     want = SearchSettings(scenario_name, tuple(overrides or ()), tau_fixed=VARIANTS[name]).resolved()
-    found: list[tuple[float, str, dict, Path]] = []
-    for path in sorted(folder.glob(f"{scenario_name}-{want.variant}-*.json")):
-        try:
-            result = json.loads(path.read_text())
-            settings = result["settings"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"stored search result {path}: unreadable ({exc}): expected the JSON written by "
-                             "`td3sched search-static`") from None
-        if _match_key(settings) == _match_key(want.as_dict()):
-            found.append((float(settings["budget_min"]), str(result.get("written_at", "")), result, path))
+    found: list[tuple[int, float, str, dict, Path]] = []  # (folder rank: the user's first, budget, time, ...)
+    for rank, folder in enumerate(folders):
+        for path in sorted(folder.glob(f"{scenario_name}-{want.variant}-*.json")):
+            try:
+                result = json.loads(path.read_text())
+                settings = result["settings"]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"stored search result {path}: unreadable ({exc}): expected the JSON written by "
+                                 "`td3sched search-static`") from None
+            if _match_key(settings) == _match_key(want.as_dict()):
+                found.append((-rank, float(settings["budget_min"]), str(result.get("written_at", "")), result, path))
     if not found:
         sets = "".join(f" --set {o}" for o in want.overrides)
         tau = " --tau-fixed 0" if want.tau_fixed == 0 else ""
+        where = ", ".join(map(str, folders)) or "no best-static folder"
         raise ValueError(f"no stored {name} result for scenario {scenario_name!r}"
                          f"{' with overrides ' + str(list(want.overrides)) if want.overrides else ''} and the default "
-                         f"search settings in {folder}: run `td3sched search-static --scenario {scenario_name}"
+                         f"search settings in {where}: run `td3sched search-static --scenario {scenario_name}"
                          f"{sets}{tau}` first")
-    _, _, result, path = max(found, key=lambda f: (f[0], f[1]))
+    *_, result, path = max(found, key=lambda f: f[:3])
     return result, path
 
 
 def resolve_policy(spec: str, scenario_name: str, overrides=None, models_dir: Path | None = None) -> tuple[str, str]:
     """(label, concrete spec): ``best-static`` / ``best-static-seed`` become the stored
-    ``static-weights:w=...;tau=...`` for the scenario and overrides; any other spec passes through."""
+    ``static-weights:w=...:tau=...`` for the scenario and overrides; any other spec passes through."""
     name, sep, args = spec.partition(":")
     if name not in VARIANTS:
         return spec, spec

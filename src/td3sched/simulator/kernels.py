@@ -139,8 +139,8 @@ def best_nodes(scores, ties):
 
 @njit(cache=True, nogil=True)
 def overload_sum(usage_cpu, cpu_cores, inv_alloc_cpu, provisioned, threshold):
-    """sum over provisioned nodes of max(0, delivered CPU / allocatable - threshold) (reward.overload
-    times the node count): delivered = min(demand, cores)."""
+    """sum over provisioned nodes of max(0, delivered CPU / allocatable - threshold), in nodes
+    (reward.overload): delivered = min(demand, cores)."""
     total = 0.0
     for n in range(usage_cpu.shape[0]):
         if provisioned[n] > 0:
