@@ -140,3 +140,46 @@ def test_scores_of_simplex_weights_stay_in_unit_interval(raw, tau):
     p = _attached(StaticWeights(w / w.sum(), tau), c)
     s = p.score(_pod(), np.array([0, 1]), c)
     assert np.all((s >= -1e-12) & (s <= 1 + 1e-12))
+
+
+def test_the_ceiling_holds_a_pod_off_nodes_it_would_push_over_and_scores_the_rest():
+    c = _cluster()
+    # CPU utilisation with the pod: node 0 (1000+1000)/4000 = 0.5, node 1 (3000+1000)/4000 = 1.0
+    packer = _attached(StaticWeights([1.0, 0.0, 0.0, 0.0], tau=1.0, ceiling=0.75), c)
+    pod, nodes = _pod(), np.array([0, 1])
+    keep = packer.filter(pod, nodes, c)
+    assert keep.tolist() == [True, False]                    # tau 1 alone would pack onto node 1
+    assert packer.score(pod, nodes[keep], c) == pytest.approx([0.5])
+    assert packer.filter(pod, np.array([1]), c).tolist() == [False]   # nothing left: the pod waits
+    # at the boundary the node stays; no ceiling keeps every node
+    assert _attached(StaticWeights([1.0, 0.0, 0.0, 0.0], 1.0, ceiling=1.0), c).filter(pod, nodes, c).all()
+    assert _attached(StaticWeights([1.0, 0.0, 0.0, 0.0], 1.0), c).filter(pod, nodes, c) is None
+
+
+def test_the_ceiling_in_a_run_keeps_the_pod_pending_until_a_node_has_room():
+    from tests.simulator.worlds import P, constant_profiles, simulate, world
+
+    # one 4000m node; "hog" uses 3000m from 0 s to 600 s; "b" (500m) arrives at 100 s. With a 0.8
+    # ceiling, b would take the node to (3000 + 500) / 4000 = 0.875 once the hog is observed: it waits
+    # until the hog is gone (at most two scrapes later).
+    pods = [P("hog", t=0.0, dur=600.0, cpu=3000, size_cpu=3000), P("b", t=100.0, cpu=500)]
+    run = simulate(world([pool("p", node(4000, 8192), 1)], pods, constant_profiles()),
+                   make_policy("static-weights:ceiling=0.8"), end_s=1200)
+    placed = {e["pod"]: e["t"] for e in run.of("placement")}
+    assert placed["hog"] == 0.0 and 600.0 <= placed["b"] <= 720.0
+    no_ceiling = simulate(world([pool("p", node(4000, 8192), 1)], pods, constant_profiles()),
+                          make_policy("static-weights"), end_s=1200)
+    assert {e["pod"]: e["t"] for e in no_ceiling.of("placement")}["b"] == 100.0
+
+
+@pytest.mark.parametrize("spec", ["static-weights:ceiling=0", "static-weights:ceiling=1.5",
+                                  "static-weights:ceiling=nan", "static-weights:ceiling=x"])
+def test_a_bad_ceiling_is_refused_by_name(spec):
+    with pytest.raises(ValueError, match="ceiling"):
+        make_policy(spec)
+
+
+def test_a_spec_with_a_ceiling_reads_back():
+    p = make_policy("static-weights:w=0.4/0.3/0.2/0.1:tau=0.5:ceiling=0.75")
+    assert p.ceiling == 0.75 and make_policy(p.spec).spec == p.spec
+    assert "ceiling" not in make_policy("static-weights").spec

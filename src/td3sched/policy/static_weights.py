@@ -6,12 +6,19 @@ with f the closeness of each utilisation (pod included) to the target utilisatio
 (``policy.features``), the weights on the simplex. Uses the assign cache: pods bound since the last
 scrape are added to observed usage with their requests as the estimate.
 
-Spec: ``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5``. Defaults: equal weights, tau = 0 (the reference
-design's idle-weighted score). The older form ``w=0.4,0.3,0.2,0.1;tau=0.5`` is still read, but its
+**Hold-back ceiling** (optional): a node whose CPU utilisation with the pod on it (the same
+estimate: observed, the assign cache, the pod's request) would exceed ``ceiling`` is filtered for
+this pod; when no node is left the pod waits in the queue, as behind Koordinator's load-aware
+filter. The safety filter (90% observed CPU) stays underneath whatever the ceiling.
+
+Spec: ``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5[:ceiling=0.75]``. Defaults: equal weights, tau = 0
+(the reference design's idle-weighted score), no ceiling. The older form ``w=0.4,0.3,0.2,0.1;tau=0.5`` is still read, but its
 ``;`` ends a shell command unless quoted (see ``parse_args``).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -64,36 +71,52 @@ def parse_list(value: str) -> list[str]:
     return value.replace(OLD_SEPARATORS[1], LIST_SEPARATOR).split(LIST_SEPARATOR)
 
 
-def static_weights_spec(weights, tau: float) -> str:
-    """The canonical spec, safe to paste into a shell unquoted: ``static-weights:w=a/b/c/d:tau=t``.
-    Twelve significant digits: the weights read back still sum to 1 within ``SIMPLEX_TOLERANCE``."""
-    return (f"static-weights{ARG_SEPARATOR}w={LIST_SEPARATOR.join(f'{x:.12g}' for x in weights)}"
+def validate_ceiling(ceiling) -> float | None:
+    """None (no hold-back), or a CPU utilisation in (0, 1], or a ValueError naming it."""
+    if ceiling is None:
+        return None
+    c = float(ceiling)
+    if not (math.isfinite(c) and 0 < c <= 1):
+        raise ValueError(f"ceiling={ceiling!r}: expected a CPU utilisation in (0, 1]")
+    return c
+
+
+def static_weights_spec(weights, tau: float, ceiling: float | None = None) -> str:
+    """The canonical spec, safe to paste into a shell unquoted: ``static-weights:w=a/b/c/d:tau=t``
+    (``:ceiling=c`` when there is one). Twelve significant digits: the weights read back still sum to
+    1 within ``SIMPLEX_TOLERANCE``."""
+    spec = (f"static-weights{ARG_SEPARATOR}w={LIST_SEPARATOR.join(f'{x:.12g}' for x in weights)}"
             f"{ARG_SEPARATOR}tau={tau:.12g}")
+    return spec if ceiling is None else f"{spec}{ARG_SEPARATOR}ceiling={ceiling:.12g}"
 
 
 class StaticWeights(Policy):
     name = "static-weights"
 
-    def __init__(self, weights=(0.25, 0.25, 0.25, 0.25), tau: float = 0.0):
+    def __init__(self, weights=(0.25, 0.25, 0.25, 0.25), tau: float = 0.0, ceiling: float | None = None):
         self.weights, self.tau = validate_weights(weights, tau)
+        self.ceiling = validate_ceiling(ceiling)
         self.cache: AssignCache | None = None
+        self._held: tuple | None = None
+        """(pod, nodes kept, their utilisation) of the cycle the ceiling just filtered, for Score."""
 
     @classmethod
     def from_spec(cls, args: str) -> "StaticWeights":
         kw = parse_args(args)
-        unknown = set(kw) - {"w", "tau"}
+        unknown = set(kw) - {"w", "tau", "ceiling"}
         if unknown:
-            raise ValueError(f"static-weights: unknown argument(s) {sorted(unknown)}: expected w and tau")
+            raise ValueError(f"static-weights: unknown argument(s) {sorted(unknown)}: expected w, tau and ceiling")
         try:
             weights = [float(x) for x in parse_list(kw["w"])] if "w" in kw else (0.25,) * 4
             tau = float(kw.get("tau", 0.0))
+            ceiling = float(kw["ceiling"]) if "ceiling" in kw else None
         except ValueError:
-            raise ValueError(f"static-weights:{args}: expected w=a/b/c/d:tau=x with numbers") from None
-        return cls(weights, tau)
+            raise ValueError(f"static-weights:{args}: expected w=a/b/c/d:tau=x:ceiling=c with numbers") from None
+        return cls(weights, tau, ceiling)
 
     @property
     def spec(self) -> str:
-        return static_weights_spec(self.weights, self.tau)
+        return static_weights_spec(self.weights, self.tau, self.ceiling)
 
     def attach(self, context) -> None:
         super().attach(context)
@@ -109,7 +132,20 @@ class StaticWeights(Policy):
         """Scores of nodes of utilisation ``u``: the weighted closeness to tau."""
         return weighted_closeness(u, self.weights, self.tau)
 
+    def filter(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray | None:
+        """The hold-back ceiling: keep the nodes whose CPU utilisation with the pod stays within it."""
+        self._held = None
+        if self.ceiling is None:
+            return None
+        u = self.utilisation(pod, nodes, cluster)
+        keep = u[:, 0] <= self.ceiling
+        self._held = (pod, nodes[keep], u[keep])
+        return keep
+
     def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        held, self._held = self._held, None
+        if held is not None and held[0] is pod and np.array_equal(held[1], nodes):
+            return self.score_utilisation(held[2])  # what Filter computed, this cycle
         return self.score_utilisation(self.utilisation(pod, nodes, cluster))
 
     def bound(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
