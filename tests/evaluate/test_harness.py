@@ -167,6 +167,22 @@ def test_figures_use_one_colour_per_policy_short_labels_and_skip_all_zero_metric
     assert plot is not None and plot.path.is_file()
 
 
+def test_the_heatmap_scale_ends_at_the_most_a_node_can_deliver(tmp_path):
+    """With node_util_ceiling the scale's top is the largest ceiling (a saturated node is the top colour),
+    whatever the values; older records without it keep 100% or their highest value, and say so."""
+    from td3sched.evaluate import plots as P
+
+    rows = [[0.2, 0.5], [1.05, None]]
+    top, note = P.heatmap_scale([rows], [[1.1, 1.02], None])
+    assert top == pytest.approx(110.0) and "ends at 110%" in note and "cores" in note
+    assert P.heatmap_scale([rows], [[0.9]])[0] == 100.0  # never below allocatable
+    top, note = P.heatmap_scale([rows, [[1.3]]])
+    assert top == pytest.approx(130.0) and "predate" in note
+    assert P.heatmap_scale([[[0.1]]])[0] == 100.0
+    plot = P.node_heatmap(tmp_path, "k8s-default", 1, rows, "default", ["n0", "n1"], 110.0)
+    assert plot is not None and plot.path.is_file()
+
+
 def test_optional_plots_are_drawn_or_noted(local_grid):
     out, result, files = local_grid
     md = (out / "report.md").read_text()
@@ -177,6 +193,8 @@ def test_optional_plots_are_drawn_or_noted(local_grid):
         assert "Latency CDF: skipped" in md
     if record.get("node_util_hourly"):
         assert (out / "plots" / "node_util_default.png").exists()
+        top = 100 * max(max(result.records[k]["node_util_ceiling"]) for k in KEYS)
+        assert f"so the scale ends at {top:.0f}%" in md and "100% (dashed line on the scale)" in md
     else:
         assert "heatmaps: skipped" in md
 

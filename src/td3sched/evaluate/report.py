@@ -493,12 +493,14 @@ def make_plots(a: Analysis, out: Path):
     drawn = []
     roles = [(role, policy) for role, policy in (("default", DEFAULT_POLICY if a.has_default else None),
                                                  ("best", best)) if policy is not None and policy in firsts]
-    vmax = P.heatmap_scale([firsts[policy][1].get("node_util_hourly") for _, policy in roles])
+    vmax, scale_note = P.heatmap_scale([firsts[policy][1].get("node_util_hourly") for _, policy in roles],
+                                       [firsts[policy][1].get("node_util_ceiling") for _, policy in roles])
     for role, policy in roles:
         seed, rec = firsts[policy]
         rows = rec.get("node_util_hourly")
         plot = P.node_heatmap(plots_dir, policy, seed, rows, role, rec.get("node_util_slots"), vmax) if rows else None
         if plot:
+            plot.caption += " " + scale_note
             result.items.append(plot)
             drawn.append(policy)
     if not drawn:
