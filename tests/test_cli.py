@@ -102,6 +102,11 @@ def test_simulate_writes_json_with_every_documented_metric(tmp_path):
         assert name in record["metrics"], name
         assert isinstance(record["metrics"][name], (int, float))
     assert not out.with_suffix(".json.tmp").exists()
+    # binds beside decisions, and what the difference is
+    m = record["metrics"]
+    text = " ".join(result.output.split())
+    assert f"decisions │ {m['decisions']}" in text and f"binds │ {m['binds']}" in text
+    assert "is tried again" in text and f"(here {m['decisions'] - m['binds']:,})" in text
 
 
 @pytest.mark.parametrize("args,bad,choices", [

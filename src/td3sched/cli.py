@@ -80,6 +80,9 @@ def simulate(
 
 
 def print_metrics(result: dict) -> None:
+    from td3sched.metrics.collector import DECISIONS_AND_BINDS
+
+    m = result["metrics"]
     table = Table(title=f"{result['scenario']} / {result['span']['name']} / {result['policy']} / seed {result['seed']}")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -88,6 +91,8 @@ def print_metrics(result: dict) -> None:
     for key, value in result["runtime"].items():
         table.add_row(key, f"{value:,.1f}")
     out.print(table)
+    if "binds" in m:
+        out.print(f"[dim]{DECISIONS_AND_BINDS} (here {m['decisions'] - m['binds']:,}).[/dim]")
 
 
 @app.command()
@@ -250,7 +255,7 @@ def evaluate(
 
 def print_evaluation(result) -> None:
     from td3sched.evaluate.plots import short_label
-    from td3sched.evaluate.report import KEY_NAMES, analyse, fmt_ci
+    from td3sched.evaluate.report import KEY_NAMES, analyse, fmt, fmt_ci
 
     a = analyse(result)
     table = Table(title=f"{result.spec.scenario} / {result.spec.span}: mean and 95% CI over {result.spec.seeds} seeds")
@@ -260,7 +265,14 @@ def print_evaluation(result) -> None:
     for m in KEY_NAMES:
         if m in a.metrics:
             table.add_row(m, *(fmt_ci(a.stats[p][m]) for p in a.policies))
+    if "decisions" in a.metrics and "binds" in a.metrics:  # means: retries explain the gap (caption)
+        from td3sched.metrics.collector import DECISIONS_AND_BINDS
+
+        table.add_row("decisions / binds", *(f"{fmt(a.stats[p]['decisions'].mean)} / {fmt(a.stats[p]['binds'].mean)}"
+                                             for p in a.policies))
     out.print(table)
+    if "decisions" in a.metrics and "binds" in a.metrics:
+        out.print(f"[dim]decisions / binds: means over seeds; {DECISIONS_AND_BINDS}.[/dim]")
 
 
 reproduce_app = typer.Typer(no_args_is_help=True, help="Reproduce published experiments with this project's rules.")

@@ -141,6 +141,31 @@ def test_report_names_the_setup_and_embeds_tables_and_plots(local_grid):
     assert '<div class="figures">' in html and '<div class="table-wrap"><table>' in html
 
 
+def test_decisions_are_shown_beside_binds_with_the_retries(local_grid):
+    """report.md's attempts table and the terminal table put binds beside decisions (means over seeds)
+    and say that retries make the difference."""
+    from td3sched.cli import out as terminal
+    from td3sched.cli import print_evaluation
+    from td3sched.evaluate.report import fmt
+
+    out, result, _ = local_grid
+    md = (out / "report.md").read_text()
+    section = md.split("## Scheduling attempts: decisions and binds", 1)[1].split("\n## ", 1)[0]
+    assert "tried again" in section
+    with terminal.capture() as captured:
+        print_evaluation(result)
+    shown = " ".join(captured.get().split())
+    assert "decisions / binds" in shown and "tried again" in shown
+    for policy in POLICY_LIST:
+        runs = [result.records[(policy, s)]["metrics"] for s in range(1, SEEDS + 1)]
+        decisions = sum(r["decisions"] for r in runs) / SEEDS
+        binds = sum(r["binds"] for r in runs) / SEEDS
+        row = next(line for line in section.splitlines() if line.startswith(f"| `{policy}` |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2:5] == [fmt(decisions), fmt(binds), fmt(decisions - binds)], row
+        assert f"{fmt(decisions)} / {fmt(binds)}" in shown
+
+
 def test_each_delta_column_names_its_policy(local_grid):
     out, result, _ = local_grid
     vs = (out / "vs-default.md").read_text()

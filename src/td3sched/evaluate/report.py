@@ -369,6 +369,10 @@ def summary_doc(a: Analysis) -> tuple[Doc, str]:
         notes.append(f"Fewer runs than seeds for: {', '.join(f'`{p}`' for p in short)} (failed runs; see the report).")
     for m in a.missing_metrics:
         notes.append(f"`{m}` is not in the run records yet: left out.")
+    if "decisions" in a.metrics and "binds" in a.metrics:
+        from td3sched.metrics.collector import DECISIONS_AND_BINDS
+
+        notes.append(f"`decisions` and `binds`: {DECISIONS_AND_BINDS}.")
     for p in a.policies:
         if not any(a.values[p][m] for m in a.metrics):
             notes.append(f"`{p}`: no successful run.")
@@ -440,6 +444,33 @@ def vs_default_doc(a: Analysis) -> Doc:
     if not others:
         notes.append("The grid has only the default policy: nothing to compare yet.")
     doc.bullets(notes)
+    return doc
+
+
+ATTEMPT_METRICS = ("pods_arrived", "decisions", "binds", "attempts_per_pod", "unschedulable")
+
+
+def attempts_doc(a: Analysis) -> Doc | None:
+    """Decisions beside binds, per policy (means over seeds): retries explain the gap. None when the
+    records have no ``binds``."""
+    from td3sched.metrics.collector import DECISIONS_AND_BINDS
+
+    if "decisions" not in a.metrics or "binds" not in a.metrics:
+        return None
+    doc = Doc("Scheduling attempts: decisions and binds")
+    doc.p(f"Means over seeds. {DECISIONS_AND_BINDS[0].upper()}{DECISIONS_AND_BINDS[1:]} (*retries*). "
+          "`pods_arrived` counts the pods already running when the span starts (placed before it: no decision "
+          "in the span) and those arriving in it; `attempts_per_pod` is decisions / pods arrived; "
+          "`unschedulable`: pods still waiting at the end.")
+    shown = [m for m in ATTEMPT_METRICS if m in a.metrics]
+    header = ["policy", *(f"`{m}`" for m in shown[:3]), "retries (decisions - binds)", *(f"`{m}`" for m in shown[3:])]
+    mean = lambda p, m: a.stats[p][m].mean  # noqa: E731
+    rows = []
+    for p in a.policies:
+        d, b = mean(p, "decisions"), mean(p, "binds")
+        retries = fmt(d - b) if d is not None and b is not None else "n/a"
+        rows.append([f"`{p}`", *(fmt(mean(p, m)) for m in shown[:3]), retries, *(fmt(mean(p, m)) for m in shown[3:])])
+    doc.table(Table(header, rows, ["l"] + ["r"] * (len(header) - 1)))
     return doc
 
 
@@ -548,6 +579,9 @@ def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path) -> 
         doc.bullets([f"`{p}` seed {s}: {e}" for (p, s), e in sorted(r.failures.items())])
         doc.p("Their tracebacks are in `runs/*.error.txt`; rerunning the same command retries only them.")
     doc.extend(vs_default)
+    attempts = attempts_doc(a)
+    if attempts is not None:
+        doc.extend(attempts)
     doc.extend(summary)
     doc.h2("Plots")
     for plot in plots.items:
