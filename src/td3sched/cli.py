@@ -220,13 +220,18 @@ def evaluate(
     ray: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS]",
                                       help="Run on Ray: alone, a new local instance; with an address (auto, "
                                            "ray://host:10001), that cluster. Needs pip install 'td3sched\\[ray]'."),
+    mixed_versions: bool = typer.Option(False, "--mixed-versions",
+                                        help="Keep runs in --out made by other code versions beside new ones (the "
+                                             "report lists each version). Without it, a report comes from one "
+                                             "code version and mixing is refused before anything runs."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Run every (policy, seed) of a scenario span; write run records, summaries, plots and a report."""
     from td3sched.evaluate import GridError, prepare, run_grid, write_reports
 
     try:
-        spec = prepare(scenario, span, policies or ["all"], seeds, out_dir, list(set_), workers, ray)
+        spec = prepare(scenario, span, policies or ["all"], seeds, out_dir, list(set_), workers, ray,
+                       mixed_versions=mixed_versions)
     except GridError as exc:
         _fail(str(exc))
     for name, reason in spec.skipped:
@@ -241,7 +246,10 @@ def evaluate(
         console.print(f"[yellow]interrupted:[/yellow] finished runs are in {escape(str(spec.out / 'runs'))}; "
                       "rerun the same command to resume")
         raise typer.Exit(130) from None
-    files = write_reports(result)
+    try:
+        files = write_reports(result)
+    except GridError as exc:  # runs of several code versions came back (e.g. a Ray cluster's workers)
+        _fail(str(exc))
     print_evaluation(result)
     console.print(f"{len(result.computed)} runs computed, {len(result.reused)} reused, {len(result.failures)} failed "
                   f"in {result.wall_s:,.1f} s; report: {escape(str(files.report_md))}, {escape(str(files.report_html))}")

@@ -263,6 +263,56 @@ def test_resume_recomputes_only_the_missing_run(local_grid, tmp_path):
     assert f"1 computed now, {len(KEYS) - 1} reused" in (out / "report.md").read_text()
 
 
+def _stamp(path: Path, version: str) -> None:
+    record = json.loads(path.read_text())
+    record["code_version"] = version
+    write_json_atomic(path, record)
+
+
+def test_a_grid_never_mixes_code_versions_unless_asked(local_grid, tmp_path):
+    """Runs of another code version in --out: refused before anything runs or is written, naming each
+    version with its runs; with mixed_versions the grid runs and the report lists both."""
+    from td3sched.evaluate.grid import MixedVersionsError
+
+    out = _copy(local_grid[0], tmp_path)
+    runs = out / "runs"
+    current = local_grid[1].records[KEYS[0]]["code_version"]
+    old = "0.1.0+0123456789ab"
+    for policy, seed in KEYS[:2]:
+        _stamp(runs / f"{policy_slug(policy)}__seed{seed}.json", old)
+    missing = runs / f"{policy_slug(KEYS[-1][0])}__seed{KEYS[-1][1]}.json"
+    missing.unlink()
+    grid_before = (out / "grid.json").read_text()
+    with pytest.raises(MixedVersionsError) as refused:
+        run_grid(_spec(out), progress=False)
+    message = str(refused.value)
+    assert f"{old} (2 runs)" in message and f"{current} ({len(KEYS) - 2} runs, to run now)" in message
+    assert "--mixed-versions" in message and "\n" not in message
+    assert not missing.exists() and (out / "grid.json").read_text() == grid_before  # nothing ran or was written
+
+    result = run_grid(_spec(out, mixed_versions=True), progress=False)
+    assert result.computed == [KEYS[-1]]
+    write_reports(result)
+    md = (out / "report.md").read_text()
+    assert f"`{old}` (2 runs); `{current}` ({len(KEYS) - 2} runs)" in md and "**Mixed code versions**" in md
+
+    # every run on disk, none to compute, still two versions: refused too (reports included)
+    with pytest.raises(MixedVersionsError, match="the report would mix code versions"):
+        run_grid(_spec(out), progress=False)
+    with pytest.raises(MixedVersionsError):
+        write_reports(grid_mod.GridResult(_spec(out), records=result.records))
+
+
+def test_the_report_states_its_one_code_version_once(local_grid):
+    out, result, _ = local_grid
+    md = (out / "report.md").read_text()
+    version = result.records[KEYS[0]]["code_version"]
+    assert {r["code_version"] for r in result.records.values()} == {version}
+    assert md.count(version) == 1 and f"| code version | `{version}` |" in md
+    assert ("**Uncommitted code:**" in md) == (".dirty" in version)
+    assert json.loads((out / "grid.json").read_text())["code_version"] == version
+
+
 def test_resume_recomputes_corrupt_and_foreign_run_files(local_grid, tmp_path):
     out = _copy(local_grid[0], tmp_path)
     runs = out / "runs"

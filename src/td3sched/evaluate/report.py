@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from td3sched.evaluate.grid import GridResult, write_text_atomic
+from td3sched.evaluate.grid import GridResult, check_versions, versions_of, write_text_atomic
+from td3sched.version import is_clean
 from td3sched.evaluate.stats import CONFIDENCE, Summary, paired_difference, summarize
 
 DEFAULT_POLICY = "k8s-default"
@@ -546,7 +547,7 @@ def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path) -> 
     r = a.result
     spec = r.spec
     doc = Doc(f"Evaluation report: {spec.scenario} / {spec.span}")
-    versions = sorted({str(rec.get("code_version", "unknown")) for rec in r.records.values()})
+    versions = versions_of(r.records.values())
     span_days = f"days {spec.span_s[0] / 86400:g} to {spec.span_s[1] / 86400:g}"
     if spec.ray is None:
         backend = f"local processes ({spec.workers} workers)"
@@ -562,7 +563,7 @@ def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path) -> 
         ["seeds", f"1..{spec.seeds} ({spec.seeds} per policy)"],
         ["policies", ", ".join(f"`{p}`" for p in spec.policies)
          + ("; skipped from `all`: " + "; ".join(f"`{n}` ({why})" for n, why in spec.skipped) if spec.skipped else "")],
-        ["code version", ", ".join(f"`{v}`" for v in versions) if versions else "n/a (no run record)"],
+        ["code version", _version_cell(versions)],
         ["backend", backend],
         ["grid wall-clock", f"{r.wall_s:,.1f} s (this invocation, {r.started_at} to {r.finished_at})"],
         ["runs", f"{len(spec.tasks())} in the grid: {len(r.computed)} computed now, {len(r.reused)} reused from "
@@ -572,8 +573,12 @@ def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path) -> 
     doc.h2("Setup")
     doc.table(Table(["item", "value"], rows, ["l", "l"]))
     if len(versions) > 1:
-        doc.p(f"**Mixed code versions:** the runs come from {len(versions)} code versions (runs on disk from an "
-              f"earlier invocation are reused as they are). Delete `{spec.out / 'runs'}` to rerun all with one.")
+        doc.p(f"**Mixed code versions** (`--mixed-versions`): the runs come from {len(versions)} code versions "
+              f"(runs on disk from an earlier invocation are reused as they are). Move `{spec.out / 'runs'}` away "
+              "and rerun to make them all with one.")
+    if any(not is_clean(v) for v in versions):
+        doc.p("**Uncommitted code:** a version marked `.dirty` ran with local changes to the package, so no commit "
+              "reproduces it; commit, then rerun, before committing this report.")
     if r.failures:
         doc.h2("Failed runs")
         doc.bullets([f"`{p}` seed {s}: {e}" for (p, s), e in sorted(r.failures.items())])
@@ -597,8 +602,20 @@ def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path) -> 
     return doc
 
 
+def _version_cell(versions: dict[str, int]) -> str:
+    """The code version, once: the one version, or each with its number of runs when mixed."""
+    if not versions:
+        return "n/a (no run record)"
+    if len(versions) == 1:
+        return f"`{next(iter(versions))}`"
+    return "; ".join(f"`{v}` ({n} run{'s' if n != 1 else ''})" for v, n in versions.items())
+
+
 def write_reports(result: GridResult) -> ReportFiles:
+    """Write every report of ``result``; a MixedVersionsError (nothing written) when its runs come from
+    more than one code version and the grid did not allow it."""
     out = result.spec.out
+    check_versions(result.spec, result.records.values())
     a = analyse(result)
     summary, summary_csv = summary_doc(a)
     vs = vs_default_doc(a)
