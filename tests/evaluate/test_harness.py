@@ -166,6 +166,48 @@ def test_decisions_are_shown_beside_binds_with_the_retries(local_grid):
         assert f"{fmt(decisions)} / {fmt(binds)}" in shown
 
 
+def test_report_html_opens_alone_in_chromium_without_errors(local_grid, tmp_path):
+    """report.html copied alone into an empty folder (as mailed), opened in headless Chromium: no console
+    error, every figure drawn from the file itself, tables scroll inside their boxes instead of widening
+    the page, and a screenshot of the whole page shows something. The harness first proves that it
+    sees errors: a page with a missing image and a script error must report both."""
+    from matplotlib.image import imread
+
+    from tests.evaluate.chromium_harness import browser, console_errors, full_page_screenshot
+
+    out, _, files = local_grid
+    alone = tmp_path / "mailed" / "report.html"
+    alone.parent.mkdir()
+    shutil.copyfile(files.report_html, alone)
+    broken = tmp_path / "broken.html"
+    broken.write_text('<!DOCTYPE html><html><body><img src="plots/missing.png"><script>undefinedFunction()</script>'
+                      "</body></html>")
+    with browser(width=1280) as driver:
+        driver.get(broken.as_uri())
+        seen = console_errors(driver)
+        assert any("missing.png" in e for e in seen) and any("undefinedFunction" in e for e in seen), seen
+
+        driver.get(alone.as_uri())
+        assert driver.title == "Evaluation report: tiny / test"
+        assert console_errors(driver) == []
+        images = driver.execute_script(
+            "return Array.from(document.images).map(i => [i.complete && i.naturalWidth > 0, i.src.slice(0, 22)])")
+        assert len(images) == len(list((out / "plots").glob("*.png"))) > 0
+        assert all(ok and src == "data:image/png;base64," for ok, src in images), images
+        page_width = driver.execute_script("return document.documentElement.clientWidth")
+        assert driver.execute_script("return document.documentElement.scrollWidth") <= page_width
+        wide = driver.execute_script(
+            "return Array.from(document.querySelectorAll('.table-wrap'))"
+            ".filter(w => w.scrollWidth > w.clientWidth).map(w => getComputedStyle(w).overflowX)")
+        assert all(overflow == "auto" for overflow in wide), wide  # a wide table scrolls in its box
+        shot = tmp_path / "report.png"
+        width, height = full_page_screenshot(driver, shot)
+        assert console_errors(driver) == []
+    pixels = imread(shot)
+    assert pixels.shape[1] >= width and pixels.shape[0] >= min(height, 900)
+    assert pixels[..., :3].std() > 0.05, "the screenshot is blank"
+
+
 def test_each_delta_column_names_its_policy(local_grid):
     out, result, _ = local_grid
     vs = (out / "vs-default.md").read_text()
