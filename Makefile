@@ -38,6 +38,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 # the shipped dlrm TD3 models (tau chosen; tau fixed at 0; see docs/td3.md) against the default kube-scheduler on tiny's
 # held-out test span, 3 seeds; the full report lands in results/demo/
 demo: setup
+	rm -rf results/demo  # afresh: runs of an older code version would not mix with this one's
 	$(VENV)/bin/td3sched evaluate --scenario tiny --span test --seeds 3 --policies k8s-default,td3:models/td3-dlrm,td3:models/td3-dlrm-seed --out results/demo
 
 test: setup

@@ -46,6 +46,62 @@ def test_help_lists_the_commands():
         assert command in proc.stdout
 
 
+def _commands(group, prefix=""):
+    """Every command of the app, by its full name ("reproduce fgd")."""
+    import click
+
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _commands(command, f"{prefix}{name} ")
+        else:
+            yield f"{prefix}{name}", command
+
+
+#: What each command is for: the span it defaults to follows from it.
+MEASURE = {"simulate", "evaluate", "inspect-model"}
+LEARN = {"train", "search-static", "overestimation"}
+
+
+def test_every_command_follows_one_scenario_and_span_rule():
+    """--scenario defaults to tiny everywhere (train's default is TrainSettings'); --span to test where a
+    policy is measured, to train where one is learnt; outputs go to --out; the rule is in --help."""
+    import typer
+
+    from td3sched import cli
+    from td3sched.rl.train import TrainSettings
+
+    group = typer.main.get_command(app)
+    spans = {}
+    for name, command in _commands(group):
+        params = {p.name: p for p in command.params}
+        if "scenario" in params:
+            default = params["scenario"].default
+            assert default == "tiny" or (name == "train" and default is None), (name, default)
+            assert "default tiny" in params["scenario"].help, name
+        if "span" in params:
+            spans[name] = params["span"].default
+            assert f"default {params['span'].default or 'train'}" in params["span"].help, name
+        outputs = [o for p in command.params for o in getattr(p, "opts", []) if o.startswith("--out")]
+        assert outputs in ([], ["--out"]), (name, outputs)
+    assert spans == {"simulate": "test", "evaluate": "test", "inspect-model": "test", "train": None}
+    assert (TrainSettings().scenario, TrainSettings().span) == ("tiny", "train")  # train's defaults
+    assert set(spans) <= MEASURE | LEARN
+    text = _flat(runner.invoke(app, ["--help"]).output)
+    assert "--scenario defaults to tiny" in text and "test in commands that measure" in text
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert _flat(cli.CONVENTIONS) in _flat(readme)
+
+
+def test_old_invocations_still_run(tmp_path):
+    """simulate's old default span still runs, by name; the new default is test. (evaluate with the
+    --scenario it used to require: tests/evaluate/test_cli_evaluate.py.)"""
+    result = runner.invoke(app, ["simulate", "--span", "full", "--no-progress", "--out", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "r.json").read_text())["span"]["name"] == "full"
+    result = runner.invoke(app, ["simulate", "--no-progress", "--out", str(tmp_path / "d.json")])
+    assert result.exit_code == 0 and json.loads((tmp_path / "d.json").read_text())["span"]["name"] == "test"
+
+
 def test_version_and_python_dash_m():
     import td3sched
 
@@ -102,6 +158,11 @@ def test_simulate_writes_json_with_every_documented_metric(tmp_path):
         assert name in record["metrics"], name
         assert isinstance(record["metrics"][name], (int, float))
     assert not out.with_suffix(".json.tmp").exists()
+    # binds beside decisions, and what the difference is
+    m = record["metrics"]
+    text = " ".join(result.output.split())
+    assert f"decisions │ {m['decisions']}" in text and f"binds │ {m['binds']}" in text
+    assert "is tried again" in text and f"(here {m['decisions'] - m['binds']:,})" in text
 
 
 @pytest.mark.parametrize("args,bad,choices", [

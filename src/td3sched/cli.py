@@ -13,10 +13,27 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+DEFAULT_SCENARIO = "tiny"
+MEASURE_SPAN, LEARN_SPAN = "test", "train"
+CONVENTIONS = (
+    "Every command's --scenario defaults to tiny (it ships with the package: no traces needed). --span "
+    "defaults to test in commands that measure a policy (simulate, evaluate, inspect-model) and to train in "
+    "those that learn or search one (train, search-static, overestimation); full is the whole scenario. "
+    "Outputs go to --out.")
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="td3-scheduler: a learned Kubernetes scheduler and its trace-driven simulator.")
+                  help="td3-scheduler: a learned Kubernetes scheduler and its trace-driven simulator.\n\n"
+                       + CONVENTIONS)
 console = Console(stderr=True)
 out = Console()
+
+
+def _scenario_help(what: str = "Scenario") -> str:
+    return f"{what} (see `td3sched scenarios`; default {DEFAULT_SCENARIO})."
+
+
+def _span_help(default: str, what: str = "Span of the scenario") -> str:
+    why = "commands that measure use test" if default == MEASURE_SPAN else "commands that learn use train"
+    return f"{what}: full, train or test (default {default}: {why})."
 
 
 SET_HELP = ("Override a scenario setting, e.g. --set autoscaler.enabled=false (every setting, its default and "
@@ -44,11 +61,11 @@ def _fail(message: str) -> None:
 
 @app.command()
 def simulate(
-    scenario: str = typer.Option("tiny", help="Scenario name (see `td3sched scenarios`)."),
+    scenario: str = typer.Option(DEFAULT_SCENARIO, help=_scenario_help()),
     policy: str = typer.Option("k8s-default", help="Scoring policy spec, e.g. k8s-default, td3:models/td3-dlrm, "
                                                    "static-weights:w=0.4/0.3/0.2/0.1:tau=0.5."),
     seed: int = typer.Option(1, min=0, help="Seed: with the scenario, it fully determines the run."),
-    span: str = typer.Option("full", help="Span of the scenario to run: full, train or test."),
+    span: str = typer.Option(MEASURE_SPAN, help=_span_help(MEASURE_SPAN, "Span of the scenario to run")),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     out_path: Optional[Path] = typer.Option(None, "--out", help="Write the run's metrics as JSON here."),
     events: Optional[Path] = typer.Option(None, help="Write every event of the run as JSON lines here."),
@@ -80,6 +97,9 @@ def simulate(
 
 
 def print_metrics(result: dict) -> None:
+    from td3sched.metrics.collector import DECISIONS_AND_BINDS
+
+    m = result["metrics"]
     table = Table(title=f"{result['scenario']} / {result['span']['name']} / {result['policy']} / seed {result['seed']}")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -88,6 +108,8 @@ def print_metrics(result: dict) -> None:
     for key, value in result["runtime"].items():
         table.add_row(key, f"{value:,.1f}")
     out.print(table)
+    if "binds" in m:
+        out.print(f"[dim]{DECISIONS_AND_BINDS} (here {m['decisions'] - m['binds']:,}).[/dim]")
 
 
 @app.command()
@@ -199,8 +221,8 @@ class _OptionalRayAddress(TyperCommand):
 
 @app.command(cls=_OptionalRayAddress)
 def evaluate(
-    scenario: str = typer.Option(..., help="Scenario name (see `td3sched scenarios`)."),
-    span: str = typer.Option("test", help="Span of the scenario: full, train or test."),
+    scenario: str = typer.Option(DEFAULT_SCENARIO, help=_scenario_help()),
+    span: str = typer.Option(MEASURE_SPAN, help=_span_help(MEASURE_SPAN)),
     policies: Optional[list[str]] = typer.Option(
         None, "--policies",
         help="Comma-separated policy specs, or all (default: every competitor; the hindsight bound oracle runs "
@@ -215,13 +237,18 @@ def evaluate(
     ray: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS]",
                                       help="Run on Ray: alone, a new local instance; with an address (auto, "
                                            "ray://host:10001), that cluster. Needs pip install 'td3sched\\[ray]'."),
+    mixed_versions: bool = typer.Option(False, "--mixed-versions",
+                                        help="Keep runs in --out made by other code versions beside new ones (the "
+                                             "report lists each version). Without it, a report comes from one "
+                                             "code version and mixing is refused before anything runs."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Run every (policy, seed) of a scenario span; write run records, summaries, plots and a report."""
     from td3sched.evaluate import GridError, prepare, run_grid, write_reports
 
     try:
-        spec = prepare(scenario, span, policies or ["all"], seeds, out_dir, list(set_), workers, ray)
+        spec = prepare(scenario, span, policies or ["all"], seeds, out_dir, list(set_), workers, ray,
+                       mixed_versions=mixed_versions)
     except GridError as exc:
         _fail(str(exc))
     for name, reason in spec.skipped:
@@ -236,7 +263,10 @@ def evaluate(
         console.print(f"[yellow]interrupted:[/yellow] finished runs are in {escape(str(spec.out / 'runs'))}; "
                       "rerun the same command to resume")
         raise typer.Exit(130) from None
-    files = write_reports(result)
+    try:
+        files = write_reports(result)
+    except GridError as exc:  # runs of several code versions came back (e.g. a Ray cluster's workers)
+        _fail(str(exc))
     print_evaluation(result)
     console.print(f"{len(result.computed)} runs computed, {len(result.reused)} reused, {len(result.failures)} failed "
                   f"in {result.wall_s:,.1f} s; report: {escape(str(files.report_md))}, {escape(str(files.report_html))}")
@@ -250,7 +280,7 @@ def evaluate(
 
 def print_evaluation(result) -> None:
     from td3sched.evaluate.plots import short_label
-    from td3sched.evaluate.report import KEY_NAMES, analyse, fmt_ci
+    from td3sched.evaluate.report import KEY_NAMES, analyse, fmt, fmt_ci
 
     a = analyse(result)
     table = Table(title=f"{result.spec.scenario} / {result.spec.span}: mean and 95% CI over {result.spec.seeds} seeds")
@@ -260,7 +290,14 @@ def print_evaluation(result) -> None:
     for m in KEY_NAMES:
         if m in a.metrics:
             table.add_row(m, *(fmt_ci(a.stats[p][m]) for p in a.policies))
+    if "decisions" in a.metrics and "binds" in a.metrics:  # means: retries explain the gap (caption)
+        from td3sched.metrics.collector import DECISIONS_AND_BINDS
+
+        table.add_row("decisions / binds", *(f"{fmt(a.stats[p]['decisions'].mean)} / {fmt(a.stats[p]['binds'].mean)}"
+                                             for p in a.policies))
     out.print(table)
+    if "decisions" in a.metrics and "binds" in a.metrics:
+        out.print(f"[dim]decisions / binds: means over seeds; {DECISIONS_AND_BINDS}.[/dim]")
 
 
 reproduce_app = typer.Typer(no_args_is_help=True, help="Reproduce published experiments with this project's rules.")
@@ -378,7 +415,7 @@ def build_tiny_cmd(
 
 @app.command("search-static")
 def search_static(
-    scenario: str = typer.Option("dlrm", help="Scenario name (see `td3sched scenarios`)."),
+    scenario: str = typer.Option(DEFAULT_SCENARIO, help=_scenario_help("Scenario whose train span is searched")),
     budget_min: float = typer.Option(30.0, help="Wall-clock budget of the whole search, in minutes."),
     tau_fixed: Optional[float] = typer.Option(None, help="Fix tau (0: best-static-seed); default: search tau too."),
     seed: int = typer.Option(1, min=0, help="Seed of the world and of every evaluation run."),
@@ -428,12 +465,12 @@ def train(
     steps: int = typer.Option(..., help="Environment steps (scheduling decisions) to train for, in total."),
     out_dir: Path = typer.Option(..., "--out", help="Run folder, e.g. runs/NAME/: checkpoint, model (then "
                                                     "--policy td3:runs/NAME) and TensorBoard logs (tb/)."),
-    scenario: Optional[str] = typer.Option(None, help="Scenario to train on (default: dlrm)."),
+    scenario: Optional[str] = typer.Option(None, help=_scenario_help("Scenario to train on")),
     seed: Optional[int] = typer.Option(None, min=0, help="Seed of the world, the episode windows, the networks "
                                                          "and the noise (default: 1)."),
     algo: Optional[str] = typer.Option(None, help="td3 (default), or ddpg: one critic, no smoothing, no delay."),
     action: Optional[str] = typer.Option(None, help="full (default): weights and tau; seed: weights, tau fixed at 0."),
-    span: Optional[str] = typer.Option(None, help="Span whose windows are the episodes (default: train)."),
+    span: Optional[str] = typer.Option(None, help=_span_help(LEARN_SPAN, "Span whose windows are the episodes")),
     episode_hours: Optional[float] = typer.Option(None, help="Episode window in simulated hours (default: 24)."),
     learning_starts: Optional[int] = typer.Option(None, help="Random warm-up steps before learning (default: "
                                                              "10000, TD3Config.learning_starts)."),
@@ -535,7 +572,8 @@ def train(
 
 @app.command()
 def overestimation(
-    scenario: str = typer.Option("tiny", help="Scenario to train and evaluate on."),
+    scenario: str = typer.Option(DEFAULT_SCENARIO, help=_scenario_help("Scenario to train and evaluate on "
+                                                                       "(its train span)")),
     steps: int = typer.Option(25_000, help="Training steps per algorithm and seed."),
     eval_every: int = typer.Option(2_500, help="Training steps between two evaluation episodes."),
     seeds: int = typer.Option(2, help="Seeds per algorithm: runs seeds 1..N."),
@@ -646,8 +684,8 @@ def serve(
 def inspect_model(
     folder: Path = typer.Argument(..., help="Model folder (td3sched train's run folder), or a shipped model's "
                                             "name (td3-dlrm, td3-dlrm-seed, td3-openb, td3-openb-seed)."),
-    scenario: str = typer.Option("tiny", help="Scenario whose window the model runs on."),
-    span: str = typer.Option("test", help="Span of the window."),
+    scenario: str = typer.Option(DEFAULT_SCENARIO, help=_scenario_help("Scenario whose window the model runs on")),
+    span: str = typer.Option(MEASURE_SPAN, help=_span_help(MEASURE_SPAN, "Span of the window")),
     episode_hours: float = typer.Option(6.0, help="Window length in simulated hours."),
     seed: int = typer.Option(1, min=0, help="Draws the window (and its world)."),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),

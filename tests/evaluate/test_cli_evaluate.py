@@ -126,3 +126,21 @@ def test_an_unreachable_or_malformed_ray_address_fails_fast(address, message, tm
     assert result.exit_code == 2, result.output
     assert message in _flat(result.output) and address in result.output
     assert not out.exists()
+
+
+def test_runs_of_another_code_version_are_refused_unless_asked(tmp_path):
+    out = tmp_path / "grid"
+    assert _evaluate(out, "--policies", "k8s-default", "--seeds", "1", "--workers", "1").exit_code == 0
+    path = out / "runs" / "k8s-default__seed1.json"
+    record = json.loads(path.read_text())
+    record["code_version"] = "0.1.0+0123456789ab"
+    grid_mod.write_json_atomic(path, record)
+    result = _evaluate(out, "--policies", "k8s-default", "--seeds", "2", "--workers", "1")
+    assert result.exit_code == 2, result.output
+    error = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and result.output.rstrip().endswith(error[0]), result.output  # one line, the last
+    assert "0.1.0+0123456789ab (1 run)" in error[0] and "--mixed-versions" in error[0]
+    assert not (out / "runs" / "k8s-default__seed2.json").exists()
+    result = _evaluate(out, "--policies", "k8s-default", "--seeds", "2", "--workers", "1", "--mixed-versions")
+    assert result.exit_code == 0, result.output
+    assert "`0.1.0+0123456789ab` (1 run)" in (out / "report.md").read_text()

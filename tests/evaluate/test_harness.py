@@ -141,6 +141,73 @@ def test_report_names_the_setup_and_embeds_tables_and_plots(local_grid):
     assert '<div class="figures">' in html and '<div class="table-wrap"><table>' in html
 
 
+def test_decisions_are_shown_beside_binds_with_the_retries(local_grid):
+    """report.md's attempts table and the terminal table put binds beside decisions (means over seeds)
+    and say that retries make the difference."""
+    from td3sched.cli import out as terminal
+    from td3sched.cli import print_evaluation
+    from td3sched.evaluate.report import fmt
+
+    out, result, _ = local_grid
+    md = (out / "report.md").read_text()
+    section = md.split("## Scheduling attempts: decisions and binds", 1)[1].split("\n## ", 1)[0]
+    assert "tried again" in section
+    with terminal.capture() as captured:
+        print_evaluation(result)
+    shown = " ".join(captured.get().split())
+    assert "decisions / binds" in shown and "tried again" in shown
+    for policy in POLICY_LIST:
+        runs = [result.records[(policy, s)]["metrics"] for s in range(1, SEEDS + 1)]
+        decisions = sum(r["decisions"] for r in runs) / SEEDS
+        binds = sum(r["binds"] for r in runs) / SEEDS
+        row = next(line for line in section.splitlines() if line.startswith(f"| `{policy}` |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2:5] == [fmt(decisions), fmt(binds), fmt(decisions - binds)], row
+        assert f"{fmt(decisions)} / {fmt(binds)}" in shown
+
+
+def test_report_html_opens_alone_in_chromium_without_errors(local_grid, tmp_path):
+    """report.html copied alone into an empty folder (as mailed), opened in headless Chromium: no console
+    error, every figure drawn from the file itself, tables scroll inside their boxes instead of widening
+    the page, and a screenshot of the whole page shows something. The harness first proves that it
+    sees errors: a page with a missing image and a script error must report both."""
+    from matplotlib.image import imread
+
+    from tests.evaluate.chromium_harness import browser, console_errors, full_page_screenshot
+
+    out, _, files = local_grid
+    alone = tmp_path / "mailed" / "report.html"
+    alone.parent.mkdir()
+    shutil.copyfile(files.report_html, alone)
+    broken = tmp_path / "broken.html"
+    broken.write_text('<!DOCTYPE html><html><body><img src="plots/missing.png"><script>undefinedFunction()</script>'
+                      "</body></html>")
+    with browser(width=1280) as driver:
+        driver.get(broken.as_uri())
+        seen = console_errors(driver)
+        assert any("missing.png" in e for e in seen) and any("undefinedFunction" in e for e in seen), seen
+
+        driver.get(alone.as_uri())
+        assert driver.title == "Evaluation report: tiny / test"
+        assert console_errors(driver) == []
+        images = driver.execute_script(
+            "return Array.from(document.images).map(i => [i.complete && i.naturalWidth > 0, i.src.slice(0, 22)])")
+        assert len(images) == len(list((out / "plots").glob("*.png"))) > 0
+        assert all(ok and src == "data:image/png;base64," for ok, src in images), images
+        page_width = driver.execute_script("return document.documentElement.clientWidth")
+        assert driver.execute_script("return document.documentElement.scrollWidth") <= page_width
+        wide = driver.execute_script(
+            "return Array.from(document.querySelectorAll('.table-wrap'))"
+            ".filter(w => w.scrollWidth > w.clientWidth).map(w => getComputedStyle(w).overflowX)")
+        assert all(overflow == "auto" for overflow in wide), wide  # a wide table scrolls in its box
+        shot = tmp_path / "report.png"
+        width, height = full_page_screenshot(driver, shot)
+        assert console_errors(driver) == []
+    pixels = imread(shot)
+    assert pixels.shape[1] >= width and pixels.shape[0] >= min(height, 900)
+    assert pixels[..., :3].std() > 0.05, "the screenshot is blank"
+
+
 def test_each_delta_column_names_its_policy(local_grid):
     out, result, _ = local_grid
     vs = (out / "vs-default.md").read_text()
@@ -167,6 +234,22 @@ def test_figures_use_one_colour_per_policy_short_labels_and_skip_all_zero_metric
     assert plot is not None and plot.path.is_file()
 
 
+def test_the_heatmap_scale_ends_at_the_most_a_node_can_deliver(tmp_path):
+    """With node_util_ceiling the scale's top is the largest ceiling (a saturated node is the top colour),
+    whatever the values; older records without it keep 100% or their highest value, and say so."""
+    from td3sched.evaluate import plots as P
+
+    rows = [[0.2, 0.5], [1.05, None]]
+    top, note = P.heatmap_scale([rows], [[1.1, 1.02], None])
+    assert top == pytest.approx(110.0) and "ends at 110%" in note and "cores" in note
+    assert P.heatmap_scale([rows], [[0.9]])[0] == 100.0  # never below allocatable
+    top, note = P.heatmap_scale([rows, [[1.3]]])
+    assert top == pytest.approx(130.0) and "predate" in note
+    assert P.heatmap_scale([[[0.1]]])[0] == 100.0
+    plot = P.node_heatmap(tmp_path, "k8s-default", 1, rows, "default", ["n0", "n1"], 110.0)
+    assert plot is not None and plot.path.is_file()
+
+
 def test_optional_plots_are_drawn_or_noted(local_grid):
     out, result, files = local_grid
     md = (out / "report.md").read_text()
@@ -177,6 +260,8 @@ def test_optional_plots_are_drawn_or_noted(local_grid):
         assert "Latency CDF: skipped" in md
     if record.get("node_util_hourly"):
         assert (out / "plots" / "node_util_default.png").exists()
+        top = 100 * max(max(result.records[k]["node_util_ceiling"]) for k in KEYS)
+        assert f"so the scale ends at {top:.0f}%" in md and "100% (dashed line on the scale)" in md
     else:
         assert "heatmaps: skipped" in md
 
@@ -218,6 +303,56 @@ def test_resume_recomputes_only_the_missing_run(local_grid, tmp_path):
     after = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")}
     assert victim_path.exists() and all(after[name] == t for name, t in before.items())
     assert f"1 computed now, {len(KEYS) - 1} reused" in (out / "report.md").read_text()
+
+
+def _stamp(path: Path, version: str) -> None:
+    record = json.loads(path.read_text())
+    record["code_version"] = version
+    write_json_atomic(path, record)
+
+
+def test_a_grid_never_mixes_code_versions_unless_asked(local_grid, tmp_path):
+    """Runs of another code version in --out: refused before anything runs or is written, naming each
+    version with its runs; with mixed_versions the grid runs and the report lists both."""
+    from td3sched.evaluate.grid import MixedVersionsError
+
+    out = _copy(local_grid[0], tmp_path)
+    runs = out / "runs"
+    current = local_grid[1].records[KEYS[0]]["code_version"]
+    old = "0.1.0+0123456789ab"
+    for policy, seed in KEYS[:2]:
+        _stamp(runs / f"{policy_slug(policy)}__seed{seed}.json", old)
+    missing = runs / f"{policy_slug(KEYS[-1][0])}__seed{KEYS[-1][1]}.json"
+    missing.unlink()
+    grid_before = (out / "grid.json").read_text()
+    with pytest.raises(MixedVersionsError) as refused:
+        run_grid(_spec(out), progress=False)
+    message = str(refused.value)
+    assert f"{old} (2 runs)" in message and f"{current} ({len(KEYS) - 2} runs, to run now)" in message
+    assert "--mixed-versions" in message and "\n" not in message
+    assert not missing.exists() and (out / "grid.json").read_text() == grid_before  # nothing ran or was written
+
+    result = run_grid(_spec(out, mixed_versions=True), progress=False)
+    assert result.computed == [KEYS[-1]]
+    write_reports(result)
+    md = (out / "report.md").read_text()
+    assert f"`{old}` (2 runs); `{current}` ({len(KEYS) - 2} runs)" in md and "**Mixed code versions**" in md
+
+    # every run on disk, none to compute, still two versions: refused too (reports included)
+    with pytest.raises(MixedVersionsError, match="the report would mix code versions"):
+        run_grid(_spec(out), progress=False)
+    with pytest.raises(MixedVersionsError):
+        write_reports(grid_mod.GridResult(_spec(out), records=result.records))
+
+
+def test_the_report_states_its_one_code_version_once(local_grid):
+    out, result, _ = local_grid
+    md = (out / "report.md").read_text()
+    version = result.records[KEYS[0]]["code_version"]
+    assert {r["code_version"] for r in result.records.values()} == {version}
+    assert md.count(version) == 1 and f"| code version | `{version}` |" in md
+    assert ("**Uncommitted code:**" in md) == (".dirty" in version)
+    assert json.loads((out / "grid.json").read_text())["code_version"] == version
 
 
 def test_resume_recomputes_corrupt_and_foreign_run_files(local_grid, tmp_path):

@@ -199,3 +199,62 @@ def test_the_entry_point_registers_the_env_in_a_fresh_interpreter():
             "print(type(e.unwrapped).__name__)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "ClusterSchedulingEnv" in proc.stdout, proc.stderr
+
+
+def _fresh(code: str, pythonpath: list[str]):
+    """``code`` in a fresh interpreter with ``pythonpath`` first on its path."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*pythonpath, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.skipif(int(gym.__version__.split(".")[0]) < 1, reason="Gymnasium 0.x loads entry-point plugins")
+def test_gymnasium_1_needs_the_module_in_the_id():
+    """What the docs say of Gymnasium 1.x: the bare id is unknown to a fresh interpreter (1.0 dropped
+    entry-point plugins), the module-qualified id works. Fails if a Gymnasium brings plugins back."""
+    proc = _fresh(f"import gymnasium as gym; gym.make({ENV_ID!r})", [])
+    assert proc.returncode != 0 and "Namespace td3sched not found" in proc.stderr, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def gymnasium_029(tmp_path_factory):
+    """Gymnasium 0.29.1 in a folder of its own (pip, no dependencies: the installed Gymnasium's serve),
+    and a td3sched dist-info there whose entry points are pyproject's: an installed td3sched as
+    Gymnasium 0.29 finds it."""
+    import subprocess
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    folder = tmp_path_factory.mktemp("gymnasium-0.29")
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(folder),
+                           "gymnasium==0.29.1"], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.skip(f"pip could not install gymnasium==0.29.1 (no network?): {proc.stderr.strip()[-300:]}")
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    dist = folder / "td3sched-0.0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: td3sched\nVersion: 0.0.0\n")
+    points = pyproject["project"]["entry-points"]["gymnasium.envs"]
+    (dist / "entry_points.txt").write_text("[gymnasium.envs]\n" + "".join(f"{k} = {v}\n" for k, v in points.items()))
+    return folder
+
+
+def test_gymnasium_029_makes_the_env_by_its_bare_id_without_an_import(gymnasium_029):
+    """Gymnasium 0.29 calls the entry point from inside ``import gymnasium``: the registration must
+    not touch the half-imported package (it once raised there, breaking ``import gymnasium`` for every
+    program in an environment with td3sched installed)."""
+    import td3sched
+
+    src = str(__import__("pathlib").Path(td3sched.__file__).resolve().parents[1])
+    code = (f"import sys, gymnasium as gym; assert gym.__version__ == '0.29.1', gym.__version__; "
+            f"assert 'td3sched' not in sys.modules or 'td3sched.envs' in sys.modules; "
+            f"e = gym.make({ENV_ID!r}, scenario='tiny', episode_hours=1.0); e.reset(seed=1); "
+            f"print(e.action_space, type(e.unwrapped).__name__); "
+            f"print(type(gym.make('td3sched.envs:{ENV_ID}', scenario='tiny').unwrapped).__name__)")
+    proc = _fresh(code, [str(gymnasium_029), src])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["Box(-1.0, 1.0, (5,), float32) ClusterSchedulingEnv", "ClusterSchedulingEnv"]

@@ -230,6 +230,16 @@ def test_a_shipped_model_is_found_by_name_from_any_folder(tmp_path, monkeypatch)
         load_model("td3-nothing")
 
 
+def test_the_td3_policy_finds_a_shipped_model_by_name_from_any_folder(tmp_path, monkeypatch):
+    """--policy td3:td3-dlrm (README, docs) from a folder without models/: the served actor, as load_model."""
+    from td3sched.policy import make_policy
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(MODELS_ENV, raising=False)
+    for name in ("td3-dlrm", "models/td3-dlrm"):
+        assert Path(make_policy(f"td3:{name}").folder) == SHIPPED_MODELS / "td3-dlrm"
+
+
 @pytest.mark.parametrize("mode", ["full", "seed"])
 def test_inspect_model_reports_the_actions_taken_and_the_critics_spread(tmp_path, mode):
     from td3sched.rl.diagnose import inspect_model

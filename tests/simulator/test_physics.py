@@ -133,3 +133,19 @@ def test_a_span_starts_at_steady_state_node_count():
     nodes = record["series_hourly"]["nodes"]
     assert len(nodes) >= 25
     assert abs(nodes[24] - nodes[0]) <= 0.05 * nodes[0]
+
+
+def test_the_heatmap_records_delivered_cpu_never_above_the_nodes_cores():
+    """node_util_hourly is delivered CPU (pods + daemons) over allocatable; a node delivers at most its
+    cores, so each value stays within its slot's node_util_ceiling, (allocatable + overhead) / allocatable,
+    and a saturated node reaches it."""
+    pods = [P("hog", cpu=1000, size_cpu=9000, pool="a"), P("calm", cpu=100, size_cpu=500, pool="b")]
+    w = world([pool("a", node(cpu=4000, oh_cpu=400), 1), pool("b", node(cpu=2000, oh_cpu=100), 1)], pods)
+    record = simulate(w, end_s=2 * 3600 + 1).result
+    assert record["node_util_ceiling"] == pytest.approx([4400 / 4000, 2100 / 2000])
+    rows = np.array(record["node_util_hourly"], dtype=float)
+    assert rows.shape == (2, 2)
+    assert np.all(rows <= np.array(record["node_util_ceiling"]) + 1e-9)
+    # the hog's node delivers its 4,400 cores from the first tick after the arrival; the other serves
+    # its 500 + 100 of demand
+    assert rows[1] == pytest.approx([4400 / 4000, 600 / 2000])

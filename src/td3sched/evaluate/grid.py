@@ -33,6 +33,10 @@ class GridError(ValueError):
     """A bad argument of the grid, found before anything runs."""
 
 
+class MixedVersionsError(GridError):
+    """The grid's runs would come from more than one code version (and mixing was not asked for)."""
+
+
 @dataclass(frozen=True)
 class Task:
     """One run of the grid; small and picklable (it travels to worker processes and Ray)."""
@@ -75,6 +79,10 @@ class GridSpec:
     """Policies that ``all`` named but that cannot run without arguments, with the reason."""
     identities: tuple[tuple[str, tuple[str, str]], ...] = ()
     """(policy, (concrete spec, fingerprint)) of every policy, as ``Task.identity``."""
+    code_version: str = ""
+    """The code that prepared the grid (``version.code_version``): the version of the runs computed now."""
+    mixed_versions: bool = False
+    """Allow runs of several code versions in one report (``--mixed-versions``); refused otherwise."""
 
     @property
     def seed_list(self) -> list[int]:
@@ -103,6 +111,8 @@ class GridSpec:
             "ray_address": self.ray,
             "workers": self.workers,
             "skipped_policies": {name: reason for name, reason in self.skipped},
+            "code_version": self.code_version,
+            "mixed_versions": self.mixed_versions,
         }
 
 
@@ -172,9 +182,10 @@ def split_policies(values: Iterable[str], names: Iterable[str], everything: Iter
 
 def prepare(scenario: str, span: str, policies: Iterable[str], seeds: int, out: Path,
             overrides: Iterable[str] = (), workers: int | None = None, ray: str | None = None,
-            runner: str | None = None) -> GridSpec:
+            runner: str | None = None, mixed_versions: bool = False) -> GridSpec:
     """Check every argument, in the order a user reads them; a GridError names the bad one.
-    ``runner`` ("module:function", default ``DEFAULT_RUNNER``) is what each run calls."""
+    ``runner`` ("module:function", default ``DEFAULT_RUNNER``) is what each run calls;
+    ``mixed_versions`` lets runs of other code versions in ``out`` be reused beside new ones."""
     runner = runner or DEFAULT_RUNNER
     from td3sched.policy import POLICIES, REFERENCE_POLICIES, make_policy
     from td3sched.scenario import load_scenario
@@ -239,8 +250,41 @@ def prepare(scenario: str, span: str, policies: Iterable[str], seeds: int, out: 
         check_folder(out, "--out")
     except ValueError as exc:
         raise GridError(str(exc)) from None
+    from td3sched.version import code_version
+
     return GridSpec(scenario, span, tuple(specs), seeds, overrides, out, workers, ray, span_s, runner, tuple(skipped),
-                    tuple(identities))
+                    tuple(identities), code_version(), bool(mixed_versions))
+
+
+def record_version(record: dict) -> str:
+    """The ``code_version`` of a run record ("unknown" without one)."""
+    return str(record.get("code_version") or "unknown")
+
+
+def versions_of(records: Iterable[dict]) -> dict[str, int]:
+    """How many of ``records`` each code version made, most first."""
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record_version(record)] = counts.get(record_version(record), 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def check_versions(spec: GridSpec, records: Iterable[dict], computing: int = 0) -> None:
+    """Refuse (MixedVersionsError) a report whose runs come from more than one code version: the
+    ``records`` kept, and ``computing`` runs about to be made by this code; unless
+    ``spec.mixed_versions``. The message names every version with its number of runs."""
+    counts = versions_of(records)
+    if computing:
+        counts[spec.code_version or "unknown"] = counts.get(spec.code_version or "unknown", 0) + computing
+    if len(counts) <= 1 or spec.mixed_versions:
+        return
+    runs = spec.out / RUNS_DIR
+    named = ", ".join(f"{v} ({n} run{'s' if n != 1 else ''}"
+                      + (", to run now" if computing and v == spec.code_version else "") + ")" for v, n in counts.items())
+    raise MixedVersionsError(
+        f"{runs}: the report would mix code versions {named}; a report comes from one code version. "
+        f"Move or delete {runs} to rerun every run with this code ({spec.code_version or 'unknown'}), or pass "
+        "--mixed-versions to keep them side by side (the report then lists each version)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,18 +410,22 @@ def run_grid(spec: GridSpec, progress: bool = True, console=None,
 
     result = GridResult(spec, started_at=_now())
     t0 = time.perf_counter()
-    (spec.out / RUNS_DIR).mkdir(parents=True, exist_ok=True)
-    write_json_atomic(spec.out / GRID_FILE, {**spec.arguments(), "status": "running", "started_at": result.started_at})
     todo: list[Task] = []
+    reused: list[tuple[Task, dict]] = []
     for task in spec.tasks():
         record = load_existing(spec.run_path(task), task)
         if record is None:
             todo.append(task)
         else:
-            result.records[(task.policy, task.seed)] = record
-            result.reused.append((task.policy, task.seed))
-            if on_event:
-                on_event("reused", task, None)
+            reused.append((task, record))
+    check_versions(spec, (record for _, record in reused), len(todo))  # before anything runs or is written
+    (spec.out / RUNS_DIR).mkdir(parents=True, exist_ok=True)
+    write_json_atomic(spec.out / GRID_FILE, {**spec.arguments(), "status": "running", "started_at": result.started_at})
+    for task, record in reused:
+        result.records[(task.policy, task.seed)] = record
+        result.reused.append((task.policy, task.seed))
+        if on_event:
+            on_event("reused", task, None)
 
     def started(task: Task) -> None:
         status.started(task)

@@ -180,15 +180,21 @@ def _matrix(rows) -> np.ndarray | None:
 def node_heatmap(out: Path, policy: str, seed: int, rows, role: str, slots: list | None = None,
                  vmax: float | None = None) -> Plot | None:
     """Per-node utilisation over time (``node_util_hourly`` read as [hour][node slot]; None or NaN
-    where a slot has no provisioned node, drawn blank). ``slots`` names the rows of the picture."""
+    where a slot has no provisioned node, drawn blank). ``slots`` names the rows of the picture;
+    ``vmax`` (percent) is the top of the colour scale, ``heatmap_scale``'s."""
     m = _matrix(rows)
     if m is None or not np.isfinite(m).any():
         return None
+    top = vmax if vmax is not None else heatmap_scale([rows])[0]
     fig = _figure(8.0, 4.5)
     ax = fig.add_subplot()
     img = ax.imshow(100.0 * m.T, aspect="auto", origin="lower", interpolation="nearest", cmap="viridis",
-                    vmin=0.0, vmax=vmax if vmax is not None else max(100.0, float(np.nanmax(100.0 * m))))
-    fig.colorbar(img, ax=ax, label="node CPU utilisation (%)")
+                    vmin=0.0, vmax=top)
+    bar = fig.colorbar(img, ax=ax, label="delivered CPU, % of allocatable")
+    if top > 100.0:
+        bar.ax.axhline(100.0, color="white", linewidth=1.2, linestyle="--")  # allocatable: all pods can get
+        ticks = [t for t in range(0, 101, 20) if top - t > 8.0] + [top]  # the top tick: a node's cores
+        bar.set_ticks(ticks, labels=[f"{t:.0f}" for t in ticks[:-1]] + [f"{top:.0f} cores"])
     ax.set_xlabel("hour of the span")
     if slots and len(slots) == m.shape[1] and len(slots) <= 40:
         ax.set_yticks(np.arange(len(slots)), [str(s) for s in slots], fontsize="x-small")
@@ -203,11 +209,30 @@ def node_heatmap(out: Path, policy: str, seed: int, rows, role: str, slots: list
                 f"seed {seed}; blank: no node provisioned in that slot.")
 
 
-def heatmap_scale(matrices: list) -> float:
-    """A common colour scale (percent) for the heatmaps: at least 100%, more if a node went above."""
+HEATMAP_SCALE_NOTE = (
+    "Heatmap colour: the CPU a node delivered in the hour (to its pods and its system daemons), as a share of "
+    "its allocatable CPU. A node delivers at most its cores, allocatable + system overhead, so the scale "
+    "ends at {top:.0f}%: the largest (cores / allocatable) of the nodes shown. 100% (dashed line on the "
+    "scale) is the allocatable CPU, all its pods can get; the band above is its daemons' share, reached "
+    "only by a saturated node. Both heatmaps share the scale.")
+HEATMAP_SCALE_NOTE_OLD = (
+    "Heatmap colour: the CPU a node delivered in the hour, as a share of its allocatable CPU, from 0 to "
+    "{top:.0f}% (the records predate `node_util_ceiling`, so the scale ends at 100% or at the highest value "
+    "shown). Both heatmaps share the scale.")
+
+
+def heatmap_scale(matrices: list, ceilings: list | None = None) -> tuple[float, str]:
+    """The heatmaps' common colour scale (percent) and the sentence that explains it. With the
+    records' ``node_util_ceiling`` (a node's cores over its allocatable: delivered CPU cannot go
+    above), the top is the largest ceiling: a saturated node is the top colour. Without (older
+    records), 100% or the highest value shown."""
+    limits = [float(c) for cs in (ceilings or []) if cs for c in cs if c is not None and np.isfinite(c)]
+    if limits:
+        top = 100.0 * max(max(limits), 1.0)
+        return top, HEATMAP_SCALE_NOTE.format(top=top)
     top = 100.0
     for rows in matrices:
         m = _matrix(rows) if rows else None
         if m is not None and np.isfinite(m).any():
             top = max(top, float(np.nanmax(100.0 * m)))
-    return top
+    return top, HEATMAP_SCALE_NOTE_OLD.format(top=top)

@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from td3sched.evaluate.grid import GridResult, write_text_atomic
+from td3sched.evaluate.grid import GridResult, check_versions, versions_of, write_text_atomic
+from td3sched.version import is_clean
 from td3sched.evaluate.stats import CONFIDENCE, Summary, paired_difference, summarize
 
 DEFAULT_POLICY = "k8s-default"
@@ -369,6 +370,10 @@ def summary_doc(a: Analysis) -> tuple[Doc, str]:
         notes.append(f"Fewer runs than seeds for: {', '.join(f'`{p}`' for p in short)} (failed runs; see the report).")
     for m in a.missing_metrics:
         notes.append(f"`{m}` is not in the run records yet: left out.")
+    if "decisions" in a.metrics and "binds" in a.metrics:
+        from td3sched.metrics.collector import DECISIONS_AND_BINDS
+
+        notes.append(f"`decisions` and `binds`: {DECISIONS_AND_BINDS}.")
     for p in a.policies:
         if not any(a.values[p][m] for m in a.metrics):
             notes.append(f"`{p}`: no successful run.")
@@ -443,6 +448,33 @@ def vs_default_doc(a: Analysis) -> Doc:
     return doc
 
 
+ATTEMPT_METRICS = ("pods_arrived", "decisions", "binds", "attempts_per_pod", "unschedulable")
+
+
+def attempts_doc(a: Analysis) -> Doc | None:
+    """Decisions beside binds, per policy (means over seeds): retries explain the gap. None when the
+    records have no ``binds``."""
+    from td3sched.metrics.collector import DECISIONS_AND_BINDS
+
+    if "decisions" not in a.metrics or "binds" not in a.metrics:
+        return None
+    doc = Doc("Scheduling attempts: decisions and binds")
+    doc.p(f"Means over seeds. {DECISIONS_AND_BINDS[0].upper()}{DECISIONS_AND_BINDS[1:]} (*retries*). "
+          "`pods_arrived` counts the pods already running when the span starts (placed before it: no decision "
+          "in the span) and those arriving in it; `attempts_per_pod` is decisions / pods arrived; "
+          "`unschedulable`: pods still waiting at the end.")
+    shown = [m for m in ATTEMPT_METRICS if m in a.metrics]
+    header = ["policy", *(f"`{m}`" for m in shown[:3]), "retries (decisions - binds)", *(f"`{m}`" for m in shown[3:])]
+    mean = lambda p, m: a.stats[p][m].mean  # noqa: E731
+    rows = []
+    for p in a.policies:
+        d, b = mean(p, "decisions"), mean(p, "binds")
+        retries = fmt(d - b) if d is not None and b is not None else "n/a"
+        rows.append([f"`{p}`", *(fmt(mean(p, m)) for m in shown[:3]), retries, *(fmt(mean(p, m)) for m in shown[3:])])
+    doc.table(Table(header, rows, ["l"] + ["r"] * (len(header) - 1)))
+    return doc
+
+
 @dataclass
 class ReportFiles:
     summary_md: Path
@@ -493,12 +525,14 @@ def make_plots(a: Analysis, out: Path):
     drawn = []
     roles = [(role, policy) for role, policy in (("default", DEFAULT_POLICY if a.has_default else None),
                                                  ("best", best)) if policy is not None and policy in firsts]
-    vmax = P.heatmap_scale([firsts[policy][1].get("node_util_hourly") for _, policy in roles])
+    vmax, scale_note = P.heatmap_scale([firsts[policy][1].get("node_util_hourly") for _, policy in roles],
+                                       [firsts[policy][1].get("node_util_ceiling") for _, policy in roles])
     for role, policy in roles:
         seed, rec = firsts[policy]
         rows = rec.get("node_util_hourly")
         plot = P.node_heatmap(plots_dir, policy, seed, rows, role, rec.get("node_util_slots"), vmax) if rows else None
         if plot:
+            plot.caption += " " + scale_note
             result.items.append(plot)
             drawn.append(policy)
     if not drawn:
@@ -513,7 +547,7 @@ def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path) -> 
     r = a.result
     spec = r.spec
     doc = Doc(f"Evaluation report: {spec.scenario} / {spec.span}")
-    versions = sorted({str(rec.get("code_version", "unknown")) for rec in r.records.values()})
+    versions = versions_of(r.records.values())
     span_days = f"days {spec.span_s[0] / 86400:g} to {spec.span_s[1] / 86400:g}"
     if spec.ray is None:
         backend = f"local processes ({spec.workers} workers)"
@@ -529,7 +563,7 @@ def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path) -> 
         ["seeds", f"1..{spec.seeds} ({spec.seeds} per policy)"],
         ["policies", ", ".join(f"`{p}`" for p in spec.policies)
          + ("; skipped from `all`: " + "; ".join(f"`{n}` ({why})" for n, why in spec.skipped) if spec.skipped else "")],
-        ["code version", ", ".join(f"`{v}`" for v in versions) if versions else "n/a (no run record)"],
+        ["code version", _version_cell(versions)],
         ["backend", backend],
         ["grid wall-clock", f"{r.wall_s:,.1f} s (this invocation, {r.started_at} to {r.finished_at})"],
         ["runs", f"{len(spec.tasks())} in the grid: {len(r.computed)} computed now, {len(r.reused)} reused from "
@@ -539,13 +573,20 @@ def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path) -> 
     doc.h2("Setup")
     doc.table(Table(["item", "value"], rows, ["l", "l"]))
     if len(versions) > 1:
-        doc.p(f"**Mixed code versions:** the runs come from {len(versions)} code versions (runs on disk from an "
-              f"earlier invocation are reused as they are). Delete `{spec.out / 'runs'}` to rerun all with one.")
+        doc.p(f"**Mixed code versions** (`--mixed-versions`): the runs come from {len(versions)} code versions "
+              f"(runs on disk from an earlier invocation are reused as they are). Move `{spec.out / 'runs'}` away "
+              "and rerun to make them all with one.")
+    if any(not is_clean(v) for v in versions):
+        doc.p("**Uncommitted code:** a version marked `.dirty` ran with local changes to the package, so no commit "
+              "reproduces it; commit, then rerun, before committing this report.")
     if r.failures:
         doc.h2("Failed runs")
         doc.bullets([f"`{p}` seed {s}: {e}" for (p, s), e in sorted(r.failures.items())])
         doc.p("Their tracebacks are in `runs/*.error.txt`; rerunning the same command retries only them.")
     doc.extend(vs_default)
+    attempts = attempts_doc(a)
+    if attempts is not None:
+        doc.extend(attempts)
     doc.extend(summary)
     doc.h2("Plots")
     for plot in plots.items:
@@ -561,8 +602,20 @@ def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path) -> 
     return doc
 
 
+def _version_cell(versions: dict[str, int]) -> str:
+    """The code version, once: the one version, or each with its number of runs when mixed."""
+    if not versions:
+        return "n/a (no run record)"
+    if len(versions) == 1:
+        return f"`{next(iter(versions))}`"
+    return "; ".join(f"`{v}` ({n} run{'s' if n != 1 else ''})" for v, n in versions.items())
+
+
 def write_reports(result: GridResult) -> ReportFiles:
+    """Write every report of ``result``; a MixedVersionsError (nothing written) when its runs come from
+    more than one code version and the grid did not allow it."""
     out = result.spec.out
+    check_versions(result.spec, result.records.values())
     a = analyse(result)
     summary, summary_csv = summary_doc(a)
     vs = vs_default_doc(a)

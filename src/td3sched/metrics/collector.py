@@ -34,6 +34,12 @@ import math
 
 import numpy as np
 
+DECISIONS_AND_BINDS = (
+    "decisions counts scheduling cycles, binds the pods placed: a pod that fits no node stays in the "
+    "scheduling queue and is tried again (after its backoff, or when room comes back), and each try is "
+    "one more decision, so decisions - binds are the cycles that placed nothing")
+"""What the two counts are, for every table that shows them."""
+
 LAT_MIN_MS = 0.1
 LAT_BINS = 4000
 LAT_LOG_RATIO = math.log(1e7) / LAT_BINS  # 0.1 ms .. 1e6 ms

@@ -129,7 +129,7 @@ def _work(sim: Simulation, to_env: queue.Queue) -> None:
 class ClusterSchedulingEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, scenario: str = "dlrm", span: str = "train", episode_hours: float = 24.0,
+    def __init__(self, scenario: str = "tiny", span: str = "train", episode_hours: float = 24.0,
                  action_mode: str = "full", overrides: tuple[str, ...] | list[str] = (), lenient: bool = False):
         if not (np.isfinite(episode_hours) and episode_hours > 0):
             raise ValueError(f"episode_hours={episode_hours!r}: expected a positive number of hours")

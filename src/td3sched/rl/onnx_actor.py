@@ -82,8 +82,11 @@ class OnnxActor:
 
 
 def load_actor(folder) -> OnnxActor:
-    """The served actor of a model folder (``ModelError`` on anything missing or mismatched)."""
-    folder = Path(folder)
+    """The served actor of a model folder (``ModelError`` on anything missing or mismatched). A name that
+    is no folder here is looked up among the user's and the shipped models, as ``load_model`` does."""
+    from td3sched.shipped import model_folder
+
+    folder = model_folder(folder)
     card, content = folder_content_sha256(folder)
     path = folder / ONNX_FILE
     if path.is_file():

@@ -45,7 +45,7 @@ class CheckpointError(ValueError):
 class TrainSettings:
     """What an env and a run are made of, besides the TD3 config."""
 
-    scenario: str = "dlrm"
+    scenario: str = "tiny"
     seed: int = 1
     span: str = "train"
     episode_hours: float = 24.0

@@ -1050,7 +1050,9 @@ class Simulation(ClusterAutoscaler):
         return {"metrics": result, "series_hourly": self.metrics.hourly, "runtime": runtime,
                 "latency_hist": self.metrics.latency_histogram(),
                 "node_util_hourly": self.metrics.node_util_hourly,
-                "node_util_slots": [str(self.cluster.names[n]) for n in self._heatmap_nodes]}
+                "node_util_slots": [str(self.cluster.names[n]) for n in self._heatmap_nodes],
+                "node_util_ceiling": [round(float(x), 4) for x in self._cpu_cores[self._heatmap_nodes]
+                                      / self.cluster.allocatable[self._heatmap_nodes, 0]]}
 
 
 def open_event_log(path: Path | None, detail: bool = False) -> tuple[EventLog | None, TextIO | None]:
