@@ -469,6 +469,9 @@ def train(
     seed: Optional[int] = typer.Option(None, min=0, help="Seed of the world, the episode windows, the networks "
                                                          "and the noise (default: 1)."),
     algo: Optional[str] = typer.Option(None, help="td3 (default), or ddpg: one critic, no smoothing, no delay."),
+    gamma_per_hour: Optional[float] = typer.Option(None, help="Semi-MDP discount per simulated hour: a transition "
+                                                   "of dt seconds is discounted by this ** (dt / 3600) (reward.py). "
+                                                   "Default: 0.99 per decision."),
     action: Optional[str] = typer.Option(None, help="full (default): weights and tau; seed: weights, tau fixed at 0."),
     span: Optional[str] = typer.Option(None, help=_span_help(LEARN_SPAN, "Span whose windows are the episodes")),
     episode_hours: Optional[float] = typer.Option(None, help="Episode window in simulated hours (default: 24)."),
@@ -515,8 +518,8 @@ def train(
                                  "another folder")
             defaults = TrainSettings()
             settings = TrainSettings(**{k: v if v is not None else getattr(defaults, k) for k, v in given.items()})
-            config = TD3Config(**{k: v for k, v in (("algo", algo), ("learning_starts", learning_starts))
-                                  if v is not None})
+            config = TD3Config(**{k: v for k, v in (("algo", algo), ("learning_starts", learning_starts),
+                                                    ("gamma_per_hour", gamma_per_hour)) if v is not None})
         from td3sched.outputs import check_folder
         from td3sched.scenario import load_scenario
 

@@ -258,3 +258,23 @@ def test_gymnasium_029_makes_the_env_by_its_bare_id_without_an_import(gymnasium_
     proc = _fresh(code, [str(gymnasium_029), src])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["Box(-1.0, 1.0, (5,), float32) ClusterSchedulingEnv", "ClusterSchedulingEnv"]
+
+
+def test_each_step_says_how_long_its_transition_took_and_the_steps_cover_the_window():
+    """info["elapsed_s"]: from the decision a step answers to the next one (to the window's end on the
+    last step); the semi-MDP discount reads it."""
+    env = ClusterSchedulingEnv("tiny", "train", HOURS)
+    env.reset(seed=5)
+    elapsed, times = [], []
+    while True:
+        _, _, _, truncated, info = env.step(env.action_space.sample())
+        elapsed.append(info["elapsed_s"])
+        if truncated:
+            break
+        times.append(info["time_s"])
+    window = env.episode
+    assert all(e >= 0 for e in elapsed) and len(elapsed) > 10
+    assert elapsed[1:-1] == pytest.approx(np.diff(times).tolist())
+    assert times[0] - elapsed[0] >= window.start_s            # the first decision came after the start
+    assert sum(elapsed) == pytest.approx(window.end_s - (times[0] - elapsed[0]))
+    env.close()

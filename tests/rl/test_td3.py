@@ -58,6 +58,11 @@ def test_config_documents_every_field_and_validates():
     cfg = TD3Config()
     assert (cfg.gamma, cfg.tau, cfg.batch_size, cfg.learning_rate, cfg.buffer_size, cfg.policy_frequency,
             cfg.policy_noise, cfg.noise_clip) == (0.99, 0.005, 256, 3e-4, 1_000_000, 2, 0.2, 0.5)
+    assert cfg.gamma_per_hour is None
+    with pytest.raises(ValueError, match="gamma_per_hour=0"):
+        TD3Config(gamma_per_hour=0)
+    old_card = {k: v for k, v in TD3Config().to_json().items() if k != "gamma_per_hour"}
+    assert TD3Config.from_json(old_card).gamma_per_hour is None  # cards written before the semi-MDP
     with pytest.raises(ValueError, match="algo='sac'"):
         TD3Config(algo="sac")
     with pytest.raises(ValueError, match="TD3Config.tau=0"):
@@ -156,3 +161,18 @@ def test_train_step_logs_losses_and_q_values_every_log_every_steps():
     assert set(logged) == {"qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss", "actor_loss"}
     assert all(np.isfinite(v) for v in logged.values())
     assert td3_module.ALGOS == ("td3", "ddpg")
+
+
+def test_the_semi_mdp_discount_is_per_hour_of_elapsed_time():
+    agent = TD3(4, TD3Config(hidden=(8,), gamma_per_hour=0.5), seed=0)
+    elapsed = torch.tensor([0.0, 1800.0, 3600.0, 7200.0])
+    assert torch.allclose(agent.discounts(elapsed), torch.tensor([1.0, 0.5 ** 0.5, 0.5, 0.25]))
+    obs = torch.zeros(4, 4)
+    rewards, dones = torch.zeros(4), torch.zeros(4)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        y = agent.target_q(rewards, obs, dones, elapsed)
+        torch.manual_seed(0)
+        q = torch.min(torch.cat(agent.critic_target(obs, agent.smoothed_target_actions(obs)), dim=1), dim=1).values
+    assert torch.allclose(y, agent.discounts(elapsed) * q)
+    assert TD3(4, TD3Config(hidden=(8,), gamma=0.9), seed=0).discounts(elapsed) == 0.9  # per step

@@ -70,7 +70,7 @@ def _episode_return(env, window, act) -> float:
 
 def test_a_short_training_run_beats_random_actions():
     """3,000 steps on tiny (6-hour windows of the train span), then the deterministic actor and
-    uniformly random actions on the same 6 windows and tie-breaking seeds. A short run needs a short
+    uniformly random actions on the same 12 windows and tie-breaking seeds. A short run needs a short
     horizon (gamma 0.9) and small, fast networks; with the defaults it takes ~10,000 steps."""
     started = time.perf_counter()
     settings = TrainSettings("tiny", seed=1, episode_hours=6.0)
@@ -82,7 +82,7 @@ def test_a_short_training_run_beats_random_actions():
 
     env.reset(seed=100)  # evaluation windows: drawn apart from the training draws
     windows = []
-    for _ in range(6):
+    for _ in range(12):
         windows.append(dict(env.state_dict()["episode"]))
         env.reset()
     rng = np.random.default_rng(0)

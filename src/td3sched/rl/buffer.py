@@ -1,4 +1,5 @@
-"""Replay buffer: a ring of transitions (obs, action, reward, next_obs, done) in NumPy arrays.
+"""Replay buffer: a ring of transitions (obs, action, reward, next_obs, done, elapsed seconds) in
+NumPy arrays.
 
 Observations are stored raw (float32) and normalised when sampled, with the normaliser of the time
 (as Stable-Baselines3 does with VecNormalize). Sampling draws indices from the caller's Generator, so
@@ -19,10 +20,12 @@ class Batch:
     rewards: np.ndarray
     next_obs: np.ndarray
     dones: np.ndarray
+    elapsed: np.ndarray
+    """Simulated seconds each transition took (the semi-MDP discount reads them)."""
 
 
 class ReplayBuffer:
-    FIELDS = ("obs", "actions", "rewards", "next_obs", "dones")
+    FIELDS = ("obs", "actions", "rewards", "next_obs", "dones", "elapsed")
 
     def __init__(self, capacity: int, observation_size: int, action_size: int):
         if capacity < 1:
@@ -33,19 +36,21 @@ class ReplayBuffer:
         self.rewards = np.zeros(capacity, dtype=np.float32)
         self.next_obs = np.zeros((capacity, observation_size), dtype=np.float32)
         self.dones = np.zeros(capacity, dtype=np.float32)
+        self.elapsed = np.zeros(capacity, dtype=np.float32)
         self.pos = 0
         self.size = 0
 
     def __len__(self) -> int:
         return self.size
 
-    def add(self, obs, action, reward: float, next_obs, done: bool) -> None:
+    def add(self, obs, action, reward: float, next_obs, done: bool, elapsed_s: float = 0.0) -> None:
         i = self.pos
         self.obs[i] = obs
         self.actions[i] = action
         self.rewards[i] = reward
         self.next_obs[i] = next_obs
         self.dones[i] = float(done)
+        self.elapsed[i] = elapsed_s
         self.pos = (i + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
 
@@ -61,6 +66,8 @@ class ReplayBuffer:
 
     def load_state_dict(self, state: dict) -> None:
         size = int(state["size"])
+        if "elapsed" not in state:  # a checkpoint from before the semi-MDP: no elapsed times recorded
+            state = {**state, "elapsed": np.zeros(size, dtype=np.float32)}
         if size > self.capacity:
             raise ValueError(f"replay buffer state holds {size} transitions: expected at most {self.capacity}")
         for f in self.FIELDS:

@@ -18,8 +18,10 @@ simulator charged that decision (``reward.py``: the cluster's cost rate after it
 the next decision, and the events in between), so the step rewards of an episode sum to the run's
 ``episode_reward``. **Episode**: a window of ``episode_hours`` (the whole span if shorter) at a
 random start within the scenario's span, with a random tie-breaking seed, both drawn from the env's
-seed. It ends with the window: ``truncated`` is True on its last step (the cluster would go on), whose
-observation repeats the last decision's; ``info["record"]`` is then the run's record.
+seed. ``info["elapsed_s"]`` is the simulated time the step's transition took (to the next decision,
+or to the window's end): a semi-MDP learner discounts by it. It ends with the window: ``truncated``
+is True on its last step (the cluster would go on), whose observation repeats the last decision's
+(there is no next decision, so a learner should not bootstrap from it); ``info["record"]`` is then the run's record.
 
 **Inverted control.** The simulator's loop calls ``policy.score(pod, nodes, cluster)``; the agent
 wants to call ``step(action)``. The simulation runs in a worker thread and the two sides hand control
@@ -151,6 +153,8 @@ class ClusterSchedulingEnv(gym.Env):
         self._to_sim: queue.Queue = queue.Queue(maxsize=1)
         self._running = False
         self._obs: np.ndarray | None = None
+        self._decision_t = 0.0
+        """Simulated time of the decision the next step answers (``info["elapsed_s"]`` runs from it)."""
         self._steps = 0
         self._return = 0.0
 
@@ -200,10 +204,12 @@ class ClusterSchedulingEnv(gym.Env):
         info = {"weights": weights, "tau": tau}
         if kind == "end":
             self._finish()
-            info.update(record=payload, episode={"r": self._return, "l": self._steps})
+            info.update(record=payload, episode={"r": self._return, "l": self._steps},
+                        elapsed_s=self.episode.end_s - self._decision_t)
             return self._obs, reward, False, True, info
         self._obs = payload
-        info.update(time_s=decision[0], feasible=decision[1])
+        info.update(time_s=decision[0], feasible=decision[1], elapsed_s=decision[0] - self._decision_t)
+        self._decision_t = decision[0]
         return payload, reward, False, False, info
 
     def close(self) -> None:
@@ -259,9 +265,10 @@ class ClusterSchedulingEnv(gym.Env):
                                         name=f"td3sched-env-{episode.start_s:g}")
         self._running = True
         self._worker.start()
-        kind, payload, _, _ = self._to_env.get()
+        kind, payload, _, decision = self._to_env.get()
         if kind == "decision":
             self._obs = payload
+            self._decision_t = decision[0]
             return payload
         self._finish()
         if kind == "error":

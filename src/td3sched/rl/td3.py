@@ -38,7 +38,11 @@ class TD3Config:
     algo: str = "td3"
     """td3, or ddpg: one critic, no target policy smoothing, no delay (the actor moves every step)."""
     gamma: float = 0.99
-    """Discount factor."""
+    """Discount factor per step (used when ``gamma_per_hour`` is None)."""
+    gamma_per_hour: float | None = None
+    """Semi-MDP discount: a transition that took dt simulated seconds is discounted by
+    gamma_per_hour ** (dt / 3600) (``reward.discount``), so the horizon is in time, not in decisions
+    (Decima). None: ``gamma`` per step."""
     tau: float = 0.005
     """Polyak coefficient of the soft target updates: target <- tau * online + (1 - tau) * target."""
     batch_size: int = 256
@@ -55,9 +59,13 @@ class TD3Config:
     """Standard deviation of the Gaussian noise on the actor's pre-activations while collecting
     (logit units: 0.1 of the action bound, as sfujim/TD3's 0.1 x max_action)."""
     policy_noise: float = 0.2
-    """Target policy smoothing: standard deviation of the noise on the target actor's pre-activations."""
+    """Target policy smoothing: standard deviation of the noise on the target actor's pre-activations.
+    sfujim/TD3 uses 0.2 x max_action, which would be 1.0 here (the bound is LOGIT_LIMIT = 5); that
+    scaling is an open ablation (docs/td3.md), so the default stays where the shipped models were
+    trained."""
     noise_clip: float = 0.5
-    """Target policy smoothing: the noise is clipped to [-noise_clip, noise_clip]."""
+    """Target policy smoothing: the noise is clipped to [-noise_clip, noise_clip] (sfujim: 0.5 x
+    max_action, 2.5 here)."""
     hidden: tuple[int, ...] = (256, 256)
     """Hidden layer widths of the actor and of each critic (ReLU)."""
     log_every: int = 100
@@ -68,6 +76,8 @@ class TD3Config:
         if self.algo not in ALGOS:
             raise ValueError(f"algo={self.algo!r}: expected one of {', '.join(ALGOS)}")
         checks = [("gamma", 0 <= self.gamma <= 1, "a discount in [0, 1]"),
+                  ("gamma_per_hour", self.gamma_per_hour is None or 0 < self.gamma_per_hour <= 1,
+                   "a discount per hour in (0, 1], or None"),
                   ("tau", 0 < self.tau <= 1, "a Polyak coefficient in (0, 1]"),
                   ("learning_rate", self.learning_rate > 0, "a positive number"),
                   ("exploration_noise", self.exploration_noise >= 0, "a non-negative standard deviation"),
@@ -91,9 +101,14 @@ class TD3Config:
     def from_json(cls, d: dict) -> "TD3Config":
         """A ValueError names unknown or missing fields."""
         names = {f.name for f in dataclasses.fields(cls)}
-        if set(d) != names:
-            raise ValueError(f"TD3 config: unknown fields {sorted(set(d) - names)}, missing {sorted(names - set(d))}")
-        return cls(**d)
+        missing = names - set(d) - set(LATER_FIELDS)
+        if set(d) - names or missing:
+            raise ValueError(f"TD3 config: unknown fields {sorted(set(d) - names)}, missing {sorted(missing)}")
+        return cls(**{**{k: v for k, v in LATER_FIELDS.items() if k not in d}, **d})
+
+
+LATER_FIELDS = {"gamma_per_hour": None}
+"""Fields added after models were shipped, with the value that reproduces those models' training."""
 
 
 def soft_update(online: torch.nn.Module, target: torch.nn.Module, tau: float) -> None:
@@ -165,13 +180,20 @@ class TD3:
         noise = (torch.randn_like(actions) * self.policy_noise).clamp(-self.noise_clip, self.noise_clip)
         return (actions + noise).clamp(-LOGIT_LIMIT, LOGIT_LIMIT)
 
-    def target_q(self, rewards: torch.Tensor, next_obs: torch.Tensor, dones: torch.Tensor) -> torch.Tensor:
-        """Clipped double-Q: y = r + gamma * (1 - done) * min_i Q_i'(s', a'(s')) (one critic for DDPG)."""
+    def discounts(self, elapsed_s: torch.Tensor) -> torch.Tensor | float:
+        """Per transition: gamma_per_hour ** (elapsed / 1 h) (semi-MDP), or gamma per step."""
+        per_hour = self.config.gamma_per_hour
+        return self.config.gamma if per_hour is None else torch.pow(per_hour, elapsed_s.double() / 3600.0).float()
+
+    def target_q(self, rewards: torch.Tensor, next_obs: torch.Tensor, dones: torch.Tensor,
+                 elapsed_s: torch.Tensor | None = None) -> torch.Tensor:
+        """Clipped double-Q: y = r + discount * (1 - done) * min_i Q_i'(s', a'(s')) (one critic for DDPG)."""
         with torch.no_grad():
             next_actions = self.smoothed_target_actions(next_obs)
             next_q_values = torch.cat(self.critic_target(next_obs, next_actions), dim=1)
             min_next_q = torch.min(next_q_values, dim=1).values
-            return rewards + self.config.gamma * (1.0 - dones) * min_next_q
+            discount = self.discounts(elapsed_s if elapsed_s is not None else torch.zeros_like(rewards))
+            return rewards + discount * (1.0 - dones) * min_next_q
 
     def train_step(self, global_step: int) -> dict[str, float] | None:
         """One gradient step on a replay batch; the logged values every ``log_every`` steps."""
@@ -183,7 +205,7 @@ class TD3:
         rewards, dones = torch.from_numpy(data.rewards), torch.from_numpy(data.dones)
 
         # Critics: regress every Q network on the clipped double-Q target.
-        target = self.target_q(rewards, next_obs, dones)
+        target = self.target_q(rewards, next_obs, dones, torch.from_numpy(data.elapsed))
         q_values = [q.view(-1) for q in self.critic(obs, actions)]
         q_losses = [F.mse_loss(q, target) for q in q_values]
         critic_loss = sum(q_losses)

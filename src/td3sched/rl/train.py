@@ -136,7 +136,8 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
             agent.normalizer.update(obs)
             action = agent.random_action() if global_step < cfg.learning_starts else agent.explore(obs)
             next_obs, reward, terminated, truncated, info = env.step_logits(action)
-            agent.buffer.add(obs, action, reward, next_obs, terminated)
+            if not truncated:  # a truncated step has no next decision to bootstrap from: not stored
+                agent.buffer.add(obs, action, reward, next_obs, terminated, info.get("elapsed_s", 0.0))
             loop.episode_actions.append(action)
             loop.episode_reward += reward
             obs = next_obs
