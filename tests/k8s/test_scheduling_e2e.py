@@ -21,11 +21,16 @@ import pytest
 
 from td3sched.policy.static_weights import weighted_closeness
 from tests.engine.prometheus_harness import free_port, wait_for
-from tests.k8s.conftest import HOT_NODE, NODES, extender_config, plugin_config
+from tests.k8s.conftest import HOT_NODE, NODES
+from tests.k8s.control_plane import extender_config, plugin_config
 
 PLUGIN_SCHEDULER = "td3-scheduler"
 EXTENDER_SCHEDULER = "td3-extender"
 BIND_DEADLINE_S = 120
+GENEROUS_MS = 1000
+"""The engine deadline of the tests about what the engine answers (not about its speed): on a loaded
+2-core machine a Python engine misses the shipped 15 ms now and then, and that pod is rightly scored
+statically. The deadline itself is tested with an engine slower than it."""
 
 
 def create_pods(cluster, namespace: str, scheduler: str, n: int) -> list[str]:
@@ -57,7 +62,8 @@ def argmax_set(scores: dict[str, float]) -> set[str]:
 
 
 def test_plugin_binds_where_the_engine_scores_highest(cluster, engine, prometheus, namespace, start_scheduler):
-    scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{engine.grpc_port}", prometheus))
+    scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{engine.grpc_port}", prometheus,
+                                                        engineTimeoutMillis=GENEROUS_MS))
     names = create_pods(cluster, namespace, PLUGIN_SCHEDULER, 24)
     bound = wait_bound(cluster, namespace, names)
     assert HOT_NODE not in bound.values(), f"a pod was bound to {HOT_NODE}, over the safety threshold"
@@ -238,7 +244,8 @@ def test_plugin_with_an_engine_answering_garbage_falls_back(cluster, prometheus,
                                                             reason):
     fake = GarbageEngine(spoil)
     try:
-        scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{fake.port}", prometheus))
+        scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{fake.port}", prometheus,
+                                                            engineTimeoutMillis=GENEROUS_MS))
         wait_for(lambda: scheduler.metric("td3score_node_metrics_refreshes_total", result="ok") >= 1, deadline_s=30)
         names = create_pods(cluster, namespace, PLUGIN_SCHEDULER, 6)
         bound = wait_bound(cluster, namespace, names)

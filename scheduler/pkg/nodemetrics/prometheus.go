@@ -110,13 +110,20 @@ func (s *Source) Snapshot() *Snapshot { return s.snapshot.Load() }
 // Publish swaps in a snapshot (Refresh does; tests and other sources may too).
 func (s *Source) Publish(snap *Snapshot) { s.snapshot.Store(snap) }
 
-// Run refreshes until ctx is done.
-func (s *Source) Run(ctx context.Context) {
+// Run refreshes now and then every Interval until ctx is done.
+func (s *Source) Run(ctx context.Context) { s.RunAfter(ctx, 0) }
+
+// RunAfter is Run with the first refresh after wait.
+func (s *Source) RunAfter(ctx context.Context, wait time.Duration) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(wait):
+	}
 	ticker := time.NewTicker(s.Interval)
 	defer ticker.Stop()
 	for {
-		err := s.Refresh(ctx)
-		if err != nil {
+		if err := s.Refresh(ctx); err != nil {
 			klog.FromContext(ctx).V(2).Info("node metrics refresh failed; keeping the last snapshot", "err", err)
 		}
 		select {

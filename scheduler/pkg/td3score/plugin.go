@@ -92,7 +92,15 @@ func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, err
 			metricsAge.Set(oldestSampleAge(snap, time.Now()))
 		}
 	}
-	go source.Run(ctx)
+	// The first refresh before the scheduler starts, so that its first pods already meet the safety
+	// filter; bounded by one query's timeout, and a failure only logged (fail-open, like a stale node).
+	first, cancel := context.WithTimeout(ctx, seconds(*args.MetricsTimeoutSeconds))
+	if err := source.Refresh(first); err != nil {
+		klog.FromContext(ctx).Info("td3score: no node metrics yet; Filter lets every node through until they come",
+			"prometheus", args.PrometheusURL, "err", err)
+	}
+	cancel()
+	go source.RunAfter(ctx, source.Interval)
 	go func() { <-ctx.Done(); _ = conn.Close() }()
 	pl := newPlugin(args, enginev1.NewDecisionEngineClient(conn), source)
 	pl.conn = conn
