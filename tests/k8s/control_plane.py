@@ -341,13 +341,13 @@ class Engine:
         self.processes.stop(self.process)
 
 
-def wait_rates_settled(prom, nodes, deadline_s: float = 60.0) -> None:
+def wait_rates_settled(prom, nodes, deadline_s: float = 60.0, queries: dict | None = None) -> None:
     """Until every node's busy CPU reads what the exporter publishes (within 1%): a rate over a window
     not yet full of scrapes is extrapolated and reads a busier node than there is."""
     expected = {n.name: n.cores * n.cpu_busy for n in nodes}
 
     def settled():
-        url = f"{prom.url}/api/v1/query?" + urllib.parse.urlencode({"query": QUERIES["cpu_busy_cores"]})
+        url = f"{prom.url}/api/v1/query?" + urllib.parse.urlencode({"query": (queries or QUERIES)["cpu_busy_cores"]})
         try:
             with urllib.request.urlopen(url, timeout=5) as resp:
                 result = json.loads(resp.read())["data"]["result"]
@@ -367,8 +367,9 @@ def plugin_config(engine_address: str, prom, **args) -> dict:
     """scheduler/config/td3-scheduler.yaml with the test's addresses and 1 s metrics."""
     config = shipped_config("td3-scheduler.yaml")
     plugin_args = config["profiles"][0]["pluginConfig"][0]["args"]
-    plugin_args.update(engineAddress=engine_address, prometheusURL=prom.url, metricsIntervalSeconds=1,
-                       queries=QUERIES, **args)
+    plugin_args.update({"engineAddress": engine_address, "prometheusURL": prom.url, "metricsIntervalSeconds": 1,
+                        "queries": QUERIES})
+    plugin_args.update(args)
     return config
 
 
