@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: setup demo test bench clean k8s-bin go-stubs go-test
+.PHONY: setup demo test bench clean k8s-bin k8s-demo go-stubs go-test
 
 # the engine's gRPC stubs, generated from proto/ (build outputs: never edited, never committed)
 STUBS  := src/td3sched/engine/v1/engine_pb2.py
@@ -63,6 +63,10 @@ $(K8S_BIN)/td3-scheduler: scheduler/go.mod scheduler/go.sum $(GO_SOURCES)
 go-stubs: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --go_out=scheduler --go_opt=module=td3-scheduler/scheduler \
 		--go-grpc_out=scheduler --go-grpc_opt=module=td3-scheduler/scheduler $(PROTOS)
+
+# 50 fake nodes, 500 pods of the tiny scenario scheduled by the td3-scheduler, and where they went and why
+k8s-demo: setup k8s-bin
+	$(PY) -m tests.k8s.demo
 
 go-test:
 	cd scheduler && go vet ./... && go test ./...

@@ -207,22 +207,28 @@ class ControlPlane:
         self.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                     "metadata": {"name": name}})
 
-    def create_node(self, name: str, cpu_milli: int, mem_mib: int, pods: int = 110) -> None:
-        """A Node with its status written as a kubelet would: capacity = allocatable, no taints."""
+    def create_node(self, name: str, cpu_milli: int, mem_mib: int, pods: int = 110, extra: dict | None = None) -> None:
+        """A Node with its status written as a kubelet would: capacity = allocatable, no taints;
+        ``extra``: more resources ({"nvidia.com/gpu": "8"})."""
         self.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
             "name": name, "labels": {"kubernetes.io/hostname": name, "td3sched.test/fake": "true"}}})
-        resources = {"cpu": f"{cpu_milli}m", "memory": f"{mem_mib}Mi", "pods": str(pods), "ephemeral-storage": "100Gi"}
+        resources = {"cpu": f"{cpu_milli}m", "memory": f"{mem_mib}Mi", "pods": str(pods), "ephemeral-storage": "100Gi",
+                     **(extra or {})}
         self.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": {
             "capacity": resources, "allocatable": resources,
             "conditions": [{"type": "Ready", "status": "True", "reason": "FakeNode", "message": "no kubelet: a test node"}]}},
             content_type="application/merge-patch+json")
 
-    def create_pod(self, namespace: str, name: str, scheduler: str, cpu: str, memory: str) -> None:
+    def create_pod(self, namespace: str, name: str, scheduler: str, cpu: str, memory: str,
+                   extra: dict | None = None) -> None:
+        """A pod of one container with these requests (``extra``: more, which are also its limits)."""
+        resources = {"requests": {"cpu": cpu, "memory": memory, **(extra or {})}}
+        if extra:
+            resources["limits"] = dict(extra)
         self.request("POST", f"/api/v1/namespaces/{namespace}/pods", {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
             "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0, "containers": [{
-                "name": "main", "image": "registry.k8s.io/pause:3.10",
-                "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}})
+                "name": "main", "image": "registry.k8s.io/pause:3.10", "resources": resources}]}})
 
     def pods(self, namespace: str) -> list[dict]:
         return self.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
