@@ -117,3 +117,22 @@ def test_scheduler_rbac_is_what_a_scheduler_needs(cluster, deployed, verb, group
                  "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}", "system:authenticated"],
                  "resourceAttributes": attributes}})
     assert review["status"].get("allowed", False) is allowed, f"{verb} {resource}: {review['status']}"
+
+
+def test_dashboard_queries_name_metrics_that_exist():
+    """Every td3sched_* metric of the Grafana dashboard is one the engine exports, every td3score_* one
+    the plugin registers (scheduler/pkg/td3score/metrics.go), every scheduler_* one kube-scheduler has."""
+    import json
+    import re
+
+    from td3sched.engine.metrics import EngineMetrics
+
+    dashboard = json.loads((REPO / "deploy" / "grafana" / "td3sched-dashboard.json").read_text())
+    used = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"\b(td3\w+|scheduler_\w+)", t["expr"])}
+    engine = set(re.findall(r"^# TYPE (\w+)", EngineMetrics().exposition().decode(), re.M))
+    go = (REPO / "scheduler" / "pkg" / "td3score" / "metrics.go").read_text()
+    plugin = {f"td3score_{n}" for n in re.findall(r'Name: "(\w+)"', go)}
+    known = engine | plugin | {"scheduler_scheduling_attempt_duration_seconds", "scheduler_schedule_attempts_total"}
+    base = {re.sub(r"_(bucket|count|sum)$", "", m) for m in used}
+    assert base <= known, f"metrics the dashboard reads that nobody exports: {sorted(base - known)}"
+    assert any(m.startswith("td3score_") for m in base) and any(m.startswith("td3sched_") for m in base)
