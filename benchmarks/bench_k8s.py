@@ -116,8 +116,8 @@ def run(plane, processes, bins, name: str, kind: str, config: dict, namespace: s
         result["fallbacks"] = {m.group(1): float(m.group(2)) for m in
                                re.finditer(r'^td3score_fallbacks_total\{reason="(\w+)"\} (\S+)$', metrics, re.M)}
     plane.request("DELETE", f"/api/v1/namespaces/{namespace}/pods",
-                  {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
-    wait_for(lambda: not plane.pods(namespace), deadline_s=120)
+                  {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}, timeout_s=600)
+    wait_for(lambda: not plane.pods(namespace), deadline_s=600)
     return result
 
 
@@ -131,6 +131,7 @@ def main() -> None:
     bins, build_s = build_binaries()
     print(f"binaries: {bins.relative_to(REPO)} (make k8s-bin: {build_s:.0f} s)")
     processes = Processes()
+    prom = exporter = None
     folder = Path(tempfile.mkdtemp(prefix="bench-k8s-"))
     try:
         plane = ControlPlane(folder / "control-plane", bins, processes)
@@ -161,9 +162,13 @@ def main() -> None:
             plane.create_namespace(namespace)
             results.append(run(plane, processes, bins, name, kind, config, namespace, args.pods))
             r = results[-1]
-            print(f"  {name}: {r['bound']}/{r['pods']} bound in {r['seconds']:.1f} s", flush=True)
+            print(f"  {name}: {r['bound']}/{r['pods']} bound in {r['seconds']:.1f} s: {r['pods_per_s']:.1f} pods/s, "
+                  f"attempt p99 {r['p99_attempt_ms']:.1f} ms {r.get('fallbacks', '')}", flush=True)
     finally:
         processes.stop_all()
+        for server in (prom, exporter):  # started before the processes list existed for them
+            if server is not None:
+                server.stop()
     stock = results[0]["pods_per_s"]
     print(f"\n{args.nodes} nodes, {args.pods} pods; scheduling attempts of scheduled pods, from the scheduler's /metrics")
     print(f"{'scheduler':>14} {'pods/s':>8} {'x stock':>8} {'p50 ms':>8} {'p99 ms':>8}  bound  fallbacks")

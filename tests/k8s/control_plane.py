@@ -193,12 +193,13 @@ class ControlPlane:
         return ssl.create_default_context(cafile=str(self.cert_dir / "apiserver.crt"))
 
     # --- a small JSON client -------------------------------------------------------------------
-    def request(self, method: str, path: str, body=None, content_type: str = "application/json"):
+    def request(self, method: str, path: str, body=None, content_type: str = "application/json",
+                timeout_s: float = 30.0):
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(f"{self.url}{path}", data=data, method=method, headers={
             "Authorization": f"Bearer {self.token}", "Content-Type": content_type, "Accept": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=30, context=self.ssl_context()) as resp:
+            with urllib.request.urlopen(req, timeout=timeout_s, context=self.ssl_context()) as resp:
                 return json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
             raise ApiError(exc.code, exc.read().decode(errors="replace"), f"{method} {path}") from None

@@ -57,6 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     bins, _ = build_binaries()
     processes = Processes()
+    prom = exporter = None
     folder = Path(tempfile.mkdtemp(prefix="k8s-demo-"))
     try:
         (folder / "control-plane").mkdir()
@@ -100,6 +101,9 @@ def main() -> None:
         print(f"\nlogs and the decision log: {folder}")
     finally:
         processes.stop_all()
+        for server in (prom, exporter):  # started before the processes list existed for them
+            if server is not None:
+                server.stop()
 
 
 def report(pods, nodes, bound, records, seconds, rows) -> None:
