@@ -264,3 +264,18 @@ def test_every_node_is_a_fake_with_status(cluster):
         status = nodes[name]["status"]["allocatable"]
         assert status["cpu"] == f"{cores * 1000}m" or status["cpu"] == str(cores)
         assert not nodes[name]["spec"].get("taints")
+
+
+def test_invalid_plugin_args_stop_the_scheduler_naming_the_field(k8s_bins, cluster, prometheus, tmp_path):
+    import subprocess
+
+    import yaml
+
+    config = plugin_config("127.0.0.1:1", prometheus, safetyCPUUtil=1.5)
+    config["clientConnection"]["kubeconfig"] = str(cluster.kubeconfig)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = subprocess.run([str(k8s_bins / "td3-scheduler"), f"--config={path}", "--secure-port=0"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "TD3Score args: args.safetyCPUUtil: Invalid value: 1.5: expected a share in (0, 1]" in result.stderr
