@@ -96,8 +96,10 @@ def main() -> None:
         report(pods, nodes, bound, records, seconds, args.rows)
         reasons = {r: scheduler.metric("td3score_fallbacks_total", reason=r) for r in
                    ("timeout", "unavailable", "error", "nan", "invalid", "missing_node", "advisory", "bad_pod")}
+        batched = scheduler.metric("scheduler_batch_attempts_total", result="hint_used")
         print(f"static scores by reason (td3score_fallbacks_total): { {r: int(v) for r, v in reasons.items() if v} } "
-              f"(engine deadline 15 ms)")
+              f"(engine deadline 15 ms); batched onto the previous identical pod's runner-up without an engine "
+              f"call (SignPod, scheduler_batch_attempts_total{{result=\"hint_used\"}}): {int(batched)}")
         print(f"\nlogs and the decision log: {folder}")
     finally:
         processes.stop_all()
@@ -122,7 +124,7 @@ def report(pods, nodes, bound, records, seconds, rows) -> None:
         if node is None:
             why, score, runner = "pending (fits no node that passes Filter)", "", ""
         elif d is None:
-            why, score, runner = "static score (engine answer not used: see fallbacks)", "", ""
+            why, score, runner = "no engine answer: static score, or batched", "", ""
         else:
             scores = {c["node"]: c["score"] for c in d["candidates"]}
             others = sorted(((s, n) for n, s in scores.items() if n != node), reverse=True)
