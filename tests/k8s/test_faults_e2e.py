@@ -10,18 +10,19 @@ import time
 
 from tests.engine.prometheus_harness import NodeExporterStub, PrometheusServer, SimulatedNode, ensure_prometheus
 from tests.k8s.conftest import NODES
-from tests.k8s.control_plane import MODEL, REPO, Engine, plugin_config, wait_rates_settled
-from tests.k8s.test_scheduling_e2e import PLUGIN_SCHEDULER, wait_bound
+from tests.k8s.control_plane import MODEL, REPO, Engine, extender_config, plugin_config, wait_rates_settled
+from tests.k8s.test_scheduling_e2e import EXTENDER_SCHEDULER, HOT_NODE, PLUGIN_SCHEDULER, wait_bound
 
 
-def create_pods_paced(cluster, namespace: str, n: int, every_s: float, during=None) -> list[str]:
+def create_pods_paced(cluster, namespace: str, n: int, every_s: float, during=None,
+                      scheduler: str = PLUGIN_SCHEDULER) -> list[str]:
     """``n`` pods, one every ``every_s``; ``during(i)`` runs before pod i (the fault's moment)."""
     names = []
     for i in range(n):
         if during is not None:
             during(i)
         name = f"pod-{i:03d}"
-        cluster.create_pod(namespace, name, PLUGIN_SCHEDULER, cpu=f"{50 + 7 * i}m", memory=f"{32 + 5 * i}Mi")
+        cluster.create_pod(namespace, name, scheduler, cpu=f"{50 + 7 * i}m", memory=f"{32 + 5 * i}Mi")
         names.append(name)
         time.sleep(every_s)
     return names
@@ -54,6 +55,24 @@ def test_engine_restart_while_pods_are_scheduled(cluster, engine, prometheus, na
     assert scheduler.metric("td3score_fallbacks_total", reason="unavailable") >= 1, "no pod met the stopped engine"
     # pods 0-9 had the engine's answer; after the restart the plugin reconnects within its 1 s backoff cap
     assert scheduler.metric("td3score_decisions_total", source="engine") > 10
+
+
+def test_extender_engine_restart_while_pods_are_scheduled(cluster, engine, namespace, start_scheduler):
+    """The stock scheduler with the engine as its extender: while the engine is down the extender is
+    ignored (and its safety filter with it); before and after, /filter and /prioritize decide."""
+    start_scheduler("extender", extender_config(f"http://127.0.0.1:{engine.http_port}"))
+
+    def fault(i):
+        if i == 8:
+            engine.stop()
+        if i == 16:
+            engine.start()
+    names = create_pods_paced(cluster, namespace, 30, 0.1, fault, scheduler=EXTENDER_SCHEDULER)
+    bound = wait_bound(cluster, namespace, names)
+    decided = {r["pod"]["name"] for r in engine.records() if r["kind"] == "decision" and r["pod"]["namespace"] == namespace}
+    assert {f"pod-{i:03d}" for i in range(8)} <= decided, "the extender decided nothing before the stop"
+    assert any(int(n[4:]) >= 16 for n in decided), "the extender decided nothing after the restart"
+    assert all(bound[n] != HOT_NODE for n in decided), "a pod the extender filtered went to the hot node"
 
 
 def test_model_hot_reload_while_pods_are_scheduled(cluster, prometheus, processes, namespace, start_scheduler,
