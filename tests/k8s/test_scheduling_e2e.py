@@ -27,7 +27,7 @@ from tests.k8s.control_plane import extender_config, plugin_config
 PLUGIN_SCHEDULER = "td3-scheduler"
 EXTENDER_SCHEDULER = "td3-extender"
 BIND_DEADLINE_S = 120
-GENEROUS_MS = 1000
+GENEROUS_MS = 5000
 """The engine deadline of the tests about what the engine answers (not about its speed): on a loaded
 2-core machine a Python engine misses the shipped 15 ms now and then, and that pod is rightly scored
 statically. The deadline itself is tested with an engine slower than it."""
@@ -96,7 +96,9 @@ def test_plugin_binds_where_the_engine_scores_highest(cluster, engine, prometheu
 
 
 def test_extender_binds_where_the_engine_scores_highest(cluster, engine, namespace, start_scheduler):
-    start_scheduler("extender", extender_config(f"http://127.0.0.1:{engine.http_port}"))
+    config = extender_config(f"http://127.0.0.1:{engine.http_port}")
+    config["extenders"][0]["httpTimeout"] = "30s"  # an extender past it is ignored, by design
+    start_scheduler("extender", config)
     names = create_pods(cluster, namespace, EXTENDER_SCHEDULER, 24)
     bound = wait_bound(cluster, namespace, names)
     assert HOT_NODE not in bound.values(), f"a pod was bound to {HOT_NODE}, over the safety threshold"
@@ -177,7 +179,7 @@ class SlowProxy:
 
 def test_plugin_with_an_engine_slower_than_the_deadline_falls_back_on_time(cluster, engine, prometheus, namespace,
                                                                            start_scheduler):
-    proxy = SlowProxy(engine.grpc_port, delay_s=0.05)  # 50 ms a chunk against a 15 ms deadline
+    proxy = SlowProxy(engine.grpc_port, delay_s=0.3)  # 300 ms a chunk against a 15 ms deadline
     try:
         scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{proxy.port}", prometheus))
         wait_for(lambda: scheduler.metric("td3score_node_metrics_refreshes_total", result="ok") >= 1, deadline_s=30)
@@ -185,10 +187,10 @@ def test_plugin_with_an_engine_slower_than_the_deadline_falls_back_on_time(clust
         bound = wait_bound(cluster, namespace, names)
         assert HOT_NODE not in bound.values()
         assert scheduler.metric("td3score_fallbacks_total", reason="timeout") >= len(names)
-        # each engine call was cut at the deadline: none of them took the proxy's 100 ms round trip
-        slow = scheduler.metric("td3score_engine_request_duration_seconds_bucket", call="score_nodes", le="0.06")
+        # each engine call was cut at the deadline, none waited for the proxy's 600 ms round trip
+        cut = scheduler.metric("td3score_engine_request_duration_seconds_bucket", call="score_nodes", le="0.125")
         every = scheduler.metric("td3score_engine_request_duration_seconds_count", call="score_nodes")
-        assert every >= len(names) and slow == every, f"{slow} of {every} ScoreNodes calls ended within 60 ms"
+        assert every >= len(names) and cut == every, f"{cut} of {every} ScoreNodes calls ended within 125 ms"
     finally:
         proxy.stop()
 
