@@ -13,7 +13,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench clean k8s-bin k8s-demo go-stubs go-test
 
 # the engine's gRPC stubs, generated from proto/ (build outputs: never edited, never committed)
 STUBS  := src/td3sched/engine/v1/engine_pb2.py
@@ -48,6 +48,36 @@ bench: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_sim.py
 	$(PY) benchmarks/bench_queue.py
 	$(PY) benchmarks/bench_train.py
+
+# The Kubernetes control plane of the end-to-end tests (tests/k8s) and the td3-scheduler, built from
+# scheduler/go.mod's dependency graph into build/k8s/<k8s.io/kubernetes version>/: the upstream
+# binaries are rebuilt only when go.sum changes, td3-scheduler when a Go source changes.
+K8S_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" && $$2 ~ /^v/ {print $$2; exit}' scheduler/go.mod)
+K8S_BIN     := build/k8s/$(K8S_VERSION)
+GO_SOURCES  := $(shell find scheduler -name '*.go' -not -name '*_test.go' 2>/dev/null)
+
+k8s-bin: $(K8S_BIN)/etcd $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kube-scheduler $(K8S_BIN)/td3-scheduler
+
+$(K8S_BIN)/etcd: scheduler/go.mod scheduler/go.sum
+	cd scheduler && go build -o ../$@ go.etcd.io/etcd/server/v3
+$(K8S_BIN)/kube-apiserver: scheduler/go.mod scheduler/go.sum
+	cd scheduler && go build -o ../$@ k8s.io/kubernetes/cmd/kube-apiserver
+$(K8S_BIN)/kube-scheduler: scheduler/go.mod scheduler/go.sum
+	cd scheduler && go build -o ../$@ k8s.io/kubernetes/cmd/kube-scheduler
+$(K8S_BIN)/td3-scheduler: scheduler/go.mod scheduler/go.sum $(GO_SOURCES)
+	cd scheduler && go build -o ../$@ ./cmd/scheduler
+
+# the Go gRPC stubs under scheduler/pkg/engine/v1 (committed; needs protoc-gen-go and protoc-gen-go-grpc on PATH)
+go-stubs: $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iproto --go_out=scheduler --go_opt=module=td3-scheduler/scheduler \
+		--go-grpc_out=scheduler --go-grpc_opt=module=td3-scheduler/scheduler $(PROTOS)
+
+# 50 fake nodes, 500 pods of the tiny scenario scheduled by the td3-scheduler, and where they went and why
+k8s-demo: setup k8s-bin
+	$(PY) -m tests.k8s.demo
+
+go-test:
+	cd scheduler && go vet ./... && go test ./...
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache src/td3sched/engine/v1

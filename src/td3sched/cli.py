@@ -662,6 +662,16 @@ def export_onnx_cmd(
     console.print(f"wrote {escape(str(path))}")
 
 
+@app.command("plugin-vectors")
+def plugin_vectors_cmd(
+    out: Path = typer.Option(Path("scheduler/testdata/vectors.json"), help="Where the Go plugin's tests read them."),
+) -> None:
+    """Test vectors for the Go td3score plugin: static score, safety filter, v1.Pod requests, PromQL."""
+    from td3sched.engine.plugin_vectors import write_vectors
+
+    console.print(f"wrote {escape(str(write_vectors(out)))}")
+
+
 @app.command()
 def serve(
     config: Path = typer.Option(..., "--config", help="The engine's settings (docs/engine.md lists every key)."),

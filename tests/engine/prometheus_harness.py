@@ -104,14 +104,14 @@ class NodeExporterStub:
 
 
 class PrometheusServer:
-    """A Prometheus process scraping ``target`` every second, on a loopback port, data in ``folder``."""
+    """A Prometheus process scraping ``target`` every ``scrape_interval_s`` (1 s), on a loopback port, data in ``folder``."""
 
-    def __init__(self, binary: str, folder, target: str, port: int | None = None):
+    def __init__(self, binary: str, folder, target: str, port: int | None = None, scrape_interval_s: int = 1):
         self.binary, self.folder, self.target = binary, folder, target
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         (folder / "prometheus.yml").write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            f"global:\n  scrape_interval: {scrape_interval_s}s\n  evaluation_interval: {scrape_interval_s}s\n"
             "scrape_configs:\n  - job_name: nodes\n    honor_labels: true\n"
             f"    static_configs:\n      - targets: ['{target}']\n")
         self.proc: subprocess.Popen | None = None

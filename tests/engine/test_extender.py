@@ -190,3 +190,24 @@ def test_fuzzed_requests_get_an_answer_never_a_crash(extender, args, path):
     assert status in (200, 400), (status, result)
     if status == 400:
         assert isinstance(result, dict) and result["Error"]
+
+
+def test_a_kept_alive_connection_is_not_held_up_by_nagle(extender):
+    """kube-scheduler keeps its connection to the extender alive. Headers and body leave in two writes;
+    with Nagle's algorithm the body waited for the client's delayed ACK: about 40 ms per call (found by
+    the Kubernetes end-to-end benchmark: 10 pods/s through the extender). Median of 30 calls on one
+    connection, well under that delay."""
+    import statistics
+    import time
+
+    conn = http.client.HTTPConnection("127.0.0.1", extender.door.port, timeout=TIMEOUT_S)
+    body = json.dumps({"Pod": POD, "Nodes": None, "NodeNames": NAMES}).encode()
+    took = []
+    for _ in range(35):
+        start = time.perf_counter()
+        conn.request("POST", "/prioritize", body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and len(json.loads(resp.read())) == 3
+        took.append(time.perf_counter() - start)
+    conn.close()
+    assert statistics.median(took[5:]) < 0.02, f"median {1000 * statistics.median(took[5:]):.1f} ms per call"

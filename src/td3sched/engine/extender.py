@@ -64,6 +64,9 @@ def parse_args(body: bytes) -> tuple[dict, list[str], bool]:
 class ExtenderHandler(BaseHTTPRequestHandler):
     server_version = "td3sched-extender"
     protocol_version = "HTTP/1.1"
+    # headers and body leave in two writes: with Nagle's algorithm the body waits for the client's
+    # delayed ACK of the headers, 40 ms per response on a kept-alive connection (kube-scheduler's)
+    disable_nagle_algorithm = True
     service: EngineService
     max_body_bytes: int
     timeout: float

@@ -1,0 +1,186 @@
+"""Scheduling throughput on a real control plane, the three ways side by side in one run (issue 11,
+section 6): the stock kube-scheduler alone, the td3-scheduler (TD3Score plugin, engine over gRPC)
+and the stock kube-scheduler with the engine as its HTTP extender; the same fake cluster (Node
+objects, node_exporter metrics through a real Prometheus), the same pods.
+
+For each scheduler the pods are created first, with that scheduler's name and no scheduler running,
+then the scheduler starts; pods/s is measured from its first to its last successful scheduling
+attempt (its own `scheduler_schedule_attempts_total{result="scheduled"}`, polled), so pod creation
+and process start do not count. Latency: the p99 of the scheduler's own
+`scheduler_scheduling_attempt_duration_seconds{result="scheduled"}` (histogram buckets, interpolated
+as PromQL's histogram_quantile does). Goal: the plugin path at least 0.9x the stock throughput.
+
+    make k8s-bin && python benchmarks/bench_k8s.py [--nodes 1000] [--pods 5000]
+
+All processes on 127.0.0.1; the binaries from build/k8s/<version> (make k8s-bin). Every scheduler gets
+client QPS 5,000 (the default 50 would cap every path at 50 bindings/s) and the default
+percentageOfNodesToScore.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import tempfile
+import time
+from concurrent import futures
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from td3sched.engine.prometheus_source import DEFAULT_QUERIES  # noqa: E402
+from tests.engine.prometheus_harness import (NodeExporterStub, PrometheusServer, SimulatedNode,  # noqa: E402
+                                             ensure_prometheus, wait_for)
+from tests.k8s.control_plane import (ControlPlane, Engine, Processes, Scheduler, build_binaries,  # noqa: E402
+                                     extender_config, plugin_config, wait_rates_settled)
+
+GOAL_PLUGIN_RATIO = 0.9
+SCRAPE_S = 2
+QUERIES = {name: q.replace("[1m]", f"[{5 * SCRAPE_S}s]") for name, q in DEFAULT_QUERIES.items()}
+CLIENT = {"qps": 5000, "burst": 5000}
+
+
+def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
+    """PromQL's histogram_quantile over cumulative (le, count) buckets."""
+    buckets = sorted(buckets)
+    total = buckets[-1][1]
+    if total == 0:
+        return math.nan
+    rank = q * total
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if math.isinf(le):
+                return prev_le
+            return prev_le + (le - prev_le) * (rank - prev_count) / max(count - prev_count, 1e-12)
+        prev_le, prev_count = le, count
+    return buckets[-1][0]
+
+
+def attempt_buckets(metrics: str, profile: str) -> list[tuple[float, float]]:
+    out = []
+    for line in metrics.splitlines():
+        if line.startswith("scheduler_scheduling_attempt_duration_seconds_bucket{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            if labels.get("result") == "scheduled" and labels.get("profile") == profile:
+                out.append((float(labels["le"]), float(line.rsplit(" ", 1)[1])))
+    return out
+
+
+def with_client(config: dict) -> dict:
+    config["clientConnection"] = {**config.get("clientConnection", {}), **CLIENT}
+    return config
+
+
+def stock_config() -> dict:
+    return with_client({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                        "leaderElection": {"leaderElect": False}, "profiles": [{"schedulerName": "stock"}]})
+
+
+def create_pods(plane: ControlPlane, namespace: str, scheduler: str, n: int, threads: int = 8) -> None:
+    def one(i):
+        plane.create_pod(namespace, f"{scheduler}-{i:05d}", scheduler, cpu=f"{100 + (i % 8) * 50}m",
+                         memory=f"{128 + (i % 16) * 32}Mi")
+    with futures.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, range(n)))
+
+
+def run(plane, processes, bins, name: str, kind: str, config: dict, namespace: str, pods: int) -> dict:
+    create_pods(plane, namespace, name, pods)
+    scheduler = Scheduler(f"bench-{name}", bins / ("td3-scheduler" if kind == "plugin" else "kube-scheduler"),
+                          config, plane, processes)
+    samples = []  # (time, pods scheduled)
+    try:
+        end = time.monotonic() + 1800
+        while time.monotonic() < end:
+            done = scheduler.metric("scheduler_schedule_attempts_total", result="scheduled", profile=name)
+            samples.append((time.monotonic(), done))
+            if done >= pods:
+                break
+            time.sleep(0.25)
+        metrics = scheduler.metrics()
+    finally:
+        scheduler.stop()
+    bound = sum(1 for p in plane.pods(namespace) if p["spec"].get("nodeName"))
+    started = next(t for t, d in samples if d > 0)
+    seconds = samples[-1][0] - started
+    result = {"scheduler": name, "pods": pods, "bound": bound, "seconds": seconds,
+              "pods_per_s": (samples[-1][1] - next(d for t, d in samples if d > 0)) / seconds if seconds > 0 else math.nan,
+              "p99_attempt_ms": 1000 * histogram_quantile(0.99, attempt_buckets(metrics, name)),
+              "p50_attempt_ms": 1000 * histogram_quantile(0.50, attempt_buckets(metrics, name))}
+    if kind == "plugin":
+        result["fallbacks"] = {m.group(1): float(m.group(2)) for m in
+                               re.finditer(r'^td3score_fallbacks_total\{reason="(\w+)"\} (\S+)$', metrics, re.M)}
+    plane.request("DELETE", f"/api/v1/namespaces/{namespace}/pods",
+                  {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}, timeout_s=600)
+    wait_for(lambda: not plane.pods(namespace), deadline_s=600)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=5000)
+    parser.add_argument("--out", type=Path, help="Also write the results here as JSON.")
+    args = parser.parse_args()
+
+    bins, build_s = build_binaries()
+    print(f"binaries: {bins.relative_to(REPO)} (make k8s-bin: {build_s:.0f} s)")
+    processes = Processes()
+    prom = exporter = None
+    folder = Path(tempfile.mkdtemp(prefix="bench-k8s-"))
+    try:
+        plane = ControlPlane(folder / "control-plane", bins, processes)
+        (folder / "control-plane").mkdir(parents=True)
+        plane.start()
+        nodes = [SimulatedNode(f"node-{i:04d}", 16, 0.1 + 0.75 * ((i * 37) % 100) / 100 if i % 50 else 0.95, 64,
+                               0.1 + 0.6 * ((i * 53) % 100) / 100) for i in range(args.nodes)]
+        start = time.monotonic()
+        with futures.ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda n: plane.create_node(n.name, n.cores * 1000, int(n.mem_bytes / 2**20)), nodes))
+        print(f"{args.nodes} fake nodes in {time.monotonic() - start:.0f} s")
+        exporter = NodeExporterStub(nodes)
+        (folder / "prometheus").mkdir()
+        prom = PrometheusServer(ensure_prometheus(), folder / "prometheus", f"127.0.0.1:{exporter.port}",
+                                scrape_interval_s=SCRAPE_S)
+        prom.start()
+        wait_rates_settled(prom, nodes, deadline_s=180, queries=QUERIES)
+        engine = Engine(folder / "engine", prom, processes, decision_log=None,
+                        prometheus={"url": prom.url, "interval_s": float(SCRAPE_S), "queries": QUERIES})
+        engine.wait_fresh([n.name for n in nodes[:100]])
+        plugin = with_client(plugin_config(f"127.0.0.1:{engine.grpc_port}", prom, metricsIntervalSeconds=SCRAPE_S))
+        plugin["profiles"][0]["pluginConfig"][0]["args"]["queries"] = QUERIES
+        runs = [("stock", "stock", stock_config()), ("td3-scheduler", "plugin", plugin),
+                ("td3-extender", "extender", with_client(extender_config(f"http://127.0.0.1:{engine.http_port}")))]
+        results = []
+        for name, kind, config in runs:
+            namespace = f"bench-{name}"
+            plane.create_namespace(namespace)
+            results.append(run(plane, processes, bins, name, kind, config, namespace, args.pods))
+            r = results[-1]
+            print(f"  {name}: {r['bound']}/{r['pods']} bound in {r['seconds']:.1f} s: {r['pods_per_s']:.1f} pods/s, "
+                  f"attempt p99 {r['p99_attempt_ms']:.1f} ms {r.get('fallbacks', '')}", flush=True)
+    finally:
+        processes.stop_all()
+        for server in (prom, exporter):  # started before the processes list existed for them
+            if server is not None:
+                server.stop()
+    stock = results[0]["pods_per_s"]
+    print(f"\n{args.nodes} nodes, {args.pods} pods; scheduling attempts of scheduled pods, from the scheduler's /metrics")
+    print(f"{'scheduler':>14} {'pods/s':>8} {'x stock':>8} {'p50 ms':>8} {'p99 ms':>8}  bound  fallbacks")
+    for r in results:
+        print(f"{r['scheduler']:>14} {r['pods_per_s']:>8.1f} {r['pods_per_s'] / stock:>8.2f} {r['p50_attempt_ms']:>8.1f} "
+              f"{r['p99_attempt_ms']:>8.1f}  {r['bound']:>5}  {r.get('fallbacks', '')}")
+    ratio = results[1]["pods_per_s"] / stock
+    print(f"\nplugin path {ratio:.2f}x the stock scheduler (goal >= {GOAL_PLUGIN_RATIO}): "
+          f"{'met' if ratio >= GOAL_PLUGIN_RATIO else 'not met'}; extender path {results[2]['pods_per_s'] / stock:.2f}x")
+    if args.out:
+        args.out.write_text(json.dumps({"nodes": args.nodes, "pods": args.pods, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+package config
+
+// Defaults of TD3ScoreArgs, in one place.
+var (
+	DefaultEngineAddress          = "127.0.0.1:50051"
+	DefaultEngineTimeoutMillis    = int64(15)
+	DefaultBindingTimeoutMillis   = int64(200)
+	DefaultPrometheusURL          = "http://127.0.0.1:9090"
+	DefaultMetricsIntervalSeconds = 15.0
+	DefaultMetricsTimeoutSeconds  = 5.0
+	DefaultMetricsMaxAgeSeconds   = 60.0
+	DefaultSafetyCPUUtil          = 0.9
+	// DefaultFallbackWeights and DefaultFallbackTau: static-weights' defaults (equal weights, tau 0).
+	DefaultFallbackWeights = []float64{0.25, 0.25, 0.25, 0.25}
+	DefaultFallbackTau     = 0.0
+)
+
+// SetDefaults fills every unset field of args.
+func SetDefaults(args *TD3ScoreArgs) {
+	if args.EngineAddress == "" {
+		args.EngineAddress = DefaultEngineAddress
+	}
+	if args.EngineTimeoutMillis == nil {
+		args.EngineTimeoutMillis = ptr(DefaultEngineTimeoutMillis)
+	}
+	if args.BindingTimeoutMillis == nil {
+		args.BindingTimeoutMillis = ptr(DefaultBindingTimeoutMillis)
+	}
+	if args.PrometheusURL == "" {
+		args.PrometheusURL = DefaultPrometheusURL
+	}
+	if args.MetricsIntervalSeconds == nil {
+		args.MetricsIntervalSeconds = ptr(DefaultMetricsIntervalSeconds)
+	}
+	if args.MetricsTimeoutSeconds == nil {
+		args.MetricsTimeoutSeconds = ptr(DefaultMetricsTimeoutSeconds)
+	}
+	if args.MetricsMaxAgeSeconds == nil {
+		args.MetricsMaxAgeSeconds = ptr(DefaultMetricsMaxAgeSeconds)
+	}
+	if args.SafetyCPUUtil == nil {
+		args.SafetyCPUUtil = ptr(DefaultSafetyCPUUtil)
+	}
+	if args.FallbackWeights == nil {
+		args.FallbackWeights = append([]float64(nil), DefaultFallbackWeights...)
+	}
+	if args.FallbackTau == nil {
+		args.FallbackTau = ptr(DefaultFallbackTau)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

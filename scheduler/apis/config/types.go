@@ -1,0 +1,48 @@
+// Package config holds the arguments of the td3score plugin, with their defaults (defaults.go) and
+// their validation (validation.go), in the layout of kubernetes-sigs/scheduler-plugins' apis/config.
+//
+// The arguments reach the plugin as the raw JSON of the KubeSchedulerConfiguration's pluginConfig
+// entry (kube-scheduler keeps the args of plugins it does not know as runtime.Unknown); the plugin
+// decodes them into TD3ScoreArgs, applies SetDefaults and refuses what Validate rejects.
+package config
+
+// TD3ScoreArgs are the td3score plugin's arguments (pluginConfig[].args, JSON / YAML field names).
+type TD3ScoreArgs struct {
+	// EngineAddress is the decision engine's gRPC address, host:port ("127.0.0.1:50051").
+	EngineAddress string `json:"engineAddress,omitempty"`
+	// EngineTimeoutMillis is the deadline of one ScoreNodes call; past it Score uses the static score.
+	EngineTimeoutMillis *int64 `json:"engineTimeoutMillis,omitempty"`
+	// BindingTimeoutMillis is the deadline of one ReportBinding call (PostBind; off the scheduling path).
+	BindingTimeoutMillis *int64 `json:"bindingTimeoutMillis,omitempty"`
+	// TLS of the engine connection; nil: plaintext (loopback or a service mesh).
+	TLS *TLSArgs `json:"tls,omitempty"`
+
+	// PrometheusURL is where the live node metrics are read (the engine's own Prometheus).
+	PrometheusURL string `json:"prometheusURL,omitempty"`
+	// MetricsIntervalSeconds is how often the node metrics are refreshed in the background.
+	MetricsIntervalSeconds *float64 `json:"metricsIntervalSeconds,omitempty"`
+	// MetricsTimeoutSeconds is the deadline of one Prometheus query.
+	MetricsTimeoutSeconds *float64 `json:"metricsTimeoutSeconds,omitempty"`
+	// MetricsMaxAgeSeconds: a node's metrics older than this are stale (the engine's staleness.max_age_s).
+	MetricsMaxAgeSeconds *float64 `json:"metricsMaxAgeSeconds,omitempty"`
+	// Queries replace some of the default PromQL queries (the engine's prometheus.queries).
+	Queries map[string]string `json:"queries,omitempty"`
+
+	// SafetyCPUUtil: Filter drops a node whose observed CPU is above this share of its CPU capacity.
+	SafetyCPUUtil *float64 `json:"safetyCPUUtil,omitempty"`
+	// FallbackWeights are the static score's weights [cpu, mem, io, net], on the simplex.
+	FallbackWeights []float64 `json:"fallbackWeights,omitempty"`
+	// FallbackTau is the static score's target utilisation in [0, 1].
+	FallbackTau *float64 `json:"fallbackTau,omitempty"`
+}
+
+// TLSArgs are the engine connection's TLS files (PEM).
+type TLSArgs struct {
+	// CAFile verifies the engine's certificate; empty: the system roots.
+	CAFile string `json:"caFile,omitempty"`
+	// CertFile and KeyFile: the client certificate for mutual TLS; both or neither.
+	CertFile string `json:"certFile,omitempty"`
+	KeyFile  string `json:"keyFile,omitempty"`
+	// ServerName overrides the name checked in the engine's certificate.
+	ServerName string `json:"serverName,omitempty"`
+}

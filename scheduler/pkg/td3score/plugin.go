@@ -1,0 +1,392 @@
+// Package td3score is the td3-scheduler's Score plugin: the decision engine's scores, a safety
+// Filter on live metrics and a static fallback score computed here (README.md has the formulas).
+package td3score
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"td3-scheduler/scheduler/apis/config"
+	enginev1 "td3-scheduler/scheduler/pkg/engine/v1"
+	"td3-scheduler/scheduler/pkg/nodemetrics"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "TD3Score"
+
+// reconnectBackoff caps gRPC's reconnection backoff (default: up to 120 s) at 1 s: while the
+// connection is down every call fails at once and the pod is scored statically, so without the cap
+// a restarted engine would go unused for up to two minutes (found by the engine-restart e2e test).
+var reconnectBackoff = backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2,
+	MaxDelay: time.Second}
+
+const stateKey fwk.StateKey = Name + "/decision"
+
+// TD3Score implements Filter, PreScore, Score (with NormalizeScore), PostBind and SignPod.
+type TD3Score struct {
+	args     config.TD3ScoreArgs
+	weights  [4]float64
+	engine   enginev1.DecisionEngineClient
+	conn     *grpc.ClientConn
+	metrics  *nodemetrics.Source
+	assigned *nodemetrics.AssignCache
+	now      func() time.Time
+}
+
+var (
+	_ fwk.FilterPlugin   = &TD3Score{}
+	_ fwk.PreScorePlugin = &TD3Score{}
+	_ fwk.ScorePlugin    = &TD3Score{}
+	_ fwk.PostBindPlugin = &TD3Score{}
+	_ fwk.SignPlugin     = &TD3Score{}
+)
+
+// New decodes, defaults and validates the args, dials the engine (lazily: a dead engine is not an
+// error here, every Score falls back until it answers) and starts the node metrics refresher.
+func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error) {
+	args := config.TD3ScoreArgs{}
+	if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
+		return nil, fmt.Errorf("%s args: %w", Name, err)
+	}
+	config.SetDefaults(&args)
+	if err := config.Validate(&args); err != nil {
+		return nil, fmt.Errorf("%s args: %w", Name, err)
+	}
+	creds, err := transportCredentials(args.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("%s args.tls: %w", Name, err)
+	}
+	conn, err := grpc.NewClient(args.EngineAddress, grpc.WithTransportCredentials(creds),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectBackoff, MinConnectTimeout: time.Second}))
+	if err != nil {
+		return nil, fmt.Errorf("%s args.engineAddress %q: %w", Name, args.EngineAddress, err)
+	}
+	registerMetrics()
+	source := nodemetrics.NewSource(args.PrometheusURL, args.Queries, seconds(*args.MetricsIntervalSeconds),
+		seconds(*args.MetricsTimeoutSeconds))
+	source.OnRefresh = func(err error) {
+		if err != nil {
+			metricsRefreshes.WithLabelValues("error").Inc()
+			return
+		}
+		metricsRefreshes.WithLabelValues("ok").Inc()
+		if snap := source.Snapshot(); snap != nil {
+			metricsAge.Set(oldestSampleAge(snap, time.Now()))
+		}
+	}
+	// The first refresh before the scheduler starts, so that its first pods already meet the safety
+	// filter; bounded by one query's timeout, and a failure only logged (fail-open, like a stale node).
+	first, cancel := context.WithTimeout(ctx, seconds(*args.MetricsTimeoutSeconds))
+	if err := source.Refresh(first); err != nil {
+		klog.FromContext(ctx).Info("td3score: no node metrics yet; Filter lets every node through until they come",
+			"prometheus", args.PrometheusURL, "err", err)
+	}
+	cancel()
+	go source.RunAfter(ctx, source.Interval)
+	go func() { <-ctx.Done(); _ = conn.Close() }()
+	pl := newPlugin(args, enginev1.NewDecisionEngineClient(conn), source)
+	pl.conn = conn
+	klog.FromContext(ctx).Info("td3score ready", "engine", args.EngineAddress, "deadline_ms", *args.EngineTimeoutMillis,
+		"prometheus", args.PrometheusURL, "safetyCPUUtil", *args.SafetyCPUUtil, "fallbackWeights", args.FallbackWeights,
+		"fallbackTau", *args.FallbackTau)
+	return pl, nil
+}
+
+func newPlugin(args config.TD3ScoreArgs, engine enginev1.DecisionEngineClient, source *nodemetrics.Source) *TD3Score {
+	pl := &TD3Score{args: args, engine: engine, metrics: source, assigned: nodemetrics.NewAssignCache(), now: time.Now}
+	copy(pl.weights[:], args.FallbackWeights)
+	return pl
+}
+
+func (pl *TD3Score) Name() string { return Name }
+
+// decision is what PreScore learnt for the pod: the engine's scores, or why the static score is used.
+type decision struct {
+	pod            *enginev1.Pod
+	scores         map[string]int64 // nil when falling back
+	fallbackReason string
+	decisionID     string
+}
+
+func (d *decision) Clone() fwk.StateData { return d } // read-only once written
+
+// SignPod lets the scheduler batch identical pods (KEP-5598): the engine's answer depends on the pod only
+// through its requests, limits and QoS, so those are the signature. A batched pod (the previous identical
+// pod took the best node and it no longer fits) is placed on the previous decision's runner-up without a
+// new engine call; Filter still runs on that node, so the safety rule holds.
+func (pl *TD3Score) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	p, err := EnginePod(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error()) // not signed: scheduled alone
+	}
+	return []fwk.SignFragment{{Key: "td3score.EnginePod()", Value: []any{p.CpuMilli, p.MemMib, p.DiskGib, p.RdmaPct,
+		p.GpuCount, p.GpuMilli, int32(p.Qos), p.CpuLimitMilli, p.MemLimitMib}}}, nil
+}
+
+// Filter drops a node whose observed CPU is above safetyCPUUtil of its capacity, whatever the engine
+// says. A node without fresh metrics passes (fail-open, the engine's default staleness).
+func (pl *TD3Score) Filter(ctx context.Context, _ fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	snap := pl.metrics.Snapshot()
+	if snap == nil {
+		return nil
+	}
+	name := nodeInfo.Node().Name
+	m, ok := snap.Nodes[name]
+	if !ok || !m.Fresh(pl.now(), pl.maxAge()) {
+		return nil
+	}
+	threshold := *pl.args.SafetyCPUUtil
+	if !SafetyOK(m.Observed[0], m.Capacity[0], threshold) {
+		safetyFiltered.Inc()
+		klog.FromContext(ctx).V(4).Info("td3score: safety filter", "node", name, "observedCPUMilli", m.Observed[0],
+			"capacityCPUMilli", m.Capacity[0], "threshold", threshold)
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("td3score safety filter: observed CPU %.0f%% of capacity "+
+			"is above %.0f%%", 100*m.Observed[0]/m.Capacity[0], 100*threshold))
+	}
+	return nil
+}
+
+// PreScore asks the engine once for the pod, under the deadline, and keeps its answer or the reason to fall back.
+func (pl *TD3Score) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	logger := klog.FromContext(ctx)
+	d := &decision{}
+	state.Write(stateKey, d)
+	p, err := EnginePod(pod)
+	if err != nil {
+		d.pod = &enginev1.Pod{Name: pod.Name, Namespace: pod.Namespace}
+		pl.fallBack(logger, d, ReasonBadPod, err)
+		return nil
+	}
+	d.pod = p
+	candidates := make([]string, len(nodes))
+	for i, n := range nodes {
+		candidates[i] = n.Node().Name
+	}
+	callCtx, cancel := context.WithTimeout(ctx, millis(*pl.args.EngineTimeoutMillis))
+	defer cancel()
+	start := time.Now()
+	reply, err := pl.engine.ScoreNodes(callCtx, &enginev1.ScoreNodesRequest{Pod: p, Candidates: candidates})
+	elapsed := time.Since(start)
+	if err != nil {
+		reason := callFailure(callCtx, err)
+		engineLatency.WithLabelValues("score_nodes", reason).Observe(elapsed.Seconds())
+		pl.fallBack(logger, d, reason, err)
+		return nil
+	}
+	engineLatency.WithLabelValues("score_nodes", "ok").Observe(elapsed.Seconds())
+	scores, reason, why := readAnswer(reply, candidates)
+	if reason != "" {
+		pl.fallBack(logger, d, reason, why)
+		return nil
+	}
+	d.scores, d.decisionID = scores, reply.DecisionId
+	decisions.WithLabelValues("engine").Inc()
+	logger.V(4).Info("td3score: engine answer", "pod", klog.KObj(pod), "decision", reply.DecisionId,
+		"model", reply.ModelVersion, "weights", reply.Action.GetWeights(), "tau", reply.Action.GetTau(),
+		"engineFallback", reply.FallbackReason, "candidates", len(candidates), "latency", elapsed)
+	return nil
+}
+
+func (pl *TD3Score) fallBack(logger klog.Logger, d *decision, reason string, err error) {
+	d.fallbackReason = reason
+	fallbacks.WithLabelValues(reason).Inc()
+	decisions.WithLabelValues("static").Inc()
+	logger.V(2).Info("td3score: static score", "pod", d.pod.Namespace+"/"+d.pod.Name, "reason", reason, "err", err)
+}
+
+// callFailure names the fallback reason of a failed ScoreNodes call.
+func callFailure(ctx context.Context, err error) string {
+	switch code := status.Code(err); {
+	case code == codes.DeadlineExceeded || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return ReasonTimeout
+	case code == codes.Unavailable:
+		return ReasonUnavailable
+	}
+	return ReasonError
+}
+
+// readAnswer checks the engine's reply against the candidates: node -> score, or a fallback reason.
+func readAnswer(reply *enginev1.ScoreNodesResponse, candidates []string) (map[string]int64, string, error) {
+	if reply.Advisory {
+		return nil, ReasonAdvisory, errors.New("the engine runs in shadow mode")
+	}
+	action := reply.GetAction()
+	for _, x := range append(append([]float64{action.GetTau()}, action.GetWeights()...), float32s(action.GetPreActivations())...) {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, ReasonNaN, fmt.Errorf("action %v, tau %v", action.GetWeights(), action.GetTau())
+		}
+	}
+	scores := make(map[string]int64, len(reply.Scores))
+	for _, s := range reply.Scores {
+		if s.Score < fwk.MinNodeScore || s.Score > fwk.MaxNodeScore {
+			return nil, ReasonInvalid, fmt.Errorf("node %q: score %d outside %d-%d", s.Node, s.Score, fwk.MinNodeScore, fwk.MaxNodeScore)
+		}
+		if _, dup := scores[s.Node]; dup {
+			return nil, ReasonInvalid, fmt.Errorf("node %q scored twice", s.Node)
+		}
+		if s.Excluded {
+			scores[s.Node] = fwk.MinNodeScore
+		} else {
+			scores[s.Node] = s.Score
+		}
+	}
+	for _, c := range candidates {
+		if _, ok := scores[c]; !ok {
+			return nil, ReasonMissingNode, fmt.Errorf("candidate %q not in the answer (%d scores for %d candidates)",
+				c, len(reply.Scores), len(candidates))
+		}
+	}
+	if len(scores) != len(candidates) {
+		return nil, ReasonInvalid, fmt.Errorf("%d scores for %d candidates: nodes that were not asked", len(scores), len(candidates))
+	}
+	return scores, "", nil
+}
+
+// Score is the engine's score of the node, or the static score when PreScore fell back.
+func (pl *TD3Score) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	name := nodeInfo.Node().Name
+	d, err := readDecision(state)
+	if err == nil && d.scores != nil {
+		return d.scores[name], nil
+	}
+	var p *enginev1.Pod
+	if err == nil {
+		p = d.pod
+	} else if p, err = EnginePod(pod); err != nil {
+		p = &enginev1.Pod{}
+	}
+	return pl.staticScore(ctx, p, name), nil
+}
+
+func (pl *TD3Score) staticScore(ctx context.Context, p *enginev1.Pod, node string) int64 {
+	fresh, m := false, nodemetrics.Node{}
+	if snap := pl.metrics.Snapshot(); snap != nil {
+		m, fresh = snap.Nodes[node]
+		fresh = fresh && m.Fresh(pl.now(), pl.maxAge())
+	}
+	recentCPU, recentMem := 0.0, 0.0
+	if fresh {
+		recentCPU, recentMem = pl.assigned.UsageSince(node, m.SampleTime)
+	}
+	score := StaticScore(p.CpuMilli, p.MemMib, m, fresh, recentCPU, recentMem, pl.weights, *pl.args.FallbackTau)
+	klog.FromContext(ctx).V(5).Info("td3score: static score", "node", node, "fresh", fresh, "observed", m.Observed,
+		"capacity", m.Capacity, "recentCPUMilli", recentCPU, "recentMemMiB", recentMem, "score", score)
+	return score
+}
+
+// ScoreExtensions returns the plugin itself: NormalizeScore keeps every score within 0-100.
+func (pl *TD3Score) ScoreExtensions() fwk.ScoreExtensions { return pl }
+
+// NormalizeScore clamps to [MinNodeScore, MaxNodeScore]; both score sources are already in that range.
+func (pl *TD3Score) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	for i := range scores {
+		scores[i].Score = min(max(scores[i].Score, fwk.MinNodeScore), fwk.MaxNodeScore)
+	}
+	return nil
+}
+
+// PostBind reports the binding to the engine (its assign cache and decision log) and to the plugin's own
+// assign cache (the static score's correction). Off the scheduling path; a failure is logged, not retried.
+func (pl *TD3Score) PostBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
+	logger := klog.FromContext(ctx)
+	d, err := readDecision(state)
+	var p *enginev1.Pod
+	id := ""
+	if err == nil {
+		p, id = d.pod, d.decisionID
+	} else if p, err = EnginePod(pod); err != nil {
+		logger.V(2).Info("td3score: binding not reported", "pod", klog.KObj(pod), "err", err)
+		return
+	}
+	cpu, mem := NonZeroRequests(p.CpuMilli, p.MemMib)
+	pl.assigned.Add(nodeName, pl.now(), cpu, mem)
+	callCtx, cancel := context.WithTimeout(ctx, millis(*pl.args.BindingTimeoutMillis))
+	defer cancel()
+	start := time.Now()
+	_, err = pl.engine.ReportBinding(callCtx, &enginev1.ReportBindingRequest{Pod: p, Node: nodeName, DecisionId: id})
+	result := "ok"
+	if err != nil {
+		result = callFailure(callCtx, err)
+		logger.V(2).Info("td3score: ReportBinding failed", "pod", klog.KObj(pod), "node", nodeName, "err", err)
+	}
+	engineLatency.WithLabelValues("report_binding", result).Observe(time.Since(start).Seconds())
+}
+
+func readDecision(state fwk.CycleState) (*decision, error) {
+	if state == nil {
+		return nil, errors.New("no cycle state")
+	}
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return nil, err
+	}
+	d, ok := data.(*decision)
+	if !ok {
+		return nil, fmt.Errorf("cycle state %s holds %T", stateKey, data)
+	}
+	return d, nil
+}
+
+func (pl *TD3Score) maxAge() time.Duration { return seconds(*pl.args.MetricsMaxAgeSeconds) }
+
+func transportCredentials(t *config.TLSArgs) (credentials.TransportCredentials, error) {
+	if t == nil {
+		return insecure.NewCredentials(), nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("caFile %s: no PEM certificate", t.CAFile)
+		}
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return credentials.NewTLS(c), nil
+}
+
+func oldestSampleAge(snap *nodemetrics.Snapshot, now time.Time) float64 {
+	oldest := math.Inf(1)
+	for _, n := range snap.Nodes {
+		oldest = math.Min(oldest, n.SampleTime)
+	}
+	return float64(now.UnixNano())/1e9 - oldest
+}
+
+func float32s(xs []float32) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+func millis(ms int64) time.Duration   { return time.Duration(ms) * time.Millisecond }

@@ -1,0 +1,188 @@
+"""Test vectors that hold the Go ``td3score`` plugin (``scheduler/``) to this package's rules.
+
+The plugin computes a static score when the engine gives no usable answer, applies the safety
+filter and turns a v1.Pod into the engine's ``Pod``; each of those has one implementation here, and
+the plugin's Go port is checked against what this module writes, never against hand-copied
+constants:
+
+    static_score   policy.features.utilisation + policy.static_weights.weighted_closeness, rounded
+                   to 0-100 as the engine rounds (numpy rint: halves to even); a node without fresh
+                   metrics scores decision.NEUTRAL_SCORE
+    safety         simulator.filter.safety_ok
+    pods           kubernetes_objects.pod_from_k8s (requests as NodeResourcesFit counts them, QoS,
+                   limits)
+    prometheus     prometheus_source.DEFAULT_QUERIES and the snapshot's unit conversions
+
+``td3sched plugin-vectors`` writes the file (``scheduler/testdata/vectors.json``); a Python test checks
+that the committed file is what this module writes today, and the Go tests read it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from td3sched.engine.decision import NEUTRAL_SCORE, PodSpec
+from td3sched.engine.kubernetes_objects import pod_from_k8s
+from td3sched.engine.prometheus_source import DEFAULT_QUERIES, MIB
+from td3sched.policy.base import DEFAULT_MEMORY_REQUEST_MIB, DEFAULT_MILLI_CPU_REQUEST, PodRequest
+from td3sched.policy.features import utilisation
+from td3sched.policy.static_weights import validate_weights, weighted_closeness
+from td3sched.simulator.filter import safety_ok
+
+SCHEMA = 1
+ROUNDING_MARGIN = 1e-9
+"""A drawn vector whose 100 x score lies this close to a half is redrawn: the two languages may sum
+the four weighted terms in different orders, and only the float score is compared with a tolerance."""
+
+
+class _Nodes:
+    """The two arrays ``features.utilisation`` reads of a cluster."""
+
+    def __init__(self, observed: np.ndarray, capacity: np.ndarray):
+        self.observed = observed
+        self.capacity_usage = capacity
+
+
+def static_score(pod_cpu_milli: float, pod_mem_mib: float, observed, capacity, recent, weights, tau: float,
+                 fresh: bool) -> tuple[list[float] | None, float, int]:
+    """(utilisation with the pod, score in [0, 1], score 0-100) of one node, as the engine scores it."""
+    weights, tau = validate_weights(weights, tau)
+    if not fresh:
+        return None, NEUTRAL_SCORE, int(np.rint(100.0 * NEUTRAL_SCORE))
+    request = PodSpec("vector", pod_cpu_milli, pod_mem_mib).request(0.0)
+    nodes = _Nodes(np.asarray([observed], dtype=float), np.asarray([capacity], dtype=float))
+    u = utilisation(request, np.array([0]), nodes, np.asarray([recent], dtype=float))
+    score = float(weighted_closeness(u, weights, tau)[0])
+    return u[0].tolist(), score, int(np.rint(100.0 * score))
+
+
+def _near_half(x: float) -> bool:
+    return abs((100.0 * x) % 1.0 - 0.5) < ROUNDING_MARGIN
+
+
+def static_score_vectors(rng: np.random.Generator, n: int = 240) -> list[dict]:
+    out = []
+    taus = [0.0, 1.0, 0.5, 0.3, 0.7]
+    one_hot = [list(np.eye(4)[i]) for i in range(4)]
+    while len(out) < n:
+        i = len(out)
+        cores = float(rng.choice([2, 4, 8, 16, 64, 96]))
+        capacity = [cores * 1000.0, float(rng.choice([4096, 16384, 65536, 262144])), 1.0,
+                    float(rng.choice([1000.0, 10000.0, 25000.0]))]
+        load = rng.uniform(0.0, 1.2 if i % 7 == 0 else 0.95, size=4)   # some nodes observed over capacity
+        observed = [float(x) for x in load * np.array(capacity)]
+        recent = [0.0, 0.0] if i % 3 else [float(rng.uniform(0, 2000)), float(rng.uniform(0, 4096))]
+        cpu = 0.0 if i % 5 == 0 else float(rng.choice([50, 100, 250, 1000, 3500]))   # 0: the non-zero default
+        mem = 0.0 if i % 6 == 0 else float(rng.uniform(16, 8192))
+        weights = one_hot[i % 4] if i % 9 == 0 else [float(x) for x in rng.dirichlet(np.ones(4))]
+        tau = taus[i % len(taus)] if i % 2 else float(rng.uniform(0, 1))
+        fresh = i % 11 != 5
+        u, score, score_100 = static_score(cpu, mem, observed, capacity, recent, weights, tau, fresh)
+        if fresh and _near_half(score):
+            continue
+        weights = list(validate_weights(weights, tau)[0])
+        out.append({"pod_cpu_milli": cpu, "pod_mem_mib": mem, "observed": observed, "capacity": capacity,
+                    "recent": recent, "weights": weights, "tau": tau, "fresh": fresh, "utilisation": u,
+                    "score": score, "score_0_100": score_100})
+    return out
+
+
+def safety_vectors(rng: np.random.Generator, n: int = 60) -> list[dict]:
+    out = []
+    for i in range(n):
+        allocatable = float(rng.choice([2000, 4000, 16000, 96000]))
+        threshold = [0.9, 0.5, 1.0, 0.75][i % 4]
+        share = [threshold, threshold + 1e-6, threshold - 1e-6][i % 3] if i % 2 else float(rng.uniform(0, 1.1))
+        observed = share * allocatable
+        ok = bool(safety_ok(np.array([observed]), np.array([allocatable]), threshold)[0])
+        out.append({"observed_cpu_milli": observed, "allocatable_cpu_milli": allocatable, "threshold": threshold,
+                    "ok": ok})
+    return out
+
+
+def _container(name: str, requests: dict | None = None, limits: dict | None = None) -> dict:
+    resources = {}
+    if requests:
+        resources["requests"] = requests
+    if limits:
+        resources["limits"] = limits
+    return {"name": name, "image": "registry.k8s.io/pause:3.10", "resources": resources}
+
+
+def _pod(name: str, containers: list[dict], inits: list[dict] | None = None, overhead: dict | None = None,
+         qos: str | None = None) -> dict:
+    spec = {"schedulerName": "td3-scheduler", "containers": containers}
+    if inits:
+        spec["initContainers"] = inits
+    if overhead:
+        spec["overhead"] = overhead
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "vectors"}, "spec": spec}
+    if qos:
+        pod["status"] = {"qosClass": qos}
+    return pod
+
+
+POD_EXAMPLES = [
+    _pod("best-effort", [_container("a")]),
+    _pod("burstable", [_container("a", {"cpu": "250m", "memory": "64Mi"})]),
+    _pod("guaranteed", [_container("a", {"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"})]),
+    _pod("limit-only", [_container("a", None, {"cpu": "500m", "memory": "256Mi"})]),
+    _pod("two-containers", [_container("a", {"cpu": "100m", "memory": "100Mi"}),
+                            _container("b", {"cpu": "1.5", "memory": "1G"}, {"memory": "2Gi"})]),
+    _pod("one-limit-missing", [_container("a", {"cpu": "100m"}, {"cpu": "200m"}), _container("b", {"cpu": "100m"})]),
+    _pod("init-larger", [_container("a", {"cpu": "100m", "memory": "50Mi"})],
+         inits=[_container("init", {"cpu": "2", "memory": "10Mi"})]),
+    _pod("overhead", [_container("a", {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "2Gi"})],
+         overhead={"cpu": "250m", "memory": "120Mi"}),
+    _pod("gpu", [_container("a", {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2"},
+                            {"nvidia.com/gpu": "2"})]),
+    _pod("status-qos", [_container("a", {"cpu": "100m"})], qos="Burstable"),
+    _pod("exponent", [_container("a", {"cpu": "2e-1", "memory": "134217728"})]),
+]
+
+
+def _finite_or_none(x: float):
+    return x if math.isfinite(x) else None
+
+
+def pod_vectors() -> list[dict]:
+    out = []
+    for pod in POD_EXAMPLES:
+        spec = pod_from_k8s(pod)
+        expected = {"name": spec.name, "namespace": spec.namespace, "cpu_milli": spec.cpu_milli,
+                    "mem_mib": spec.mem_mib, "disk_gib": spec.disk_gib, "gpu_count": spec.gpu_count,
+                    "gpu_milli": spec.gpu_milli, "qos": ("Guaranteed", "Burstable", "BestEffort")[spec.qos],
+                    "cpu_limit_milli": _finite_or_none(spec.cpu_limit_milli),
+                    "mem_limit_mib": _finite_or_none(spec.mem_limit_mib)}
+        out.append({"pod": pod, "expected": expected})
+    return out
+
+
+def vectors(seed: int = 11) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "schema": SCHEMA,
+        "about": "written by `td3sched plugin-vectors` (src/td3sched/engine/plugin_vectors.py); do not edit",
+        "constants": {"default_milli_cpu_request": DEFAULT_MILLI_CPU_REQUEST,
+                      "default_memory_request_mib": DEFAULT_MEMORY_REQUEST_MIB,
+                      "neutral_score": NEUTRAL_SCORE, "mib_bytes": MIB},
+        "prometheus_queries": dict(DEFAULT_QUERIES),
+        "static_score": static_score_vectors(rng),
+        "safety": safety_vectors(rng),
+        "pods": pod_vectors(),
+    }
+
+
+def render(seed: int = 11) -> str:
+    return json.dumps(vectors(seed), indent=1, sort_keys=True) + "\n"
+
+
+def write_vectors(path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(), encoding="utf-8")
+    return path
