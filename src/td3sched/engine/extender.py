@@ -30,7 +30,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from td3sched.engine.decision import NEUTRAL_SCORE
+from td3sched.engine.decision import NEUTRAL_SCORE, quantize
 from td3sched.engine.kubernetes_objects import node_names_from_list, pod_from_k8s
 from td3sched.engine.service import EngineService
 from td3sched.engine.state import NotReady
@@ -64,6 +64,9 @@ def parse_args(body: bytes) -> tuple[dict, list[str], bool]:
 class ExtenderHandler(BaseHTTPRequestHandler):
     server_version = "td3sched-extender"
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    """The headers and the body go out in two writes: with Nagle's algorithm the body would wait for
+    the client's delayed ACK of the headers (40 ms on Linux) on every kept-alive request."""
     service: EngineService
     max_body_bytes: int
     timeout: float
@@ -150,8 +153,7 @@ class ExtenderHandler(BaseHTTPRequestHandler):
         if d.advisory:
             neutral = int(round(NEUTRAL_SCORE * MAX_EXTENDER_PRIORITY))
             return [{"Host": n, "Score": neutral} for n in names]
-        scores = [int(round(s * MAX_EXTENDER_PRIORITY)) for s in d.scores]
-        return [{"Host": n, "Score": s} for n, s in zip(names, scores)]
+        return [{"Host": n, "Score": s} for n, s in zip(names, quantize(d.scores, MAX_EXTENDER_PRIORITY).tolist())]
 
 
 class ExtenderServer(ThreadingHTTPServer):
