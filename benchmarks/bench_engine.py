@@ -1,150 +1,133 @@
-"""Decision-engine speed, everything side by side in one run (issue: the decision engine, section 6).
+"""Decision-engine evidence, everything side by side in one run (issue: the decision engine, section 6).
 
-1. ScoreNodes over loopback gRPC at 100 and 5,000 candidates: p50 / p99 of the engine against a
-   no-op server of the same kind (same gRPC stack, same request, a reply of the same size with no
-   decision behind it). Goal: engine p99 at most 1.3x the no-op's.
-2. One decision's inference: ONNX Runtime (one intra-op thread) against torch eager (one thread),
-   batch 1. Goal: ONNX at least 3x faster.
-3. Decisions/s with 1, 4 and 16 concurrent clients (100 candidates), with each setting's p99, and
-   the engine's own p99 (its latency histogram) with clients paced to 1,000 decisions/s.
+The engine is served by its own process (``td3sched.engine.loadgen.ServedEngine``: the engine on a
+synthetic 5,000-node cluster whose metrics are republished every second), and so is a no-op server
+of the same kind (the same gRPC server, the reply built by the same code, no decision); the calls
+come from this process over loopback. On a shared machine every figure moves with the
+neighbours' load, so comparisons are interleaved and repeated, and ratios are medians over trials.
 
-    python benchmarks/bench_engine.py [--calls 2000] [--model models/td3-dlrm] [--pace-s 5]
+1. latency   ScoreNodes at 100 and 5,000 candidates, engine and no-op calls alternating one by one;
+             per trial the p99 ratio, reported as the median over trials. Goal: engine p99 <= 1.3x.
+2. onnx      one decision's inference, batch 1: ONNX Runtime (one intra-op thread) against torch
+             eager (one thread), blocks alternating; median of the per-trial ratios. Goal: >= 3x.
+             Beside it, the observation's statistics against numpy's general functions.
+3. clients   decisions/s with 1, 4 and 16 concurrent clients (100 candidates, closed loop).
+4. soak      1,000 decisions/s (open loop, a ReportBinding every tenth) for --soak-s (600): errors,
+             the server's RSS growth after the first minute (goal < 5%), p99 per minute.
+5. twin      the simulator driving the engine over loopback gRPC and over the extender against the
+             same run through the engine in process: same placements and metrics, bit for bit, on
+             tiny and on a dlrm window (needs the traces).
+6. fuzz      --fuzz (100,000) generated requests, half ScoreNodes, half extender bodies: 0 crashes.
 
-Run on an otherwise idle machine; the figures below are what one run printed.
+    python benchmarks/bench_engine.py [--sections latency,onnx,clients,soak,twin,fuzz] [--soak-s 600]
+                                      [--soak-rate 1000] [--fuzz 100000] [--trials 9] [--calls 300]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 import threading
 import time
-from concurrent import futures
 from pathlib import Path
 
 import grpc
 import numpy as np
 
-from td3sched.engine.decision import DecisionEngine, ModelSlot
-from td3sched.engine.grpc_server import GrpcFrontDoor
-from td3sched.engine.service import EngineService
-from td3sched.engine.state import NodeSnapshot, ShadowState
-from td3sched.engine.v1 import engine_pb2, engine_pb2_grpc
-from td3sched.rl.observation import OBSERVATION_SIZE
-from td3sched.rl.onnx_actor import load_actor
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.engine.fuzzing: the tests' generators and contract
+
+from td3sched.engine.loadgen import ServedEngine, requests, run_load, synthetic_snapshot  # noqa: E402
+from td3sched.engine.v1 import engine_pb2_grpc  # noqa: E402
+from td3sched.rl.observation import OBSERVATION_SIZE, utilisation_stats  # noqa: E402
+from td3sched.rl.onnx_actor import load_actor  # noqa: E402
+
 GOAL_P99_RATIO = 1.3
 GOAL_ONNX_SPEEDUP = 3.0
-
-
-def snapshot(n: int, seed: int = 0) -> NodeSnapshot:
-    rng = np.random.default_rng(seed)
-    alloc = np.tile([64000.0, 262144.0, 1000.0, 100.0], (n, 1))
-    cap = np.tile([64000.0, 262144.0, 1.0, 25000.0], (n, 1))
-    observed = rng.uniform(0.05, 0.85, size=(n, 4)) * cap
-    now = time.time()
-    return NodeSnapshot(tuple(f"node-{i:05d}" for i in range(n)), alloc, cap, observed, np.full(n, now + 3600.0),
-                        taken_at_s=now)
-
-
-class NoOp(engine_pb2_grpc.DecisionEngineServicer):
-    """Answers ScoreNodes with a reply of the engine's shape and size, deciding nothing."""
-
-    def ScoreNodes(self, request, context):
-        reply = engine_pb2.ScoreNodesResponse(
-            action=engine_pb2.Action(pre_activations=[0.0] * 5, weights=[0.25] * 4, tau=0.0, action_mode="full"),
-            model_version="noop", decision_id="noop")
-        add = reply.scores.add
-        for n in request.candidates:
-            add(node=n, score=50)
-        return reply
-
-
-def noop_server() -> tuple[grpc.Server, int]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    engine_pb2_grpc.add_DecisionEngineServicer_to_server(NoOp(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    return server, port
-
-
-def latencies(port: int, request, calls: int) -> np.ndarray:
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = engine_pb2_grpc.DecisionEngineStub(channel)
-        for _ in range(min(50, calls)):
-            stub.ScoreNodes(request, timeout=10)
-        out = np.empty(calls)
-        for i in range(calls):
-            t0 = time.perf_counter()
-            stub.ScoreNodes(request, timeout=10)
-            out[i] = time.perf_counter() - t0
-    return out
-
-
-def throughput(port: int, request, clients: int, seconds: float, pace_per_s: float | None = None):
-    """(decisions/s, client p99 s) of ``clients`` threads calling for ``seconds``."""
-    lat: list[float] = []
-    lock = threading.Lock()
-    end = time.perf_counter() + seconds
-
-    def client():
-        mine = []
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = engine_pb2_grpc.DecisionEngineStub(channel)
-            interval = clients / pace_per_s if pace_per_s else 0.0
-            next_t = time.perf_counter()
-            while time.perf_counter() < end:
-                t0 = time.perf_counter()
-                stub.ScoreNodes(request, timeout=10)
-                mine.append(time.perf_counter() - t0)
-                if interval:
-                    next_t += interval
-                    time.sleep(max(0.0, next_t - time.perf_counter()))
-        with lock:
-            lat.extend(mine)
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return len(lat) / (time.perf_counter() - start), float(np.quantile(lat, 0.99))
+GOAL_SOAK_RATE = 1000.0
+GOAL_RSS_GROWTH = 0.05
+NODES = 5000
+SECTIONS = ("latency", "onnx", "clients", "soak", "twin", "fuzz")
 
 
 def ms(x: float) -> str:
     return f"{1000 * x:.3f}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--calls", type=int, default=2000, help="ScoreNodes calls per latency measurement (100 nodes).")
-    parser.add_argument("--model", default=str(REPO / "models" / "td3-dlrm"))
-    parser.add_argument("--seconds", type=float, default=5.0, help="Length of each throughput run.")
-    args = parser.parse_args()
+def interleaved_latency(engine_port: int, noop_port: int, reqs: list, calls: int, trials: int):
+    """(engine latencies [trials, calls], no-op latencies [trials, calls]), calls alternating."""
+    with grpc.insecure_channel(f"127.0.0.1:{engine_port}") as ce, grpc.insecure_channel(f"127.0.0.1:{noop_port}") as cn:
+        stubs = (engine_pb2_grpc.DecisionEngineStub(ce), engine_pb2_grpc.DecisionEngineStub(cn))
+        for i in range(50):  # warm both
+            for stub in stubs:
+                stub.ScoreNodes(reqs[i % len(reqs)], timeout=30)
+        out = np.empty((2, trials, calls))
+        for t in range(trials):
+            for i in range(calls):
+                request = reqs[i % len(reqs)]
+                for k in ((0, 1) if (i + t) % 2 == 0 else (1, 0)):
+                    t0 = time.perf_counter()
+                    stubs[k].ScoreNodes(request, timeout=30)
+                    out[k, t, i] = time.perf_counter() - t0
+    return out[0], out[1]
 
-    actor = load_actor(args.model)
-    state = ShadowState()
-    state.publish(snapshot(5000))
-    service = EngineService(DecisionEngine(state, ModelSlot(actor)))
-    engine = GrpcFrontDoor(service, "127.0.0.1", 0, max_workers=16)
-    noop, noop_port = noop_server()
-    pod = engine_pb2.Pod(name="bench", cpu_milli=500, mem_mib=1024)
 
-    print(f"model {Path(args.model).name} ({actor.version}), one intra-op thread; loopback gRPC, sequential calls")
-    print(f"{'candidates':>10} {'engine p50 ms':>14} {'engine p99 ms':>14} {'no-op p50 ms':>13} {'no-op p99 ms':>13} "
-          f"{'p99 ratio':>9}  goal <= {GOAL_P99_RATIO}")
+def section_latency(served: ServedEngine, noop: ServedEngine, names, args) -> None:
+    print(f"\n1. ScoreNodes latency, engine vs no-op, calls alternating; {args.trials} trials; "
+          f"p99 ratio goal <= {GOAL_P99_RATIO}")
+    print(f"{'candidates':>10} {'calls':>6} {'engine p50':>11} {'engine p99':>11} {'no-op p50':>10} {'no-op p99':>10} "
+          f"{'p99 ratio: median (min-max) of trials':>38}")
     for n in (100, 5000):
-        request = engine_pb2.ScoreNodesRequest(pod=pod, candidates=list(state.snapshot.names[:n]))
-        calls = args.calls if n <= 100 else max(200, args.calls // 10)
-        e, z = latencies(engine.port, request, calls), latencies(noop_port, request, calls)
-        ratio = np.quantile(e, 0.99) / np.quantile(z, 0.99)
-        print(f"{n:>10} {ms(np.median(e)):>14} {ms(np.quantile(e, 0.99)):>14} {ms(np.median(z)):>13} "
-              f"{ms(np.quantile(z, 0.99)):>13} {ratio:>9.2f}  {'met' if ratio <= GOAL_P99_RATIO else 'NOT met'}")
+        calls = args.calls if n <= 100 else max(60, args.calls // 5)
+        e, z = interleaved_latency(served.port, noop.port, requests(names, n), calls, args.trials)
+        ratios = np.quantile(e, 0.99, axis=1) / np.quantile(z, 0.99, axis=1)
+        med = float(np.median(ratios))
+        print(f"{n:>10} {calls * args.trials:>6} {ms(np.median(e)):>8} ms {ms(np.quantile(e, 0.99)):>8} ms "
+              f"{ms(np.median(z)):>7} ms {ms(np.quantile(z, 0.99)):>7} ms "
+              f"{med:>10.2f} ({ratios.min():.2f}-{ratios.max():.2f})  {'met' if med <= GOAL_P99_RATIO else 'NOT met'}"
+              f"; p50 ratio {np.median(e) / np.median(z):.2f}")
+    # the same two handlers called directly, CPU time of this thread: the work each adds to a call
+    from td3sched.engine.decision import DecisionEngine, ModelSlot
+    from td3sched.engine.grpc_server import DecisionEngineServicer
+    from td3sched.engine.loadgen import NoOpServicer
+    from td3sched.engine.service import EngineService
+    from td3sched.engine.state import ShadowState
 
-    obs = np.asarray(state.snapshot.observed[0].tolist() * 9, dtype=np.float32)[:OBSERVATION_SIZE]
-    onnx_s = timed(lambda: actor.act(obs), 5000)
+    state = ShadowState(lambda: 0.0)
+    state.publish(synthetic_snapshot(NODES, 0, now=0.0))
+    engine = DecisionEngineServicer(EngineService(DecisionEngine(state, ModelSlot(load_actor(args.model)))))
+    noop = NoOpServicer()
+    for n in (100, 5000):
+        request = requests(names, n)[0]
+        t = blocks([lambda: engine.ScoreNodes(request, None), lambda: noop.ScoreNodes(request, None)],
+                   200 if n <= 100 else 10, args.trials, clock=time.thread_time)
+        print(f"   handler CPU per call at {n} candidates (no transport): engine {1e6 * np.median(t[:, 0]):.0f} us, "
+              f"no-op {1e6 * np.median(t[:, 1]):.0f} us: the decision adds {1e6 * np.median(t[:, 0] - t[:, 1]):.0f} us")
+
+
+def blocks(fns, n: int, trials: int, clock=time.perf_counter) -> np.ndarray:
+    """[trials, len(fns)] seconds per call, each trial running every fn's block, order alternating."""
+    for fn in fns:
+        for _ in range(200):
+            fn()
+    out = np.empty((trials, len(fns)))
+    for t in range(trials):
+        order = range(len(fns)) if t % 2 == 0 else reversed(range(len(fns)))
+        for k in order:
+            fn = fns[k]
+            t0 = clock()
+            for _ in range(n):
+                fn()
+            out[t, k] = (clock() - t0) / n
+    return out
+
+
+def section_onnx(args) -> None:
+    actor = load_actor(args.model)
+    rng = np.random.default_rng(0)
+    obs = rng.uniform(0, 1, OBSERVATION_SIZE).astype(np.float32)
+    print(f"\n2. one decision's inference, batch 1, {args.trials} trials of alternating blocks; goal >= "
+          f"{GOAL_ONNX_SPEEDUP}x")
     try:
         import torch
 
@@ -152,47 +135,202 @@ def main() -> None:
 
         torch.set_num_threads(1)
         model = load_model(args.model)
-        torch_s = timed(lambda: model.act(obs), 5000)
-        speedup = torch_s / onnx_s
-        print(f"\none decision's inference (batch 1, median of 5 x 1000): ONNX Runtime {1e6 * onnx_s:.1f} us, "
-              f"torch eager {1e6 * torch_s:.1f} us: {speedup:.1f}x  goal >= {GOAL_ONNX_SPEEDUP}x "
-              f"{'met' if speedup >= GOAL_ONNX_SPEEDUP else 'NOT met'}")
+        t = blocks([lambda: actor.act(obs), lambda: model.act(obs)], 1000, args.trials)
+        ratios = t[:, 1] / t[:, 0]
+        med = float(np.median(ratios))
+        print(f"   ONNX Runtime {1e6 * np.median(t[:, 0]):.1f} us, torch eager {1e6 * np.median(t[:, 1]):.1f} us: "
+              f"{med:.1f}x (trials {ratios.min():.1f}-{ratios.max():.1f})  {'met' if med >= GOAL_ONNX_SPEEDUP else 'NOT met'}")
     except ImportError:
-        print(f"\none decision's inference: ONNX Runtime {1e6 * onnx_s:.1f} us (torch not installed: no comparison)")
+        t = blocks([lambda: actor.act(obs)], 1000, args.trials)
+        print(f"   ONNX Runtime {1e6 * np.median(t[:, 0]):.1f} us (torch not installed: no comparison)")
+    for k in (100, 5000):
+        u = rng.uniform(0, 1.2, size=(k, 4))
+        q = np.array([0.0, 0.1, 0.9, 1.0])
 
-    request = engine_pb2.ScoreNodesRequest(pod=pod, candidates=list(state.snapshot.names[:100]))
-    print(f"\n{'clients':>7} {'decisions/s':>12} {'client p99 ms':>14}   (100 candidates, {args.seconds:g} s each)")
+        def numpy_stats():
+            qs = np.quantile(u, q, axis=0)
+            return np.stack([u.mean(axis=0), u.std(axis=0), qs[0], qs[3], qs[1], qs[2]], axis=1).ravel()
+
+        t = blocks([lambda: utilisation_stats(u), numpy_stats], 200 if k <= 100 else 20, args.trials)
+        print(f"   observation statistics at {k} nodes: {1e6 * np.median(t[:, 0]):.1f} us, numpy's mean/std/quantile "
+              f"{1e6 * np.median(t[:, 1]):.1f} us ({np.median(t[:, 1] / t[:, 0]):.1f}x), same values to the bit")
+
+
+def closed_loop(port: int, reqs: list, clients: int, seconds: float) -> tuple[float, float, int]:
+    """(decisions/s, client p99 s, errors) of ``clients`` threads each calling back to back."""
+    lat: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+    end = time.perf_counter() + seconds
+
+    def client(k: int) -> None:
+        mine, bad = [], 0
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = engine_pb2_grpc.DecisionEngineStub(channel)
+            i = k
+            while time.perf_counter() < end:
+                t0 = time.perf_counter()
+                try:
+                    stub.ScoreNodes(reqs[i % len(reqs)], timeout=30)
+                    mine.append(time.perf_counter() - t0)
+                except grpc.RpcError:
+                    bad += 1
+                i += 1
+        with lock:
+            lat.extend(mine)
+            errors[0] += bad
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return len(lat) / (time.perf_counter() - start), float(np.quantile(lat, 0.99)), errors[0]
+
+
+def section_clients(served: ServedEngine, noop: ServedEngine, names, args) -> None:
+    reqs = requests(names, 100)
+    print(f"\n3. decisions/s, closed loop, 100 candidates, {args.seconds:g} s each (clients: threads of this process)")
+    print(f"{'clients':>7} {'engine/s':>9} {'engine p99':>11} {'no-op/s':>8} {'no-op p99':>10} {'errors':>6}")
     for clients in (1, 4, 16):
-        rate, p99 = throughput(engine.port, request, clients, args.seconds)
-        print(f"{clients:>7} {rate:>12,.0f} {ms(p99):>14}")
-    before = service.metrics.latency.labels("score_nodes")
-    rate, p99 = throughput(engine.port, request, 8, args.seconds, pace_per_s=1000.0)
-    print(f"paced to 1,000/s by 8 clients: {rate:,.0f} decisions/s, client p99 {ms(p99)} ms, engine p99 "
-          f"{engine_p99_ms(before)} (its histogram, whole run)")
-    engine.stop(0)
-    noop.stop(0)
+        rate, p99, err = closed_loop(served.port, reqs, clients, args.seconds)
+        zrate, zp99, zerr = closed_loop(noop.port, reqs, clients, args.seconds)
+        print(f"{clients:>7} {rate:>9,.0f} {ms(p99):>8} ms {zrate:>8,.0f} {ms(zp99):>7} ms {err + zerr:>6}")
 
 
-def timed(fn, n: int) -> float:
-    for _ in range(200):
-        fn()
-    runs = []
-    for _ in range(5):
+def section_soak(args) -> None:
+    print(f"\n4. soak: {args.soak_rate:,.0f} decisions/s for {args.soak_s:g} s, open loop, a ReportBinding every "
+          f"tenth call, 100 candidates of {NODES:,}, decision log on (rotated at 16 MiB)")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp, ServedEngine(NODES, args.model, log_dir=tmp) as served:
+        names = synthetic_snapshot(NODES).names
+        report = run_load(f"127.0.0.1:{served.port}", args.soak_rate, args.soak_s, requests(names, 100),
+                          pid=served.pid, timeout_s=10.0)
+        counters = served.stop()
+    warmup = min(60.0, args.soak_s / 5)
+    growth = report.rss_growth(warmup)
+    minute = 60.0 if args.soak_s >= 180 else args.soak_s / 3
+    p99s = [report.p99_s(a, a + minute) for a in np.arange(0, args.soak_s - minute / 2, minute)]
+    print(f"   sent {report.sent:,}, answered {report.ok:,} ({report.achieved_per_s:,.0f}/s), errors "
+          f"{report.errors or 0}; engine's own p99 (its histogram) <= {1e3 * counters.get('score_nodes_p99_le_s', float('nan')):g} ms")
+    rss0 = [b for s, b in report.rss if s >= warmup][0]
+    print(f"   server RSS {rss0 / 2**20:.0f} MiB at {warmup:g} s -> {report.rss[-1][1] / 2**20:.0f} MiB at the end: "
+          f"{100 * growth:+.1f}%  goal < {100 * GOAL_RSS_GROWTH:g}% {'met' if growth < GOAL_RSS_GROWTH else 'NOT met'}")
+    print(f"   client p99 per {minute:g} s: {' '.join(ms(p) for p in p99s)} ms; last/first "
+          f"{p99s[-1] / p99s[0]:.2f}, max/min {max(p99s) / min(p99s):.2f}")
+    met = report.achieved_per_s >= 0.98 * GOAL_SOAK_RATE and not report.errors
+    print(f"   rate and errors goal (>= 98% of {GOAL_SOAK_RATE:,.0f}/s answered, no error): {'met' if met else 'NOT met'}")
+
+
+def section_twin(args) -> None:
+    from td3sched.engine.twin import EngineTwin
+    from td3sched.policy import make_policy
+    from td3sched.scenario import load_scenario
+    from td3sched.simulator.engine import Simulation
+
+    print("\n5. digital twin: served engine vs the same run in process (placements in order; every metric)")
+    print(f"{'window':>22} {'door':>9} {'decisions':>9} {'placements':>10} {'same placements':>15} "
+          f"{'same metrics':>12} {'served s':>8} {'in-process s':>12}")
+    windows = [("tiny", [], "test", 2 * 3600.0)]
+    try:
+        from td3sched.trace.location import traces_dir
+
+        traces_dir()
+        windows.append(("dlrm", ["batch.enabled=false"], "test", args.twin_dlrm_s))
+    except FileNotFoundError as exc:
+        print(f"   (dlrm skipped: real traces not available: {exc})")
+    actor = load_actor(args.model)
+    for name, overrides, span, length in windows:
+        scenario = load_scenario(name, overrides)
+        world = scenario.build(1)
+        start, _ = scenario.span(span)
+        runs = {}
+        for door, like in (("in-process", None), ("in-process", "grpc"), ("grpc", None), ("in-process", "extender"),
+                           ("extender", None)):
+            t0 = time.perf_counter()
+            with EngineTwin(actor, door, like, safety_cpu_util=world.config.safety_cpu_util) as twin:
+                metrics = Simulation(world, twin, 1, start, start + length).run()["metrics"]
+            runs[(door, like)] = (metrics, twin.placements, twin.decisions, time.perf_counter() - t0)
+        label = f"{name} {length / 60:g} min"
+        for door in ("grpc", "extender"):
+            served, local = runs[(door, None)], runs[("in-process", door)]
+            print(f"{label:>22} {door:>9} {served[2]:>9,} {len(served[1]):>10,} {str(served[1] == local[1]):>15} "
+                  f"{str(served[0] == local[0]):>12} {served[3]:>8.1f} {local[3]:>12.1f}")
+        exact = runs[("in-process", None)]
         t0 = time.perf_counter()
-        for _ in range(n // 5):
-            fn()
-        runs.append((time.perf_counter() - t0) / (n // 5))
-    return statistics.median(runs)
+        td3 = Simulation(world, make_policy(f"td3:{args.model}"), 1, start, start + length).run()["metrics"]
+        print(f"{label:>22} {'exact':>9} {exact[2]:>9,} {len(exact[1]):>10,} {'':>15} {str(exact[0] == td3):>12} "
+              f"{exact[3]:>8.1f} {time.perf_counter() - t0:>12.1f}   (engine in process, scores in [0, 1], vs the td3 policy)")
+        for door in ("grpc", "extender"):
+            rounded = runs[(door, None)][1]
+            agree = next((i for i, (a, b) in enumerate(zip(rounded, exact[1])) if a != b), min(len(rounded), len(exact[1])))
+            print(f"{'':>22} {door:>9} rounding to 0-{100 if door == 'grpc' else 10} vs scores in [0, 1]: the first "
+                  f"{agree:,} placements agree; cpu_util {runs[(door, None)][0]['cpu_util']:.4f} vs {exact[0]['cpu_util']:.4f}")
 
 
-def engine_p99_ms(histogram) -> str:
-    """The 99th percentile's bucket bound from the engine's latency histogram."""
-    samples = {s.labels["le"]: s.value for m in histogram.collect() for s in m.samples if s.name.endswith("_bucket")}
-    total = samples["+Inf"]
-    for le, count in sorted(((float(k), v) for k, v in samples.items()), key=lambda kv: kv[0]):
-        if count >= 0.99 * total:
-            return f"<= {1000 * le:g} ms"
-    return "n/a"
+def section_fuzz(args) -> None:
+    from tests.engine.conftest import make_service, snapshot
+    from tests.engine.fuzzing import fuzz_extender, fuzz_score_nodes
+    from td3sched.engine.extender import ExtenderFrontDoor
+    from td3sched.engine.grpc_server import GrpcFrontDoor
+
+    actor = load_actor(args.model)
+    half = args.fuzz // 2
+    print(f"\n6. fuzz: {args.fuzz:,} generated requests on loopback servers (contract: tests/engine/fuzzing.py)")
+    service, _ = make_service(actor, snapshot(20, age_s=[0] * 19 + [900]))
+    door = GrpcFrontDoor(service, "127.0.0.1", 0)
+    t0 = time.perf_counter()
+    with grpc.insecure_channel(f"127.0.0.1:{door.port}") as channel:
+        sent = fuzz_score_nodes(engine_pb2_grpc.DecisionEngineStub(channel), half)
+    door.stop(0)
+    print(f"   ScoreNodes: {sent:,} requests, 0 crashes ({time.perf_counter() - t0:.0f} s)")
+    service, _ = make_service(actor, snapshot(3, cpu_util=[0.95, 0.4, 0.2]))
+    ext = ExtenderFrontDoor(service, "127.0.0.1", 0, read_timeout_s=5.0, max_body_bytes=1 << 20)
+    t0 = time.perf_counter()
+    sent2 = fuzz_extender(ext.port, args.fuzz - half)
+    ext.stop()
+    print(f"   extender: {sent2:,} requests, 0 crashes ({time.perf_counter() - t0:.0f} s); total {sent + sent2:,}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"Comma-separated, of {', '.join(SECTIONS)}.")
+    parser.add_argument("--model", default=str(REPO / "models" / "td3-dlrm"))
+    parser.add_argument("--calls", type=int, default=300, help="Alternating call pairs per latency trial (100 nodes).")
+    parser.add_argument("--trials", type=int, default=9)
+    parser.add_argument("--seconds", type=float, default=5.0, help="Length of each closed-loop throughput run.")
+    parser.add_argument("--soak-s", type=float, default=600.0)
+    parser.add_argument("--soak-rate", type=float, default=GOAL_SOAK_RATE,
+                        help="Decisions/s of the soak (the goal is 1,000; a loaded machine may not serve that).")
+    parser.add_argument("--twin-dlrm-s", type=float, default=600.0, help="Length of the dlrm twin window.")
+    parser.add_argument("--fuzz", type=int, default=100_000)
+    args = parser.parse_args()
+    sections = args.sections.split(",")
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        parser.error(f"--sections: unknown {sorted(unknown)}: expected some of {', '.join(SECTIONS)}")
+    print(f"model {Path(args.model).name} ({load_actor(args.model).version}); one intra-op thread; "
+          f"load average at start {' '.join(f'{x:.1f}' for x in __import__('os').getloadavg())}")
+    started = time.perf_counter()
+    if "latency" in sections or "clients" in sections:
+        with ServedEngine(NODES, args.model) as served, ServedEngine(noop=True) as noop:
+            names = synthetic_snapshot(NODES).names
+            if "latency" in sections:
+                section_latency(served, noop, names, args)
+            if "clients" in sections:
+                section_clients(served, noop, names, args)
+    if "onnx" in sections:
+        section_onnx(args)
+    if "soak" in sections:
+        section_soak(args)
+    if "twin" in sections:
+        section_twin(args)
+    if "fuzz" in sections:
+        section_fuzz(args)
+    print(f"\nwhole run {time.perf_counter() - started:.0f} s; load average at the end "
+          f"{' '.join(f'{x:.1f}' for x in __import__('os').getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -10,12 +10,14 @@ import socket
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
+from td3sched.engine.decision import PodSpec
 from td3sched.engine.extender import ExtenderFrontDoor
-from td3sched.engine.kubernetes_objects import parse_quantity, pod_from_k8s
+from td3sched.engine.kubernetes_objects import parse_quantity, pod_from_k8s, pod_to_k8s
 
 from tests.engine.conftest import make_service, snapshot
+from tests.engine.fuzzing import fuzz_extender
 
 FIXTURES = Path(__file__).parent / "fixtures"
 POD = json.loads((FIXTURES / "pod.json").read_text())
@@ -174,40 +176,57 @@ def test_health_readiness_and_metrics(actor):
         assert line in text, line
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                    max_leaves=20)
-ARGS = st.fixed_dictionaries({}, optional={
-    "Pod": st.one_of(JSON, st.just(POD), st.builds(lambda spec: {**POD, "spec": spec}, JSON)),
-    "Nodes": st.one_of(JSON, st.just(NODES), st.builds(lambda items: {"items": items}, JSON)),
-    "NodeNames": st.one_of(JSON, st.lists(st.sampled_from(NAMES + ["x", ""]), max_size=5))})
+def test_fuzzed_requests_get_an_answer_never_a_crash(extender):
+    """A few hundred generated bodies (the benchmark sends 100,000): 200 or 400 naming the field."""
+    assert fuzz_extender(extender.door.port, 300) > 100
+    assert extender.call("POST", "/prioritize", {"Pod": POD, "NodeNames": NAMES})[0] == 200
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(args=ARGS, path=st.sampled_from(["/filter", "/prioritize"]))
-def test_fuzzed_requests_get_an_answer_never_a_crash(extender, args, path):
-    status, result = extender.call("POST", path, args)
-    assert status in (200, 400), (status, result)
-    if status == 400:
-        assert isinstance(result, dict) and result["Error"]
+def test_the_extender_sends_without_nagles_delay():
+    """kube-scheduler keeps its connection to the extender alive; headers and body leave in two
+    writes, and with Nagle's algorithm the body waited for the client's delayed ACK, ~40 ms a call
+    (found by benchmarks/bench_k8s.py: 10 pods/s through the extender). Its time is measured there;
+    here, that the server's connections switch Nagle off."""
+    from td3sched.engine.extender import ExtenderHandler
+
+    assert ExtenderHandler.disable_nagle_algorithm is True
 
 
-def test_a_kept_alive_connection_is_not_held_up_by_nagle(extender):
-    """kube-scheduler keeps its connection to the extender alive. Headers and body leave in two writes;
-    with Nagle's algorithm the body waited for the client's delayed ACK: about 40 ms per call (found by
-    the Kubernetes end-to-end benchmark: 10 pods/s through the extender). Median of 30 calls on one
-    connection, well under that delay."""
-    import statistics
-    import time
+def test_stale_nodes_are_counted_across_the_whole_state_as_they_age(actor):
+    """td3sched_state_stale_nodes counts every node of the state whose metrics are stale or missing,
+    at scrape time; td3sched_stale_nodes only the last decision's candidates."""
+    from td3sched.engine.state import NodeSnapshot
 
-    conn = http.client.HTTPConnection("127.0.0.1", extender.door.port, timeout=TIMEOUT_S)
-    body = json.dumps({"Pod": POD, "Nodes": None, "NodeNames": NAMES}).encode()
-    took = []
-    for _ in range(35):
-        start = time.perf_counter()
-        conn.request("POST", "/prioritize", body=body, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        assert resp.status == 200 and len(json.loads(resp.read())) == 3
-        took.append(time.perf_counter() - start)
-    conn.close()
-    assert statistics.median(took[5:]) < 0.02, f"median {1000 * statistics.median(took[5:]):.1f} ms per call"
+    base = snapshot(6, age_s=[0, 0, 500, 0, 30, 0])
+    observed = base.observed.copy()
+    observed[5, 2] = float("nan")  # a metric missing
+    snap = NodeSnapshot(base.names, base.allocatable, base.capacity_usage, observed, base.scraped_at_s,
+                        taken_at_s=base.taken_at_s)
+    service, clock = make_service(actor, snap, max_age_s=60)
+    ext = Extender(service)
+    try:
+        ext.call("POST", "/prioritize", {"Pod": POD, "NodeNames": ["node-0", "node-1"]})
+        _, before = ext.call("GET", "/metrics")
+        clock.t += 45  # node-4's metrics (30 s old) pass 60 s; no refresh, no decision in between
+        _, after = ext.call("GET", "/metrics")
+    finally:
+        ext.door.stop()
+    assert "td3sched_stale_nodes 0.0" in before and "td3sched_state_nodes 6.0" in before
+    assert "td3sched_state_stale_nodes 2.0" in before  # node-2 (500 s), node-5 (NaN)
+    assert "td3sched_state_stale_nodes 3.0" in after and "td3sched_stale_nodes 0.0" in after
+
+
+AMOUNT = st.floats(0, 1e9, allow_nan=False, allow_infinity=False, allow_subnormal=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(cpu=AMOUNT, mem=AMOUNT, disk=AMOUNT, rdma=st.floats(0, 800), qos=st.integers(0, 2),
+       cpu_limit=st.one_of(st.just(float("inf")), AMOUNT), mem_limit=st.one_of(st.just(float("inf")), AMOUNT),
+       gpus=st.integers(0, 8))
+def test_a_pod_read_back_from_its_v1_pod_asks_exactly_the_same(cpu, mem, disk, rdma, qos, cpu_limit, mem_limit, gpus):
+    """Quantities are written as exact decimals and read exactly, rounded once: the twin's extender
+    path asks the engine what the pod asks, to the bit."""
+    pod = PodSpec("p", cpu, mem, disk, rdma, gpu_count=gpus, gpu_milli=1000 if gpus else 0, qos=qos,
+                  cpu_limit_milli=cpu_limit, mem_limit_mib=mem_limit, namespace="ns")
+    back = pod_from_k8s(json.loads(json.dumps(pod_to_k8s(pod))))
+    assert back == pod

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from td3sched.policy.base import PodRequest
 from td3sched.policy.features import utilisation
-from td3sched.rl.observation import OBSERVATION_FIELDS, OBSERVATION_SIZE, OomWindow, observe
+from hypothesis.extra.numpy import arrays
+
+from td3sched.rl.observation import OBSERVATION_FIELDS, OBSERVATION_SIZE, OomWindow, observe, utilisation_stats
 from td3sched.simulator.cluster import Cluster
 from td3sched.workload.pods import BEST_EFFORT, BURSTABLE
 from tests.simulator.worlds import node, pool
@@ -89,3 +91,29 @@ def test_oom_window_counts_the_last_five_minutes():
     assert w.kills(400.0, 5) == 3        # the total at t=100 (2) is the newest at or before 400-300
     assert w.kills(560.0, 6) == 1        # base: t=250 (5)
     assert w.kills(2000.0, 6) == 0       # base: t=560 (6)
+
+
+def numpy_stats(u: np.ndarray) -> np.ndarray:
+    """The statistics as numpy's general functions compute them: what utilisation_stats must equal."""
+    q = np.quantile(u, [0.0, 0.1, 0.9, 1.0], axis=0)
+    return np.stack([u.mean(axis=0), u.std(axis=0), q[0], q[3], q[1], q[2]], axis=1).ravel()
+
+
+# utilisations as they come (0 to a few times over, many repeated values), and any finite magnitude
+VALUES = st.one_of(st.floats(0, 3), st.sampled_from([0.0, 0.25, 0.5, 1.0]),
+                   st.floats(-1e150, 1e150, allow_nan=False, allow_subnormal=True))
+
+
+@settings(max_examples=400, deadline=None)
+@given(u=st.integers(1, 40).flatmap(lambda k: arrays(np.float64, (k, 4), elements=VALUES)))
+def test_utilisation_stats_are_numpys_to_the_bit(u):
+    np.testing.assert_array_equal(utilisation_stats(u), numpy_stats(u))
+
+
+@settings(max_examples=60, deadline=None)
+@given(k=st.sampled_from([100, 511, 997, 3001, 5000]), seed=st.integers(0, 2**32 - 1), ties=st.booleans())
+def test_utilisation_stats_are_numpys_to_the_bit_at_cluster_sizes(k, seed, ties):
+    u = np.random.default_rng(seed).uniform(0, 1.5, size=(k, 4))
+    if ties:
+        u = np.round(u, 1)
+    np.testing.assert_array_equal(utilisation_stats(u), numpy_stats(u))

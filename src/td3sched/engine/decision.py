@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import threading
+from itertools import repeat
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -88,6 +89,12 @@ class PodSpec:
                           self.gpu_count, self.gpu_milli, self.qos, self.cpu_limit_milli, self.mem_limit_mib, time_s)
 
 
+def quantize(scores: np.ndarray, max_score: int) -> np.ndarray:
+    """Scores in [0, 1] as the integers 0..``max_score`` a front door answers (100 for ScoreNodes,
+    kube-scheduler's MaxNodeScore; 10 for the extender, MaxExtenderPriority), rounded half to even."""
+    return np.rint(max_score * np.asarray(scores, dtype=np.float64)).astype(np.int64)
+
+
 @dataclass
 class Decision:
     """The answer for one pod."""
@@ -116,7 +123,7 @@ class Decision:
         return bool(self.fallback_reason)
 
     def scores_0_100(self) -> list[int]:
-        return np.rint(100.0 * self.scores).astype(np.int64).tolist()
+        return quantize(self.scores, 100).tolist()
 
 
 class ModelSlot:
@@ -163,15 +170,16 @@ class DecisionEngine:
             return None, "model_error"
         if action.shape != (actor.action_size,):
             return None, "model_error"
-        if not np.all(np.isfinite(action)):
+        values = action.tolist()  # a handful of numbers: checked as Python floats, cheaper than numpy calls
+        if not all(map(math.isfinite, values)):
             return action, "nan"
-        if np.any(np.abs(action) > LOGIT_LIMIT + RANGE_SLACK):
+        if max(map(abs, values)) > LOGIT_LIMIT + RANGE_SLACK:
             return action, "out_of_range"
         return action, ""
 
     def decide(self, pod: PodSpec, candidates: list[str] | None = None) -> Decision:
-        """Score ``candidates`` (every known node when None) for ``pod``. ``NotReady`` without a snapshot;
-        ``ValueError`` naming the field on bad input."""
+        """Score ``candidates`` (every known node when None; names, str) for ``pod``. ``NotReady``
+        without a snapshot; ``ValueError`` naming the field on bad input."""
         snap = self.state.snapshot
         now = self.state.clock()
         names = list(snap.names) if candidates is None else list(candidates)
@@ -181,10 +189,9 @@ class DecisionEngine:
         if len(unique) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})[:5]
             raise ValueError(f"candidates: duplicate node names {dup}")
-        if "" in unique or not all(isinstance(n, str) for n in unique):
+        if "" in unique:
             raise ValueError("candidates: expected non-empty node names")
-        get = snap.index.get
-        idx = np.array([get(n, -1) for n in names], dtype=np.int64)
+        idx = np.fromiter(map(snap.index.get, names, repeat(-1)), dtype=np.int64, count=len(names))
         known = idx >= 0
         fresh = known.copy()
         fresh[known] = self.state.fresh(snap, now, idx[known])
@@ -215,7 +222,7 @@ class DecisionEngine:
         snap = self.state.snapshot
         now = self.state.clock()
         failed: dict[str, str] = {}
-        idx = np.array([snap.index.get(n, -1) for n in candidates], dtype=np.int64)
+        idx = np.fromiter(map(snap.index.get, candidates, repeat(-1)), dtype=np.int64, count=len(candidates))
         known = idx >= 0
         fresh = np.zeros(len(candidates), dtype=bool)
         fresh[known] = self.state.fresh(snap, now, idx[known])
@@ -224,7 +231,8 @@ class DecisionEngine:
         if len(k):
             hot[known & fresh] = ~safety_ok(snap.observed[k, 0], snap.allocatable[k, 0], self.safety_cpu_util)
         closed = self.state.staleness.mode == "fail-closed"
-        for j, name in enumerate(candidates):
+        for j in np.flatnonzero(hot | (~fresh if closed else False)).tolist():  # the failed ones only
+            name = candidates[j]
             if hot[j]:
                 i = idx[j]
                 failed[name] = (f"safety filter: observed CPU {100 * snap.observed[i, 0] / snap.allocatable[i, 0]:.0f}% "
@@ -239,4 +247,5 @@ class DecisionEngine:
         return failed
 
 
-__all__ = ["Decision", "DecisionEngine", "ModelSlot", "NodeSnapshot", "NotReady", "PodSpec", "FALLBACK_REASONS"]
+__all__ = ["Decision", "DecisionEngine", "ModelSlot", "NodeSnapshot", "NotReady", "PodSpec", "FALLBACK_REASONS",
+           "quantize"]

@@ -30,7 +30,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from td3sched.engine.decision import NEUTRAL_SCORE
+from td3sched.engine.decision import NEUTRAL_SCORE, quantize
 from td3sched.engine.kubernetes_objects import node_names_from_list, pod_from_k8s
 from td3sched.engine.service import EngineService
 from td3sched.engine.state import NotReady
@@ -153,8 +153,7 @@ class ExtenderHandler(BaseHTTPRequestHandler):
         if d.advisory:
             neutral = int(round(NEUTRAL_SCORE * MAX_EXTENDER_PRIORITY))
             return [{"Host": n, "Score": neutral} for n in names]
-        scores = [int(round(s * MAX_EXTENDER_PRIORITY)) for s in d.scores]
-        return [{"Host": n, "Score": s} for n, s in zip(names, scores)]
+        return [{"Host": n, "Score": s} for n, s in zip(names, quantize(d.scores, MAX_EXTENDER_PRIORITY).tolist())]
 
 
 class ExtenderServer(ThreadingHTTPServer):

@@ -53,6 +53,21 @@ def action_to_proto(d, action_mode: str):
                              weights=[float(w) for w in d.weights], tau=float(d.tau), action_mode=action_mode)
 
 
+def score_nodes_reply(names, scores_0_100: list[int], stale, excluded, action, model_version: str,
+                      fallback_reason: str, advisory: bool, decision_id: str) -> engine_pb2.ScoreNodesResponse:
+    """The ScoreNodes reply, candidates in their order (the benchmark's no-op server builds its reply
+    with this too, so that the two differ by the decision only)."""
+    node_score = engine_pb2.NodeScore
+    if stale.any():
+        scores = [node_score(node=n, score=s, stale=st, excluded=ex)
+                  for n, s, st, ex in zip(names, scores_0_100, stale.tolist(), excluded.tolist())]
+    else:
+        scores = [node_score(node=n, score=s) for n, s in zip(names, scores_0_100)]
+    return engine_pb2.ScoreNodesResponse(scores=scores, action=action, model_version=model_version,
+                                         fallback=bool(fallback_reason), fallback_reason=fallback_reason,
+                                         advisory=advisory, decision_id=decision_id)
+
+
 class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
     def __init__(self, service: EngineService):
         self.service = service
@@ -81,16 +96,9 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
             if len(request.candidates) > MAX_CANDIDATES:
                 raise ValueError(f"candidates: {len(request.candidates)} names, expected at most {MAX_CANDIDATES}")
             decision_id, d = self.service.score_nodes(pod_from_proto(request.pod), list(request.candidates))
-            reply = engine_pb2.ScoreNodesResponse(
-                action=action_to_proto(d, self._mode()), model_version=d.model_version, fallback=d.fallback,
-                fallback_reason=d.fallback_reason, advisory=d.advisory, decision_id=decision_id)
-            add = reply.scores.add
-            for n, s, st, ex in zip(d.candidates, d.scores_0_100(), d.stale.tolist(), d.excluded.tolist()):
-                if st:
-                    add(node=n, score=s, stale=True, excluded=ex)
-                else:
-                    add(node=n, score=s)
-            return reply
+            return score_nodes_reply(d.candidates, d.scores_0_100(), d.stale, d.excluded,
+                                     action_to_proto(d, self._mode()), d.model_version, d.fallback_reason,
+                                     d.advisory, decision_id)
         return self._guard("score_nodes", context, run)
 
     def GetSchedulingWeights(self, request, context):

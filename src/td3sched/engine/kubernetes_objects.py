@@ -6,37 +6,71 @@ containers, or the largest init container's if larger, plus ``spec.overhead``. Q
 ``status.qosClass`` when the API server has set it, else derived as Kubernetes does (Guaranteed:
 every container has CPU and memory limits equal to its requests; BestEffort: no requests or limits
 at all; Burstable otherwise).
+
+Quantities are read exactly (as Kubernetes' own ``resource.Quantity`` does), summed exactly and
+rounded once, to the engine's unit: ``"1500m"`` is 1500 milli-CPUs and ``"576.3Mi"`` 576.3 MiB to
+the last bit, so a pod read from its v1.Pod asks the same question as the pod itself (the digital
+twin, ``engine.twin``, holds the extender to that).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
+
+import numpy as np
 
 from td3sched.engine.decision import QOS_NAMES, PodSpec
 
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$")
-_SUFFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-           "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
-MIB = 2.0**20
-GIB = 2.0**30
+_SUFFIX = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),
+           "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
+           "P": Fraction(10**15), "E": Fraction(10**18), "Ki": Fraction(2**10), "Mi": Fraction(2**20),
+           "Gi": Fraction(2**30), "Ti": Fraction(2**40), "Pi": Fraction(2**50), "Ei": Fraction(2**60)}
+MAX_EXPONENT = 30
+"""A decimal exponent beyond this (``1e999``) is refused rather than expanded exactly."""
+MAX_QUANTITY = Fraction(10**30)
+"""Larger quantities (in base units) are refused: they are typing errors, and would overflow a float."""
+MIB = 2**20
+GIB = 2**30
 GPU_RESOURCE = "nvidia.com/gpu"
+RDMA_RESOURCE = "koordinator.sh/rdma"
+"""The RDMA extended resource, in percent of one device (Koordinator's device-share convention), as
+the simulator's ``rdma_pct``."""
+
+
+def quantity(value, where: str) -> Fraction:
+    """A resource.Quantity ("500m", "2Gi", "1e3", 4), exactly, in base units; ValueError naming ``where``."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"{where}: {value!r}: expected a Kubernetes quantity such as '500m' or '2Gi'")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}: {value!r}: expected a finite non-negative quantity")
+    if isinstance(value, (int, float)):
+        number = Fraction(value)
+    else:
+        m = _QUANTITY.match(value.strip())
+        exponent = int(m.group(2)[1:]) if m and m.group(2) else 0
+        if not m or abs(exponent) > MAX_EXPONENT:
+            raise ValueError(f"{where}: {value!r}: expected a Kubernetes quantity such as '500m' or '2Gi'")
+        number = Fraction(m.group(1)) * (Fraction(10) ** exponent if m.group(2) else _SUFFIX[m.group(3) or ""])
+    if not 0 <= number <= MAX_QUANTITY:
+        raise ValueError(f"{where}: {value!r}: expected a finite non-negative quantity (at most 1e30 base units)")
+    return number
 
 
 def parse_quantity(value, where: str) -> float:
-    """A resource.Quantity ("500m", "2Gi", "1e3", 4) in base units; ValueError naming ``where``."""
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError(f"{where}: {value!r}: expected a Kubernetes quantity such as '500m' or '2Gi'")
-    if isinstance(value, (int, float)):
-        number = float(value)
-    else:
-        m = _QUANTITY.match(value.strip())
-        if not m:
-            raise ValueError(f"{where}: {value!r}: expected a Kubernetes quantity such as '500m' or '2Gi'")
-        number = float(m.group(1)) * (10.0 ** int(m.group(2)[1:]) if m.group(2) else _SUFFIX[m.group(3) or ""])
-    if not math.isfinite(number) or number < 0:
-        raise ValueError(f"{where}: {value!r}: expected a finite non-negative quantity")
-    return number
+    """``quantity`` rounded to a float."""
+    return float(quantity(value, where))
+
+
+def format_quantity(value: float, unit: str = "") -> str:
+    """A float as a quantity string in ``unit`` (a suffix: "m", "Mi", "Gi", ...) that ``quantity``
+    reads back to exactly ``value`` of that unit: the shortest decimal that rounds to it, written
+    without an exponent (a quantity has an exponent or a suffix, not both)."""
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"quantity {value!r}: expected a finite non-negative number")
+    return np.format_float_positional(float(value), unique=True, trim="-") + unit
 
 
 def _obj(value, where: str) -> dict:
@@ -60,7 +94,7 @@ def _resources(container: dict, where: str) -> tuple[dict, dict]:
     out = []
     for kind in ("requests", "limits"):
         raw = _obj(res.get(kind), f"{where}.resources.{kind}")
-        out.append({k: parse_quantity(v, f"{where}.resources.{kind}.{k}") for k, v in raw.items()})
+        out.append({k: quantity(v, f"{where}.resources.{kind}.{k}") for k, v in raw.items()})
     requests, limits = out
     for k, v in limits.items():  # Kubernetes defaults a missing request to its limit
         requests.setdefault(k, v)
@@ -90,14 +124,16 @@ def pod_from_k8s(pod, where: str = "Pod") -> PodSpec:
         raise ValueError(f"{where}.spec.containers: empty: expected at least one container")
     inits = [_resources(_obj(c, f"{where}.spec.initContainers[{i}]"), f"{where}.spec.initContainers[{i}]")
              for i, c in enumerate(_list(spec.get("initContainers"), f"{where}.spec.initContainers"))]
-    overhead = {k: parse_quantity(v, f"{where}.spec.overhead.{k}")
+    overhead = {k: quantity(v, f"{where}.spec.overhead.{k}")
                 for k, v in _obj(spec.get("overhead"), f"{where}.spec.overhead").items()}
 
-    def total(kind: int, key: str) -> float:
+    def total(kind: int, key: str, unit: Fraction = Fraction(1)) -> float:
+        """Exact sum, then one rounding to a float in ``unit`` (units per base unit)."""
         if kind == 1 and any(key not in c[1] for c in containers):
             return math.inf  # a container without that limit: the pod has none
-        s = sum(c[kind].get(key, 0.0) for c in containers)
-        return max([s] + [c[kind].get(key, 0.0) for c in inits]) + (overhead.get(key, 0.0) if kind == 0 else 0.0)
+        s = sum(c[kind].get(key, 0) for c in containers)
+        return float((max([s] + [c[kind].get(key, 0) for c in inits]) + (overhead.get(key, 0) if kind == 0 else 0))
+                     * unit)
 
     status = _obj(pod.get("status"), f"{where}.status")
     qos_class = status.get("qosClass")
@@ -108,10 +144,37 @@ def pod_from_k8s(pod, where: str = "Pod") -> PodSpec:
     if gpus != int(gpus):
         raise ValueError(f"{where}: {GPU_RESOURCE} request {gpus!r}: expected whole GPUs")
     namespace = meta.get("namespace") or ""
-    return PodSpec(name, cpu_milli=total(0, "cpu") * 1000.0, mem_mib=total(0, "memory") / MIB,
-                   disk_gib=total(0, "ephemeral-storage") / GIB, gpu_count=int(gpus),
-                   gpu_milli=1000 if gpus else 0, qos=qos, cpu_limit_milli=total(1, "cpu") * 1000.0,
-                   mem_limit_mib=total(1, "memory") / MIB, namespace=namespace if isinstance(namespace, str) else "")
+    return PodSpec(name, cpu_milli=total(0, "cpu", Fraction(1000)), mem_mib=total(0, "memory", Fraction(1, MIB)),
+                   disk_gib=total(0, "ephemeral-storage", Fraction(1, GIB)), rdma_pct=total(0, RDMA_RESOURCE),
+                   gpu_count=int(gpus), gpu_milli=1000 if gpus else 0, qos=qos,
+                   cpu_limit_milli=total(1, "cpu", Fraction(1000)), mem_limit_mib=total(1, "memory", Fraction(1, MIB)),
+                   namespace=namespace if isinstance(namespace, str) else "")
+
+
+def pod_to_k8s(pod: PodSpec, uid: str = "") -> dict:
+    """A v1.Pod (JSON object, as the API server serves it) asking what ``pod`` asks: one container
+    with its requests (and limits, when finite), ``status.qosClass`` set. ``pod_from_k8s`` reads it
+    back to ``pod`` exactly (GPU shares of a device aside: a v1.Pod asks whole GPUs)."""
+    requests = {"cpu": format_quantity(pod.cpu_milli, "m"), "memory": format_quantity(pod.mem_mib, "Mi")}
+    if pod.disk_gib:
+        requests["ephemeral-storage"] = format_quantity(pod.disk_gib, "Gi")
+    if pod.rdma_pct:
+        requests[RDMA_RESOURCE] = format_quantity(pod.rdma_pct)
+    if pod.gpu_count:
+        requests[GPU_RESOURCE] = str(int(pod.gpu_count))
+    limits = {}
+    if math.isfinite(pod.cpu_limit_milli):
+        limits["cpu"] = format_quantity(pod.cpu_limit_milli, "m")
+    if math.isfinite(pod.mem_limit_mib):
+        limits["memory"] = format_quantity(pod.mem_limit_mib, "Mi")
+    if pod.gpu_count:
+        limits[GPU_RESOURCE] = requests[GPU_RESOURCE]  # extended resources: limits equal requests
+    resources = {"requests": requests, **({"limits": limits} if limits else {})}
+    return {"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": pod.name, "namespace": pod.namespace or "default", "uid": uid},
+            "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9", "resources": resources}],
+                     "schedulerName": "default-scheduler"},
+            "status": {"phase": "Pending", "qosClass": QOS_NAMES[pod.qos]}}
 
 
 def node_names_from_list(node_list, where: str = "Nodes") -> list[str]:

@@ -7,6 +7,9 @@ labels with small fixed sets of values). One registry per engine, served at ``/m
     td3sched_requests_rejected_total{api,code}       bad input (INVALID_ARGUMENT / 400) and not ready (UNAVAILABLE / 503)
     td3sched_model_info{version}                     1 for the served model
     td3sched_stale_nodes                             candidates with stale or missing metrics at the last decision
+    td3sched_state_stale_nodes                       nodes of the whole shadow state with stale or missing metrics,
+                                                     counted when scraped (ages grow between refreshes)
+    td3sched_state_nodes                             nodes the shadow state knows
     td3sched_action_weight{resource}                 histogram of the weights chosen (cpu, mem, io, net)
     td3sched_action_tau                              histogram of tau
     td3sched_state_refreshes_total{result}           shadow-state refreshes: ok, error
@@ -15,6 +18,7 @@ labels with small fixed sets of values). One registry per engine, served at ``/m
 
 from __future__ import annotations
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from td3sched.policy.features import FEATURES
@@ -38,6 +42,10 @@ class EngineMetrics:
         self.model_info = Gauge("td3sched_model_info", "The served model's version (value 1).", ["version"], registry=r)
         self.stale_nodes = Gauge("td3sched_stale_nodes", "Candidates with stale or missing metrics at the last decision.",
                                  registry=r)
+        self.state_stale_nodes = Gauge("td3sched_state_stale_nodes",
+                                       "Nodes of the shadow state with stale or missing metrics, at scrape time.",
+                                       registry=r)
+        self.state_nodes = Gauge("td3sched_state_nodes", "Nodes the shadow state knows.", registry=r)
         self.weight = Histogram("td3sched_action_weight", "Weights chosen per resource.", ["resource"],
                                 buckets=SHARE_BUCKETS, registry=r)
         self.tau = Histogram("td3sched_action_tau", "Target utilisation tau chosen.", buckets=SHARE_BUCKETS, registry=r)
@@ -45,6 +53,20 @@ class EngineMetrics:
         self.log_records = Counter("td3sched_decision_log_records", "Records written to the decision log.", registry=r)
         self._version = None
         self._weight_children = [self.weight.labels(name) for name in FEATURES]
+        self._decision_children: dict[tuple[str, str], object] = {}
+        self.latency_children: dict[str, object] = {}
+
+    def watch_state(self, state) -> None:
+        """Count the state's nodes, and its stale ones (``ShadowState.fresh`` at the state's clock),
+        whenever the metrics are collected: a node goes stale by ageing, between two refreshes."""
+        def stale() -> float:
+            if not state.ready:
+                return 0.0
+            snap = state.snapshot
+            return float(snap.size - int(np.count_nonzero(state.fresh(snap, state.clock()))))
+
+        self.state_stale_nodes.set_function(stale)
+        self.state_nodes.set_function(lambda: float(state.snapshot.size) if state.ready else 0.0)
 
     def set_version(self, version: str) -> None:
         if self._version is not None:
@@ -54,13 +76,23 @@ class EngineMetrics:
 
     def record_decision(self, decision) -> None:
         outcome = "shadow" if decision.advisory else ("fallback" if decision.fallback else "model")
-        self.decisions.labels(outcome, decision.model_version).inc()
+        key = (outcome, decision.model_version)
+        counter = self._decision_children.get(key)
+        if counter is None:  # labels() takes a lock and builds a key: once per outcome and version
+            counter = self._decision_children[key] = self.decisions.labels(*key)
+        counter.inc()
         if decision.fallback:
             self.fallbacks.labels(decision.fallback_reason).inc()
         self.stale_nodes.set(int(decision.stale.sum()))
         for child, w in zip(self._weight_children, decision.weights.tolist()):
             child.observe(w)
         self.tau.observe(float(decision.tau))
+
+    def observe_latency(self, api: str, seconds: float) -> None:
+        child = self.latency_children.get(api)
+        if child is None:
+            child = self.latency_children[api] = self.latency.labels(api)
+        child.observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -34,6 +34,7 @@ class EngineService:
         self.log = log
         self.metrics = metrics or EngineMetrics()
         self.metrics.set_version(engine.models.version)
+        self.metrics.watch_state(engine.state)
         self._ids = itertools.count()
         self._prefix = f"{os.getpid():x}-{int(time.time()):x}"
 
@@ -66,13 +67,13 @@ class EngineService:
         decision_id = self._next_id()
         self.metrics.record_decision(d)
         self._log_decision(decision_id, pod, d)
-        self.metrics.latency.labels(api).observe(time.perf_counter() - start)
+        self.metrics.observe_latency(api, time.perf_counter() - start)
         return decision_id, d
 
     def filter(self, candidates: list[str]) -> dict[str, str]:
         start = time.perf_counter()
         failed = self.engine.filter(candidates)
-        self.metrics.latency.labels("filter").observe(time.perf_counter() - start)
+        self.metrics.observe_latency("filter", time.perf_counter() - start)
         return failed
 
     def report_binding(self, pod: PodSpec, node: str, decision_id: str = "") -> None:

@@ -65,11 +65,8 @@ class NodeSnapshot:
             raise ValueError("node snapshot: expected positive capacities (CPU, memory, disk and NIC bandwidth)")
         self.index.update((name, i) for i, name in enumerate(self.names))
         object.__setattr__(self, "complete", np.isfinite(self.observed).all(axis=1))
-
-    @property
-    def ready(self) -> np.ndarray:
-        """Every known node counts as ready (the observation's feasible share)."""
-        return np.ones(len(self.names), dtype=bool)
+        # every known node counts as ready (the observation's feasible share); made once, read per decision
+        object.__setattr__(self, "ready", np.ones(n, dtype=bool))
 
     @property
     def size(self) -> int:
