@@ -82,7 +82,12 @@ def folder_content_sha256(folder: Path) -> tuple[dict, str]:
         raise ModelError(f"model folder {folder}: not found: expected a folder holding {MODEL_FILE} and "
                          f"{CARD_FILE} (written by td3sched train)")
     card = read_card(folder)
-    model_path = folder / MODEL_FILE
+    return card, content_sha256((folder / CARD_FILE).read_bytes(), read_state_bytes(folder, card))
+
+
+def read_state_bytes(folder: Path, card: dict) -> bytes:
+    """The bytes of the folder's state dict, refused unless they are the ones ``card`` names."""
+    model_path = Path(folder) / MODEL_FILE
     try:
         data = model_path.read_bytes()
     except FileNotFoundError:
@@ -91,4 +96,4 @@ def folder_content_sha256(folder: Path) -> tuple[dict, str]:
     if digest != card["model_sha256"]:
         raise ModelError(f"{model_path}: sha256 {digest[:16]}... differs from the card's "
                          f"{str(card['model_sha256'])[:16]}...: the file is corrupt or not the one the card describes")
-    return card, content_sha256((folder / CARD_FILE).read_bytes(), data)
+    return data

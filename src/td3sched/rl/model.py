@@ -25,7 +25,8 @@ import torch
 
 from td3sched.rl.actions import check_action_mode
 from td3sched.rl.card import (  # noqa: F401  (re-exported: the model's files and errors)
-    CARD_FILE, CARD_FORMAT, CARD_KEYS, MODEL_FILE, ModelError, content_sha256, read_card as _read_card, write_atomic)
+    CARD_FILE, CARD_FORMAT, CARD_KEYS, MODEL_FILE, ModelError, content_sha256, read_card as _read_card, read_state_bytes,
+    write_atomic)
 from td3sched.rl.networks import Actor, Critic
 from td3sched.rl.normalizer import ObservationNormalizer
 from td3sched.rl.observation import OBSERVATION_FIELDS, OBSERVATION_SIZE
@@ -128,14 +129,7 @@ def load_model(folder) -> LoadedModel:
         raise ModelError(f"{card_path}: {exc}") from None
 
     model_path = folder / MODEL_FILE
-    try:
-        data = model_path.read_bytes()
-    except FileNotFoundError:
-        raise ModelError(f"{model_path}: missing: expected the state dict described by {CARD_FILE}") from None
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != card["model_sha256"]:
-        raise ModelError(f"{model_path}: sha256 {digest[:16]}... differs from the card's "
-                         f"{str(card['model_sha256'])[:16]}...: the file is corrupt or not the one the card describes")
+    data = read_state_bytes(folder, card)
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds on a bad file
