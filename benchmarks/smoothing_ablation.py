@@ -19,6 +19,7 @@ import numpy as np
 
 
 def one(policy_noise: float, noise_clip: float, seed: int, windows: int) -> str:
+    from td3sched.rl.env import episode_return
     from td3sched.rl.observation import OBSERVATION_SIZE
     from td3sched.rl.td3 import TD3, TD3Config
     from td3sched.rl.train import TrainSettings
@@ -34,18 +35,9 @@ def one(policy_noise: float, noise_clip: float, seed: int, windows: int) -> str:
         drawn.append(dict(env.state_dict()["episode"]))
         env.reset()
 
-    def episode_return(window, act) -> float:
-        obs, _ = env.reset(options={"episode": window})
-        total = 0.0
-        while True:
-            obs, reward, terminated, truncated, _ = env.step_logits(act(obs))
-            total += reward
-            if terminated or truncated:
-                return total
-
     rng = np.random.default_rng(0)
-    learned = np.array([episode_return(w, agent.predict) for w in drawn])
-    random = np.array([episode_return(w, lambda _: rng.uniform(-5, 5, 5).astype(np.float32)) for w in drawn])
+    learned = np.array([episode_return(env, w, agent.predict) for w in drawn])
+    random = np.array([episode_return(env, w, lambda _: rng.uniform(-5, 5, 5).astype(np.float32)) for w in drawn])
     d = learned - random
     return (f"smoothing {policy_noise:g} clip {noise_clip:g} seed {seed}: learned - random {d.mean():+.3f} "
             f"(standard error {d.std(ddof=1) / np.sqrt(len(d)):.3f}, {len(d)} windows)")

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 torch = pytest.importorskip("torch")
 
 from td3sched.cli import app  # noqa: E402
+from td3sched.rl.env import episode_return  # noqa: E402
 from td3sched.rl.model import load_model  # noqa: E402
 from td3sched.rl.observation import OBSERVATION_SIZE  # noqa: E402
 from td3sched.rl.td3 import TD3, TD3Config  # noqa: E402
@@ -58,16 +59,6 @@ def test_resume_refuses_other_settings(tmp_path):
         train(tmp_path / "empty", 100, SETTINGS, SMALL, resume=True)
 
 
-def _episode_return(env, window, act) -> float:
-    obs, _ = env.reset(options={"episode": window})
-    total = 0.0
-    while True:
-        obs, reward, terminated, truncated, _ = env.step_logits(act(obs))
-        total += reward
-        if terminated or truncated:
-            return total
-
-
 def test_a_short_training_run_beats_random_actions():
     """3,000 steps on tiny (6-hour windows of the train span), then the deterministic actor and
     uniformly random actions on the same 12 windows and tie-breaking seeds. A short run needs a short
@@ -86,8 +77,8 @@ def test_a_short_training_run_beats_random_actions():
         windows.append(dict(env.state_dict()["episode"]))
         env.reset()
     rng = np.random.default_rng(0)
-    learned = [_episode_return(env, w, agent.predict) for w in windows]
-    random = [_episode_return(env, w, lambda _: rng.uniform(-5, 5, 5).astype(np.float32)) for w in windows]
+    learned = [episode_return(env, w, agent.predict) for w in windows]
+    random = [episode_return(env, w, lambda _: rng.uniform(-5, 5, 5).astype(np.float32)) for w in windows]
     env.close()
     print(f"learned {np.round(learned, 1)} random {np.round(random, 1)} in {time.perf_counter() - started:.0f} s")
     # better than random on the same windows, by more than twice the paired differences' standard

@@ -287,3 +287,15 @@ class ClusterSchedulingEnv(gym.Env):
             self._to_sim.put(_STOP)
         self._finish()
 
+
+
+def episode_return(env: ClusterSchedulingEnv, episode: dict, act) -> float:
+    """The return of ``episode`` (an ``Episode`` as a dict) replayed on ``env``, with the
+    pre-activations ``act(obs)`` chooses at each decision."""
+    obs, _ = env.reset(options={"episode": episode})
+    total = 0.0
+    while True:
+        obs, reward, terminated, truncated, _ = env.step_logits(act(obs))
+        total += reward
+        if terminated or truncated:
+            return total
