@@ -16,6 +16,7 @@ from array import array
 import json
 import math
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TextIO
@@ -165,9 +166,13 @@ class Simulation(ClusterAutoscaler):
         self.arrival_time = np.maximum(w.arrival_s[self.arrival_order], self.start_s)
         self.metrics = MetricsCollector(self.end_s - self.measure_s, self.cfg.tick_s)
         self.measuring = self.measure_s <= self.start_s
+        # The policy keeps its context after the run, so the context's readers hold the simulation
+        # weakly: a cycle through it would keep the world (gigabytes on dlrm) alive until Python's
+        # cycle collector happens to run, which large arrays never prompt.
+        me, remaining = weakref.ref(self), self.remaining
         policy.attach(PolicyContext(c, self.cfg.scrape_s, self.cfg.window_s, world.typical, self.pipeline,
-                                    oom_kills=lambda: self.metrics.oom_kills,
-                                    hindsight=Hindsight(w, world.profiles, self.cfg, lambda pod: self.remaining[pod])))
+                                    oom_kills=lambda: me().metrics.oom_kills,
+                                    hindsight=Hindsight(w, world.profiles, self.cfg, lambda pod: remaining[pod])))
         self.frag_cache = np.zeros(c.size)
         self.dirty = np.ones(c.size, dtype=bool)
         self.decision_wall_s = 0.0
