@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 from pydantic.dataclasses import dataclass
 
 from td3sched.quantities import SETTINGS, Share, Weight
@@ -88,47 +89,88 @@ class RewardTracker:
 
     A decision's cycle first ``settle``s the decision before it (charged up to ``t``, the events
     counted so far), then ``open``s its own with the cost rate terms [N, F x N, overload, pending]
-    after its placement: the events of its own cycle (an OOM kill at the bind) are its own."""
+    after its placement: the events of its own cycle (an OOM kill at the bind) are its own.
+
+    The state lives in small arrays that the compiled kernels below update in place, so the
+    simulator's compiled event loop (``simulator.fastpath``) and this class charge decisions with
+    the same floating-point operations."""
 
     def __init__(self, cfg: RewardConfig, max_nodes: float = 1.0):
         if not (math.isfinite(max_nodes) and max_nodes > 0):
             raise ValueError(f"max_nodes={max_nodes!r}: expected a positive number of nodes")
         self.cfg = cfg
         self.max_nodes = float(max_nodes)
-        self._rate_w, self._event_w = cfg.rate_weights(), cfg.event_weights()
-        self.total = 0.0
-        self.count = 0
+        self.rate_w, self.event_w = cfg.rate_weights(), cfg.event_weights()
+        self.scalars = np.array([0.0, 0.0, self.max_nodes])
+        """[time the open decision started, total reward, max nodes]"""
+        self.flags = np.zeros(3, dtype=np.int64)
+        """[a decision is open, a baseline of events exists, decisions settled]"""
+        self.rates = np.zeros(4)
+        """The open decision's cost rate terms."""
+        self.baseline = np.zeros(2)
+        """The run's event counts when the last decision was settled: the next one's baseline."""
         self.components = np.zeros(len(COMPONENTS))
         """Node-hours of each component so far (weighted)."""
-        self._open: tuple[float, np.ndarray] | None = None
-        self._events: np.ndarray | None = None
-        """The run's event counts when the last decision was settled: the next one's baseline."""
+
+    @property
+    def total(self) -> float:
+        return float(self.scalars[1])
+
+    @property
+    def count(self) -> int:
+        return int(self.flags[2])
 
     def settle(self, t: float, events) -> float:
         """Charge the open decision up to ``t`` with the events since it was opened; returns its
         reward (0.0 and nothing counted when none is open). ``events``: the run's event counts
         so far [OOM kills, SLO breaches]."""
-        events = np.asarray(events, dtype=np.float64)
-        baseline, self._events = self._events, events
-        if self._open is None:
-            return 0.0
-        t0, rates = self._open
-        self._open = None
-        hours = max(float(t) - t0, 0.0) / 3600.0
-        cost = np.concatenate([self._rate_w * rates * hours, self._event_w * (events - baseline)])
-        self.components += cost
-        r = -float(cost.sum()) / self.max_nodes
-        self.total += r
-        self.count += 1
-        return r
+        return settle_decision(self.scalars, self.flags, self.rates, self.baseline, self.components, self.rate_w,
+                               self.event_w, float(t), float(events[0]), float(events[1]))
 
     def open(self, t: float, rates) -> None:
         """Start a decision at ``t`` with the cost rate terms of the cluster after it."""
-        if self._events is None:
+        if not self.flags[1]:
             raise RuntimeError("open() before settle(): a decision's cycle settles the one before it first")
-        self._open = (float(t), np.asarray(rates, dtype=np.float64))
+        open_decision(self.scalars, self.flags, self.rates, float(t), float(rates[0]), float(rates[1]),
+                      float(rates[2]), float(rates[3]))
 
     def result(self) -> dict[str, float]:
         out = {"episode_reward": self.total, "cost_node_hours": float(self.components.sum())}
         out.update({f"cost_{name}": float(v) for name, v in zip(COMPONENTS, self.components)})
         return out
+
+
+@njit(cache=True, nogil=True)
+def settle_decision(scalars, flags, rates, baseline, components, rate_w, event_w, t, oom, slo):
+    """``RewardTracker.settle`` on its arrays: the open decision's rate terms over the hours since
+    it opened plus the events since the baseline, added to the components; returns its reward."""
+    b_oom, b_slo = baseline[0], baseline[1]
+    baseline[0], baseline[1] = oom, slo
+    flags[1] = 1
+    if flags[0] == 0:
+        return 0.0
+    flags[0] = 0
+    hours = max(t - scalars[0], 0.0) / 3600.0
+    cost = 0.0
+    for i in range(4):
+        c = rate_w[i] * rates[i] * hours
+        components[i] += c
+        cost += c
+    c = event_w[0] * (oom - b_oom)
+    components[4] += c
+    cost += c
+    c = event_w[1] * (slo - b_slo)
+    components[5] += c
+    cost += c
+    r = -cost / scalars[2]
+    scalars[1] += r
+    flags[2] += 1
+    return r
+
+
+@njit(cache=True, nogil=True)
+def open_decision(scalars, flags, rates, t, nodes, stranded, overload, pending):
+    """``RewardTracker.open`` on its arrays (the caller checked that a baseline exists)."""
+    scalars[0] = t
+    flags[0] = 1
+    rates[0], rates[1], rates[2], rates[3] = nodes, stranded, overload, pending

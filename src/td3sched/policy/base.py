@@ -63,6 +63,9 @@ class Policy(ABC):
     """A scoring policy. Higher score wins; the simulator breaks ties uniformly at random."""
 
     name = "policy"
+    compiled_score: str | None = None
+    """The name of a compiled score the simulator's fast loop knows (``simulator.fastpath``), for a
+    policy whose ``score`` is that kernel and that has no filter or hooks; None otherwise."""
 
     @property
     def fingerprint(self) -> str:

@@ -11,8 +11,6 @@ metrics for pods held back by usage) or the 5-minute flush, and then after its b
 
 from __future__ import annotations
 
-import heapq
-from array import array
 import json
 import math
 import time
@@ -31,9 +29,11 @@ from td3sched.simulator.autoscaler import ClusterAutoscaler
 from td3sched.simulator.cluster import Cluster, Pool
 from td3sched.simulator.config import SimConfig
 from td3sched.simulator.contention import cpu_weight, sharing_pressure
+from td3sched.simulator import fastpath
+from td3sched.simulator.fastpath import EventHeap
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
 from td3sched.simulator.kernels import (best_nodes, filter_nodes, nodes_to_find, overload_sum, padded_typical,
-                                        refresh_fragmentation, reward_state, room_matrix, walk_room)
+                                        refresh_fragmentation, reward_state, room_matrix, walk_room, weighted_total)
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import POLICY, RESOURCES, SHAPE, USAGE, SchedulingQueue
 from td3sched.simulator.usage import Hindsight, pod_usage
@@ -149,9 +149,8 @@ class Simulation(ClusterAutoscaler):
         self.running = np.empty(p, dtype=np.int64)
         """Running pods in running[:n_running], any order; run_pos[pod] is a pod's slot in it."""
         self.run_pos = np.full(p, -1, dtype=np.int64)
-        self.n_running = 0
-        self.heap: list[tuple[float, int, int, int, int]] = []
-        self._seq = 0
+        self._n_running = np.zeros(1, dtype=np.int64)
+        self.heap = EventHeap()
 
         lat = self.cfg.latency
         lat_rng = np.random.default_rng([seed, 7])
@@ -207,6 +206,14 @@ class Simulation(ClusterAutoscaler):
         self._pressure = np.zeros(len(w))
         """Scratch: each running pod's CPU pressure at the last tick (contention.sharing_pressure)."""
 
+    @property
+    def n_running(self) -> int:
+        return int(self._n_running[0])
+
+    @n_running.setter
+    def n_running(self, value: int) -> None:
+        self._n_running[0] = value
+
     # --- pod usage -------------------------------------------------------------------------------
     def _usage_of(self, pods, t: float) -> np.ndarray:
         """Real usage of a pod ([4]) or pods ([k, 4]) now: CPU milli (throttled at the limit), memory
@@ -248,9 +255,13 @@ class Simulation(ClusterAutoscaler):
         self.queue = SchedulingQueue(len(w), self.cfg.queue, self.fit_class)
         self.failure_memo = True
         """Skip Filter for a class known to find no node (exact; off only to test that it is)."""
-        self._memo_failed: dict[int, tuple[int, float, int]] = {}
-        """Fit class -> (capacity epoch, time, reasons) of its last cycle that found no node."""
-        self._freed = array("i")  # 4 bytes a release: dlrm releases millions of pods
+        self._memo_epoch = np.full(len(classes), -1, dtype=np.int64)
+        self._memo_t = np.zeros(len(classes))
+        self._memo_reasons = np.zeros(len(classes), dtype=np.int64)
+        """Per fit class: the capacity epoch, time and reasons of its last cycle that found no node
+        (epoch -1: none yet)."""
+        self._freed = np.empty(4096, dtype=np.int32)  # 4 bytes a release: dlrm releases millions of pods
+        self._n_freed = np.zeros(1, dtype=np.int64)
         """The node each capacity epoch freed room on (-1: every node, new metrics); the epoch is
         its length. Capacity only grows through these events, so a class that found no node finds
         none until one of them touches a node it fits."""
@@ -301,7 +312,16 @@ class Simulation(ClusterAutoscaler):
                           float(w.cpu_limit_milli[pod]), float(w.mem_limit_mib[pod]), t)
 
     def _epoch_freed(self, node: int) -> None:
-        self._freed.append(node)
+        n = int(self._n_freed[0])
+        if n == len(self._freed):
+            self._freed = np.concatenate([self._freed, np.empty(n, dtype=np.int32)])
+        self._freed[n] = node
+        self._n_freed[0] = n + 1
+
+    @property
+    def _epoch(self) -> int:
+        """The capacity epoch: how many room-freeing events so far."""
+        return int(self._n_freed[0])
 
     def _still_failing(self, k: int, t: float) -> int | None:
         """The reasons class ``k`` finds no node now, known without a Filter pass, or None.
@@ -309,15 +329,15 @@ class Simulation(ClusterAutoscaler):
         Exact: binds only take room; room comes back only through the events in ``_freed``. A class
         held back by usage (policies may depend on time) is known only at the same time and epoch;
         one rejected by resources alone stays rejected unless a node freed since fits it."""
-        memo = self._memo_failed.get(k) if self.failure_memo else None
-        if memo is None:
+        epoch = int(self._memo_epoch[k])
+        if not self.failure_memo or epoch < 0:
             return None
-        epoch, t_fail, reasons = memo
-        if epoch == len(self._freed) and (t_fail == t or reasons & USAGE == 0):
+        t_fail, reasons, now = float(self._memo_t[k]), int(self._memo_reasons[k]), self._epoch
+        if epoch == now and (t_fail == t or reasons & USAGE == 0):
             return reasons
-        if reasons & USAGE or len(self._freed) - epoch > 256:
+        if reasons & USAGE or now - epoch > 256:
             return None
-        freed = np.unique(np.frombuffer(self._freed[epoch:], dtype=np.int32))
+        freed = np.unique(self._freed[epoch:now])
         if freed[0] < 0:
             return None
         c, w = self.cluster, self.w
@@ -331,8 +351,11 @@ class Simulation(ClusterAutoscaler):
             ok &= c.app_count[int(w.app[pod_like])][freed] < cap
         if ok.any():
             return None
-        self._memo_failed[k] = (len(self._freed), t, reasons)
+        self._remember_failure(k, t, reasons)
         return reasons
+
+    def _remember_failure(self, k: int, t: float, reasons: int) -> None:
+        self._memo_epoch[k], self._memo_t[k], self._memo_reasons[k] = self._epoch, t, reasons
 
     def schedule(self, pod: int, t: float, memo: bool = True) -> bool:
         """One scheduling cycle: Filter, Score, Select (ties at random), Bind. A pod that no node
@@ -356,7 +379,7 @@ class Simulation(ClusterAutoscaler):
         else:
             nodes = np.empty(0, dtype=np.int64)
         if len(nodes) == 0:
-            self._memo_failed[k] = (len(self._freed), t, reasons)
+            self._remember_failure(k, t, reasons)
             self._unschedulable([pod], t, [reasons])
             if req is not None:  # held back by the policy: still a decision
                 self._open_decision(t)
@@ -458,8 +481,7 @@ class Simulation(ClusterAutoscaler):
         return node
 
     def _push(self, t: float, kind: int, a: int, b: int) -> None:
-        self._seq += 1
-        heapq.heappush(self.heap, (t, kind, self._seq, a, b))
+        self.heap.push(t, kind, a, b)
 
     def _enqueue(self, pod: int, t: float) -> None:
         """A new or recreated pod enters the active queue; the scheduler takes it at once."""
@@ -523,7 +545,7 @@ class Simulation(ClusterAutoscaler):
         t0 = time.perf_counter()
         self.metrics.decisions += len(pods)
         for k, r in known.items():
-            self._memo_failed[k] = (len(self._freed), t, r)
+            self._remember_failure(k, t, r)
         self._unschedulable(pods, t, reasons)
         self.decision_wall_s += time.perf_counter() - t0
 
@@ -790,7 +812,7 @@ class Simulation(ClusterAutoscaler):
                             self.reward.cfg.overload_util)
         n = self._prov_count
         if self._prov_alloc_cpu > 0:
-            stranded = float(self.frag_cache @ self._prov_f) / self._prov_alloc_cpu * n
+            stranded = weighted_total(self.frag_cache, self._prov_f) / self._prov_alloc_cpu * n
             pending = self._pending_cpu / self._prov_alloc_cpu * n
         else:
             stranded, pending = 0.0, 0.0
@@ -969,6 +991,98 @@ class Simulation(ClusterAutoscaler):
         for pod in self.queue.pending:  # a wait that began in the warm-up counts once more in the span
             self.flagged[pod] = False
 
+    # --- the compiled common case (simulator.fastpath) ---------------------------------------------
+    fast_path = True
+    """Run arrivals that bind at once and departures nobody waits for in the compiled loop when the
+    policy allows it (``fastpath``); False runs every event in Python (the equivalence tests)."""
+
+    def _fast_path_args(self) -> tuple | None:
+        """What ``fastpath.run_events`` reads besides the loop's position, or None when this run
+        cannot use it: an event log, a policy without a compiled score or with hooks, a reward
+        tracker that does more than charge."""
+        policy = type(self.policy)
+        kind = fastpath.COMPILED_SCORES.get(getattr(self.policy, "compiled_score", None) or "")
+        if (not self.fast_path or self.events is not None or kind is None or type(self.reward) is not RewardTracker
+                or policy.filter is not Policy.filter or policy.bound is not Policy.bound
+                or policy.released is not Policy.released):
+            return None
+        w, c = self.w, self.cluster
+        return (kind, np.ascontiguousarray(w.request), w.qos == BEST_EFFORT, c.allocatable[:, 1] * fastpath.MIB,
+                np.zeros(c.size), np.empty(4096), np.zeros(5, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1))
+
+    def _run_fast(self, fast: tuple, ai: int, t_stop: float) -> tuple[int, bool]:
+        """Run the compiled loop from arrival ``ai`` until ``t_stop`` or a case it hands back; book
+        its counters; resume the Python path where it stopped. Returns the next arrival and whether
+        a Python step ran (the caller then looks at the next event afresh)."""
+        kind, request, best_effort, alloc_mem_bytes, scores, waits, counters, walk, pending = fast
+        w, c, q, prof, r = self.w, self.cluster, self.queue, self.world.profiles, self.reward
+        m = self.metrics
+        self.heap.reserve(len(waits))
+        if len(self._freed) - self._epoch < len(waits):
+            self._freed = np.concatenate([self._freed, np.empty(len(self._freed) + len(waits), dtype=np.int32)])
+        counters[:] = 0
+        waiting = q.classes_waiting_for_resources() if q.by_class else self._no_counts
+        walk[0], pending[0] = self._next_start, self._pending_cpu
+        t0 = time.perf_counter()
+        why, ai, t, pod, node, reasons = fastpath.run_events(
+            ai, t_stop, self.arrival_order, self.arrival_time,
+            self.heap.t, self.heap.ints, self.heap.meta, self._freed, self._n_freed,
+            request, w.gpu_count, w.gpu_milli, best_effort, w.app, self.app_capped, w.max_per_node, w.pool,
+            self.fit_class, w.profile, w.size_cpu_milli, w.size_mem_mib, w.size_disk_mbps, w.size_net_mbps,
+            w.cpu_limit_milli, w.mem_limit_mib, prof.shape, float(prof.step_s), float(self.cfg.usage_scale),
+            float(self.cfg.mem_level),
+            self.state, self.node, self.remaining, self.started, self.queued_at, self.flagged, self.gen,
+            self.pod_usage, self.nonzero, self.running, self.run_pos, self._n_running,
+            self.crashed, self.crashes, self.last_crash_s, self.breaching,
+            q.attempts, q.backoff_until, q.stamp, q._seq, q.where, len(q.pending) > 0,
+            self.class_request[waiting], self.class_gpu_count[waiting], self.class_gpu_milli[waiting],
+            self.class_pool[waiting], np.empty((1, len(waiting)), dtype=np.int64),
+            self.failure_memo, self._memo_epoch, self._memo_t, self._memo_reasons, self.class_request,
+            self.class_gpu_count, self.class_gpu_milli, self.class_pool, self.class_fits_a_template,
+            self.pool_to_cluster, c.pool_of, c.ready, c.provisioned, c.free, c.requested, c.nonzero_requested,
+            c.pod_count, c.empty_since, c.allocatable, alloc_mem_bytes, c.gpu_capacity, c.gpu_used, c.usage,
+            c.observed, self._safety_cpu_milli, c.memory_pressure_mib, c.pressure_until, self.dirty, self._no_counts,
+            self._node_scratch, walk, self._to_find,
+            self._typical_arrays, self.frag_cache, self._cpu_cores, self._inv_alloc_cpu, self._prov_f,
+            self._prov_count, self._prov_alloc_cpu, r.cfg.overload_util,
+            r.scalars, r.flags, r.rates, r.baseline, r.components, r.rate_w, r.event_w,
+            *map(float, self._cost_events()),
+            kind, self.rng, scores, pending, waits, counters, float(self.cfg.sla_pending_s))
+        self.decision_wall_s += time.perf_counter() - t0
+        self._next_start, self._pending_cpu = int(walk[0]), float(pending[0])
+        m.arrivals += int(counters[0])
+        m.decisions += int(counters[1])
+        m.binds += int(counters[2])
+        m.pending_waits.extend(waits[: counters[3]].tolist())
+        m.pending_violations += int(counters[4])
+        if why == fastpath.STOP:
+            return ai, False
+        t, pod, node = float(t), int(pod), int(node)
+        self._now = t
+        if why == fastpath.FAILED:
+            self._arrival_failed(pod, t, int(reasons))
+        elif why == fastpath.MEMORY:
+            self._memory_changed(np.array([node], dtype=np.int64), t)
+            self._drain(t)
+        else:  # FREED
+            self._capacity_freed(node, t)
+        return ai, True
+
+    def _arrival_failed(self, pod: int, t: float, reasons: int) -> None:
+        """An arrival whose Filter pass, run by the compiled loop, found no node: it enters the queue
+        and its cycle fails, as ``_enqueue``, ``_drain`` and ``schedule`` do it."""
+        self.state[pod] = PENDING
+        self.queued_at[pod] = t
+        self.flagged[pod] = False
+        self.queue.add(pod, t)
+        self._pending_cpu += self.nonzero[pod, 0]
+        if self.queue.pop_active() != pod:
+            raise RuntimeError(f"pod {pod} arrived while other pods were in the active queue")
+        self.metrics.decisions += 1
+        self._remember_failure(int(self.fit_class[pod]), t, reasons)
+        self._unschedulable([pod], t, [reasons])
+        self._drain(t)
+
     # --- the loop ----------------------------------------------------------------------------------
     def run(self) -> dict:
         """Run the span; return the metrics (see ``metrics.collector``)."""
@@ -983,10 +1097,17 @@ class Simulation(ClusterAutoscaler):
         next_scan = self.start_s if cfg.autoscaler.enabled else math.inf
         ai, n_arr = 0, len(self.arrival_order)
         last_progress = self.start_s
+        fast = self._fast_path_args()
         while True:
-            t_arr = self.arrival_time[ai] if ai < n_arr else math.inf
-            t_heap = self.heap[0][0] if self.heap else math.inf
             t_queue = self.queue.next_event_s()
+            if fast is not None:
+                t_stop = min(t_queue, next_tick, next_scrape, next_scan, self.end_s,
+                             math.inf if self.measuring else self.measure_s)
+                ai, resumed = self._run_fast(fast, ai, t_stop)
+                if resumed:  # the Python path took over where the compiled loop stopped: look again
+                    continue
+            t_arr = self.arrival_time[ai] if ai < n_arr else math.inf
+            t_heap = self.heap.peek_t()
             t = min(t_arr, t_heap, t_queue, next_tick, next_scrape, next_scan)
             if t >= self.end_s:
                 break
@@ -994,7 +1115,7 @@ class Simulation(ClusterAutoscaler):
                 self._start_measuring()
             self._now = t
             if t_heap == t:
-                _, kind, _, a, b = heapq.heappop(self.heap)
+                _, kind, a, b = self.heap.pop()
                 if kind == _DEPART:
                     if self.state[a] == RUNNING and self.gen[a] == b:
                         self._depart(a, t)

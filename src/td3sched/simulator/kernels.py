@@ -160,6 +160,15 @@ def reward_state(dirty, free, gpu_capacity, gpu_used, pool_of, request, gpu_coun
     return overload_sum(usage_cpu, cpu_cores, inv_alloc_cpu, provisioned, threshold)
 
 
+@njit(cache=True, nogil=True)
+def weighted_total(values, weights):
+    """sum_i values_i x weights_i, summed in order (one rounding order for every caller)."""
+    total = 0.0
+    for i in range(values.shape[0]):
+        total += values[i] * weights[i]
+    return total
+
+
 def padded_typical(typical) -> tuple:
     """``PoolTypicalPods`` as padded arrays for ``refresh_fragmentation``: request [P, S, 4], GPU
     count and milli [P, S], weight [P, S], shapes per pool [P], and whether ``fit_matrix`` compares

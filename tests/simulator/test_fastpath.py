@@ -1,0 +1,60 @@
+"""The compiled common case (simulator.fastpath) runs a span exactly as the Python path does: every
+metric, every hourly series and the reward, on a roomy cluster (arrivals bind at once) and on a
+loaded one, where arrivals fail and departures free room for waiting pods, so the hand-backs to
+Python STOP, FAILED and FREED are taken (MEMORY, a bind into memory pressure, is not reached on
+tiny; the dlrm equivalence run in docs/simulator.md §8 covers it)."""
+
+import numpy as np
+import pytest
+
+from td3sched.policy import make_policy
+from td3sched.scenario import load_scenario
+from td3sched.simulator import fastpath
+from td3sched.simulator.engine import Simulation
+from td3sched.simulator.fastpath import EventHeap
+
+LOADED = ["nodes.pools.cpu.count=8", "nodes.pools.cpu.max_count=8", "simulator.mem_level=0.9"]
+
+
+def _run(overrides, fast, seed=1):
+    scenario = load_scenario("tiny", overrides)
+    start, end = scenario.span("test")
+    world = scenario.build(seed)
+    sim = Simulation(world, make_policy("k8s-default"), seed, start, end, warmup_s=world.config.warmup_days * 86400)
+    sim.fast_path = fast
+    return sim.run()
+
+
+@pytest.mark.parametrize("overrides", [[], LOADED], ids=["roomy", "loaded"])
+def test_the_compiled_loop_runs_a_span_exactly_as_python(overrides, monkeypatch):
+    python = _run(overrides, fast=False)
+    why = []
+    real = fastpath.run_events
+
+    def counted(*args):
+        out = real(*args)
+        why.append(int(out[0]))
+        return out
+
+    monkeypatch.setattr(fastpath, "run_events", counted)
+    fast = _run(overrides, fast=True)
+    assert why, "the compiled loop never ran"
+    assert fast["metrics"] == python["metrics"]
+    assert fast["series_hourly"] == python["series_hourly"]
+    assert fast["latency_hist"] == python["latency_hist"]
+    if overrides:  # every hand-back was taken
+        assert {fastpath.STOP, fastpath.FAILED, fastpath.FREED} <= set(why), sorted(set(why))
+
+
+def test_the_event_heap_pops_in_time_kind_push_order():
+    rng = np.random.default_rng(3)
+    heap, events = EventHeap(capacity=4), []
+    for seq in range(500):
+        t, kind = float(rng.integers(0, 40)), int(rng.integers(0, 4))
+        heap.push(t, kind, seq, -seq)
+        events.append((t, kind, seq))
+    popped = [heap.pop() for _ in range(len(events))]
+    assert [(t, k, a) for t, k, a, _ in popped] == sorted(events)
+    assert len(heap) == 0 and heap.peek_t() == np.inf
+    with pytest.raises(IndexError, match="empty"):
+        heap.pop()
