@@ -35,12 +35,13 @@ NOBODY = "no-scheduler"
 DEADLINE_S = 30.0
 
 
-def make_source(plane: ControlPlane, **timing) -> KubernetesSource:
+def make_source(plane: ControlPlane, start: bool = True, **timing) -> KubernetesSource:
     state = ShadowState()
     service = EngineService(DecisionEngine(state, ModelSlot(None)))
     source = KubernetesSource(plane.kubeconfig, service, **{"watch_timeout_s": 300.0, "backoff_initial_s": 0.2,
                                                             "backoff_max_s": 1.0, **timing})
-    source.start()
+    if start:
+        source.start()
     return source
 
 
@@ -182,13 +183,36 @@ def test_a_finished_pod_leaves_the_watch(cluster, namespace, source):
 def test_bindings_made_before_the_engine_started_are_not_counted(cluster, namespace):
     cluster.create_pod(namespace, "old", NOBODY, "900m", "900Mi")
     cluster.bind_pod(namespace, "old", "node-7")
-    s = make_source(cluster)
+    s = make_source(cluster, start=False)
     try:
+        s.node_watch.start()  # the nodes first: the binding's node is known when the pods are listed
+        assert wait_for(lambda: s.node_watch.synced, deadline_s=DEADLINE_S)
+        s.pod_watch.start()
         assert wait_for(lambda: s.pod_watch.synced, deadline_s=DEADLINE_S)
+        assert counter(s, s.metrics.bindings, "pod_watch", "unknown_node") == 0
         assert f"{namespace}/old" in s.bound  # known as bound ...
         assert "node-7" not in s.state.assigned()  # ... but its usage is in the metrics already
     finally:
         s.stop()
+
+
+def test_a_list_after_the_watch_was_away_catches_up(cluster, namespace, source):
+    """What a re-list (after a 410 or a reconnection) does: bindings made meanwhile are counted, pods
+    gone meanwhile are forgotten, bindings already counted are not counted again."""
+    for name in ("kept", "went", "gap"):
+        cluster.create_pod(namespace, name, NOBODY, "400m", "400Mi")
+    cluster.bind_pod(namespace, "kept", "node-0")
+    cluster.bind_pod(namespace, "went", "node-0")
+    assert wait_for(lambda: {f"{namespace}/kept", f"{namespace}/went"} <= source.bound.keys(), deadline_s=DEADLINE_S)
+    source.pod_watch.stop()  # the watch is away ...
+    cluster.bind_pod(namespace, "gap", "node-2")
+    cluster.delete_pod(namespace, "went")
+    before = {n: assigned(source, n) for n in ("node-0", "node-2")}
+    assert f"{namespace}/gap" not in source.bound
+    source.pod_watch.list_once()  # ... and lists again, as after a 410
+    assert f"{namespace}/gap" in source.bound and f"{namespace}/went" not in source.bound
+    np.testing.assert_allclose(assigned(source, "node-2"), before["node-2"] + [400, 400])
+    np.testing.assert_allclose(assigned(source, "node-0"), before["node-0"])
 
 
 # --- failures --------------------------------------------------------------------------------------------

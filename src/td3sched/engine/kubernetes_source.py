@@ -191,7 +191,8 @@ class ResourceWatch:
                 resp.shutdown()  # unblocks the thread's read
             except Exception:  # noqa: BLE001
                 pass
-        self._thread.join(timeout_s)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout_s)
 
 
 def node_allocatable(node: dict, disk_gib: float, rdma_pct: float) -> tuple[str, np.ndarray, int] | None:
