@@ -228,7 +228,10 @@ class ShadowState:
         that saw it: ReportBinding, the pod watch) pair the reports of one binding: a report of a pod
         to the node its last counted binding went to, within the horizon, from a source that has not
         reported that binding yet, is the same binding seen by another path and is not counted again.
-        A source reporting a pod again reports a new binding (the pod was bound anew)."""
+        A source reporting a pod again reports a new binding (the pod was bound anew). The pod watch
+        sees every binding; a binding only ReportBinding saw, then a new binding of a pod of the same
+        name to the same node that only the watch saw, would read as one (ReportBinding carries no
+        pod UID)."""
         with self._lock:
             snap = self.snapshot
             i = snap.index.get(node)
