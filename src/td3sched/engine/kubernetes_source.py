@@ -253,8 +253,8 @@ class KubernetesSource:
 
     def _publish_nodes(self) -> None:
         names = tuple(sorted(self.nodes))
-        if not names:
-            return  # no node yet: keep what the metrics source says
+        if not names and self.state.inventory is None:
+            return  # no node yet: the metrics source's nodes stay the state's
         alloc = np.array([self.nodes[n][0] for n in names], dtype=float).reshape(-1, 4)
         gpus = np.array([self.nodes[n][1] for n in names], dtype=np.int64)
         self.state.set_inventory(NodeInventory(names, alloc, gpus))
