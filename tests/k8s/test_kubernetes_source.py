@@ -240,8 +240,10 @@ def test_the_watches_recover_after_the_api_server_restarts(own_plane):
         plane.stop_apiserver()
         assert wait_for(lambda: all(counter(s, s.metrics.watch_restarts, w.resource, "error") > restarts[w.resource]
                                     for w in s.watches), deadline_s=DEADLINE_S), "no watch noticed the API server gone"
-        # meanwhile decisions read the state as it was
+        # meanwhile decisions read the state as it was, and are answered
         assert "r-0" in s.state.snapshot.index
+        d = s.service.engine.decide(PodSpec("p", cpu_milli=100, mem_mib=100), ["r-0"])
+        assert d.fallback_reason == "no_fresh_metrics" and d.candidates == ["r-0"]
         plane.start_apiserver()
         plane.create_node("r-1", 2000, 2048)
         plane.create_pod("w", "after", NOBODY, "300m", "300Mi")
@@ -257,7 +259,7 @@ def test_the_watches_recover_after_the_api_server_restarts(own_plane):
 def test_a_watch_answered_410_gone_lists_again(own_plane):
     plane = own_plane
     plane.create_node("g-0", 1000, 1024)
-    s = make_source(plane, watch_timeout_s=2.0)  # the server ends each watch after 2 s; it resumes from its last version
+    s = make_source(plane, watch_timeout_s=2.0)  # the server ends each watch after 2 s: resumed from its last version
     try:
         assert wait_for(lambda: s.state.inventory is not None and "g-0" in s.state.inventory.names,
                         deadline_s=DEADLINE_S)
@@ -363,7 +365,8 @@ def test_serve_with_a_kubeconfig_watches_and_logs_each_binding(cluster, namespac
             age = metric_value(text, "td3sched_kubernetes_watch_last_event_age_seconds", resource=resource)
             assert age is not None and 0 <= age < 120
         assert metric_value(text, "td3sched_bindings_total", source="pod_watch", result="counted") >= 1
-        listed = [n for n in cluster.request("GET", "/api/v1/nodes")["items"] if (n.get("status") or {}).get("allocatable")]
+        listed = [n for n in cluster.request("GET", "/api/v1/nodes")["items"]
+                  if (n.get("status") or {}).get("allocatable")]
         assert metric_value(text, "td3sched_state_nodes") == len(listed)
     finally:
         processes.stop(engine)

@@ -48,7 +48,8 @@ try:
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
 except ImportError as exc:  # pragma: no cover - an install without the engine extra
-    raise ImportError(f"the Kubernetes source needs the official client ({exc}): pip install 'td3sched[engine]'") from None
+    raise ImportError(f"the Kubernetes source needs the official client ({exc}): "
+                      "pip install 'td3sched[engine]'") from None
 
 log = logging.getLogger("td3sched.engine.kubernetes")
 POD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
