@@ -3,7 +3,8 @@ nodes created, changed and deleted through the API become the shadow state's nod
 allocatable; pods bound with a Binding (as a scheduler binds) feed the assign cache once, whether the
 watch or ReportBinding saw them first; the watches come back after the API server is restarted and
 after a 410 Gone (etcd compacted under a watch); a bad kubeconfig is refused naming the file and the
-fault; ``td3sched serve`` with a kubeconfig watches, logs the bindings and exports the watches' health.
+fault; ``td3sched serve`` with a kubeconfig watches, logs the bindings and exports the watches' health,
+behind the stock kube-scheduler with the extender and behind the td3-scheduler.
 """
 
 from __future__ import annotations
@@ -376,3 +377,64 @@ def test_the_engine_decides_on_the_api_servers_nodes(cluster, namespace, source)
     """A decision never waits on the watches: with nodes but no metrics, it falls back at once."""
     d = source.service.engine.decide(PodSpec("p", cpu_milli=100, mem_mib=100), ["node-0", "node-1"])
     assert d.fallback_reason == "no_fresh_metrics" and list(d.stale) == [True, True]
+
+
+# --- with a scheduler -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def watching_engine(cluster, prometheus, processes, tmp_path):
+    """``td3sched serve`` on the tests' Prometheus, with the control plane's kubeconfig."""
+    from tests.k8s.conftest import NODES
+    from tests.k8s.control_plane import Engine
+
+    e = Engine(tmp_path / "engine", prometheus, processes, kubernetes={"kubeconfig": str(cluster.kubeconfig)})
+    e.wait_fresh([n[0] for n in NODES])
+    yield e
+    e.stop()
+
+
+def bindings_by_pod(engine, namespace: str, names: list[str]) -> dict[str, list[dict]]:
+    """pod -> its binding records, once the watch has logged one for each of ``names`` (else {})."""
+    by_pod: dict[str, list[dict]] = {}
+    for r in engine.records():
+        if r["kind"] == "binding" and r["pod"]["namespace"] == namespace:
+            by_pod.setdefault(r["pod"]["name"], []).append(r)
+    watched = {p for p, rs in by_pod.items() if any(r["source"] == "pod_watch" for r in rs)}
+    return by_pod if watched >= set(names) else {}
+
+
+def test_the_extender_path_learns_its_bindings_from_the_watch(cluster, watching_engine, namespace, start_scheduler):
+    """The stock kube-scheduler tells the extender nothing after the bind: the watch does."""
+    from tests.k8s.control_plane import extender_config
+    from tests.k8s.test_scheduling_e2e import EXTENDER_SCHEDULER, create_pods, wait_bound
+
+    config = extender_config(f"http://127.0.0.1:{watching_engine.http_port}")
+    config["extenders"][0]["httpTimeout"] = "30s"
+    start_scheduler("extender", config)
+    names = create_pods(cluster, namespace, EXTENDER_SCHEDULER, 12)
+    bound = wait_bound(cluster, namespace, names)
+    by_pod = wait_for(lambda: bindings_by_pod(watching_engine, namespace, names), deadline_s=DEADLINE_S)
+    assert by_pod, f"the watch logged no binding for some pods:\n{watching_engine.process.tail()}"
+    for pod, records in by_pod.items():
+        assert [(r["source"], r["node"], r["counted"]) for r in records] == [("pod_watch", bound[pod], True)], pod
+
+
+def test_the_plugin_and_the_watch_report_each_binding_and_it_counts_once(cluster, watching_engine, prometheus,
+                                                                         namespace, start_scheduler):
+    from tests.k8s.control_plane import plugin_config
+    from tests.k8s.test_scheduling_e2e import GENEROUS_MS, PLUGIN_SCHEDULER, create_pods, wait_bound
+
+    start_scheduler("plugin", plugin_config(f"127.0.0.1:{watching_engine.grpc_port}", prometheus,
+                                            engineTimeoutMillis=GENEROUS_MS))
+    names = create_pods(cluster, namespace, PLUGIN_SCHEDULER, 12)
+    bound = wait_bound(cluster, namespace, names)
+
+    def both():
+        by_pod = bindings_by_pod(watching_engine, namespace, names)
+        return by_pod if by_pod and all(len(rs) == 2 for rs in by_pod.values()) else {}
+    by_pod = wait_for(both, deadline_s=DEADLINE_S)
+    assert by_pod, f"not every pod reported by both PostBind and the watch:\n{watching_engine.process.tail()}"
+    for pod, records in by_pod.items():
+        assert sorted(r["source"] for r in records) == ["pod_watch", "report_binding"], pod
+        assert {r["node"] for r in records} == {bound[pod]}, pod
+        assert sum(r["counted"] for r in records) == 1, f"{pod}: counted {sum(r['counted'] for r in records)} times"
