@@ -140,8 +140,10 @@ class ApiError(RuntimeError):
 class ControlPlane:
     """etcd and kube-apiserver on loopback ports; a JSON client with an admin token."""
 
-    def __init__(self, folder: Path, bins: Path, processes: Processes):
+    def __init__(self, folder: Path, bins: Path, processes: Processes, apiserver_args: tuple[str, ...] = ()):
         self.folder, self.bins, self.processes = folder, bins, processes
+        self.apiserver_args = tuple(apiserver_args)
+        """More kube-apiserver flags (``--watch-cache=false``: watches read etcd, whose compaction answers 410)."""
         self.token = secrets.token_hex(16)
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
@@ -155,6 +157,7 @@ class ControlPlane:
             f"--advertise-client-urls=http://127.0.0.1:{client}", f"--listen-peer-urls=http://127.0.0.1:{peer}",
             f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}", f"--initial-cluster=default=http://127.0.0.1:{peer}",
             "--listen-metrics-urls=", "--log-level=warn"], f / "etcd.log")
+        self.etcd_url = f"http://127.0.0.1:{client}"
         if not wait_for(lambda: _http_ok(f"http://127.0.0.1:{client}/health"), deadline_s=60, every_s=0.2):
             raise RuntimeError(f"etcd not healthy within 60 s:\n{self.etcd.tail()}")
         (f / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
@@ -170,17 +173,8 @@ class ControlPlane:
             # taints new nodes not-ready until a kubelet (there is none) reports them Ready
             "--disable-admission-plugins=ServiceAccount,DefaultStorageClass,StorageObjectInUseProtection,"
             "PersistentVolumeClaimResize,DefaultIngressClass,ResourceQuota,TaintNodesByCondition",
-            "--enable-priority-and-fairness=false", "--v=1"], f / "kube-apiserver.log")
-        end = time.monotonic() + 120
-        while time.monotonic() < end:
-            if not self.apiserver.running:
-                raise RuntimeError(f"kube-apiserver exited:\n{self.apiserver.tail()}")
-            if self.cert_dir.joinpath("apiserver.crt").exists() and _http_ok(
-                    f"{self.url}/readyz", self.ssl_context(), {"Authorization": f"Bearer {self.token}"}):
-                break
-            time.sleep(0.3)
-        else:
-            raise RuntimeError(f"kube-apiserver not ready within 120 s:\n{self.apiserver.tail()}")
+            "--enable-priority-and-fairness=false", "--v=1", *self.apiserver_args], f / "kube-apiserver.log")
+        self._wait_apiserver()
         self.kubeconfig = f / "kubeconfig"
         self.kubeconfig.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "test",
@@ -188,6 +182,39 @@ class ControlPlane:
                                                       "certificate-authority": str(self.cert_dir / "apiserver.crt")}}],
             "users": [{"name": "admin", "user": {"token": self.token}}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}]}))
+
+    def _wait_apiserver(self) -> None:
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            if not self.apiserver.running:
+                raise RuntimeError(f"kube-apiserver exited:\n{self.apiserver.tail()}")
+            if self.cert_dir.joinpath("apiserver.crt").exists() and _http_ok(
+                    f"{self.url}/readyz", self.ssl_context(), {"Authorization": f"Bearer {self.token}"}):
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"kube-apiserver not ready within 120 s:\n{self.apiserver.tail()}")
+
+    def stop_apiserver(self) -> None:
+        """kube-apiserver goes away (SIGTERM); etcd and its data stay."""
+        self.processes.stop(self.apiserver)
+
+    def start_apiserver(self) -> None:
+        """kube-apiserver again, on the same port, certificate and etcd, once stopped."""
+        if self.apiserver.running:
+            raise RuntimeError("kube-apiserver is running: stop_apiserver first")
+        self.apiserver = self.processes.start("kube-apiserver", self.apiserver.argv, self.apiserver.log_path)
+        self._wait_apiserver()
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (through etcd's JSON gateway): a watch
+        resumed from an older resourceVersion is then answered 410 Gone. The revision."""
+        def post(path: str, body: dict) -> dict:
+            req = urllib.request.Request(f"{self.etcd_url}{path}", data=json.dumps(body).encode(), method="POST")
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return json.loads(resp.read())
+        revision = int(post("/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+        post("/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.cert_dir / "apiserver.crt"))
@@ -215,6 +242,10 @@ class ControlPlane:
             "name": name, "labels": {"kubernetes.io/hostname": name, "td3sched.test/fake": "true"}}})
         resources = {"cpu": f"{cpu_milli}m", "memory": f"{mem_mib}Mi", "pods": str(pods), "ephemeral-storage": "100Gi",
                      **(extra or {})}
+        self.write_node_status(name, resources)
+
+    def write_node_status(self, name: str, resources: dict) -> None:
+        """The node's capacity and allocatable (quantity strings), Ready, as a kubelet reports them."""
         self.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": {
             "capacity": resources, "allocatable": resources,
             "conditions": [{"type": "Ready", "status": "True", "reason": "FakeNode", "message": "no kubelet: a test node"}]}},
@@ -230,6 +261,19 @@ class ControlPlane:
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
             "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0, "containers": [{
                 "name": "main", "image": "registry.k8s.io/pause:3.10", "resources": resources}]}})
+
+    def delete_node(self, name: str) -> None:
+        self.request("DELETE", f"/api/v1/nodes/{name}")
+
+    def bind_pod(self, namespace: str, name: str, node: str) -> None:
+        """Bind the pod to the node as a scheduler does: a Binding to the pod's binding subresource."""
+        self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", {
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                     {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
 
     def pods(self, namespace: str) -> list[dict]:
         return self.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]

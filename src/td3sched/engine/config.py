@@ -12,6 +12,8 @@ are refused; an error names the key (``grpc.port``) and what it allows. Every de
     prometheus: {url: http://127.0.0.1:9090, interval_s: 15, timeout_s: 5, queries: {...},
                  node_label: "", node_names: {}}
     decision_log: {path: decisions.jsonl, max_bytes: 67108864, keep: 5, fsync_interval_s: 1}
+    kubernetes: {kubeconfig: kubeconfig, context: null, watch_timeout_s: 300, request_timeout_s: 10,
+                 backoff_initial_s: 0.5, backoff_max_s: 30}   # optional: pod and node watches
     reload_interval_s: 5              # how often the model folder is checked for a new model
     drain_s: 10                       # SIGTERM: how long calls in flight may take to finish
 """
@@ -105,6 +107,29 @@ class DecisionLogSettings(BaseModel):
     fsync_interval_s: float = Field(1.0, gt=0)
 
 
+class KubernetesSettings(BaseModel):
+    model_config = STRICT
+    kubeconfig: Path
+    """The API server, its CA and the credentials (relative: to the config file); the engine lists and
+    watches pods and nodes with them (``engine/kubernetes_source.py``)."""
+    context: str | None = None
+    """The kubeconfig's context to use; none: its current-context."""
+    watch_timeout_s: float = Field(300.0, ge=1)
+    """The API server ends each watch after this (timeoutSeconds); it is resumed from the last resourceVersion."""
+    request_timeout_s: float = Field(10.0, gt=0)
+    """Deadline of a connection and of a list."""
+    backoff_initial_s: float = Field(0.5, gt=0)
+    """First wait before reconnecting after an error; doubled after each failed attempt."""
+    backoff_max_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise ValueError(f"backoff_max_s={self.backoff_max_s:g}: expected at least backoff_initial_s="
+                             f"{self.backoff_initial_s:g}")
+        return self
+
+
 class EngineConfig(BaseModel):
     model_config = STRICT
     model: Path | None = None
@@ -119,6 +144,9 @@ class EngineConfig(BaseModel):
     staleness: StalenessSettings = StalenessSettings()
     prometheus: PrometheusSettings | None = None
     decision_log: DecisionLogSettings | None = None
+    kubernetes: KubernetesSettings | None = None
+    """Pod and node watches on the API server: bindings feed the assign cache, nodes and their allocatable
+    make the state's node set. None: bindings come from ReportBinding only, nodes from the metrics."""
     reload_interval_s: float = Field(5.0, gt=0)
     drain_s: float = Field(10.0, ge=0)
 
@@ -148,4 +176,10 @@ def load_config(path) -> EngineConfig:
         config.model = base / config.model
     if config.decision_log is not None and not config.decision_log.path.is_absolute():
         config.decision_log.path = base / config.decision_log.path
+    if config.kubernetes is not None:
+        kubeconfig = config.kubernetes.kubeconfig
+        if not kubeconfig.is_absolute():
+            kubeconfig = config.kubernetes.kubeconfig = base / kubeconfig
+        if not kubeconfig.is_file():
+            raise ValueError(f"{path}: kubernetes.kubeconfig: {kubeconfig}: no such file")
     return config

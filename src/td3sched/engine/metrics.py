@@ -14,6 +14,13 @@ labels with small fixed sets of values). One registry per engine, served at ``/m
     td3sched_action_tau                              histogram of tau
     td3sched_state_refreshes_total{result}           shadow-state refreshes: ok, error
     td3sched_decision_log_records_total              records written to the decision log
+    td3sched_bindings_total{source,result}           bindings reported (report_binding, pod_watch): counted,
+                                                     duplicate (already counted), unknown_node, invalid_pod
+    td3sched_kubernetes_watch_restarts_total{resource,reason}   watches of pods / nodes restarted: gone (410,
+                                                     re-listed), error (reconnected after a back-off)
+    td3sched_kubernetes_watch_last_event_age_seconds{resource}  since the last event, bookmark or list
+                                                     (since the watch started, before the first)
+    td3sched_kubernetes_watch_synced{resource}       1 once the first list is applied
 """
 
 from __future__ import annotations
@@ -51,6 +58,16 @@ class EngineMetrics:
         self.tau = Histogram("td3sched_action_tau", "Target utilisation tau chosen.", buckets=SHARE_BUCKETS, registry=r)
         self.refreshes = Counter("td3sched_state_refreshes", "Shadow-state refreshes by result.", ["result"], registry=r)
         self.log_records = Counter("td3sched_decision_log_records", "Records written to the decision log.", registry=r)
+        self.bindings = Counter("td3sched_bindings", "Bindings reported, by source and result.",
+                                ["source", "result"], registry=r)
+        self.watch_restarts = Counter("td3sched_kubernetes_watch_restarts",
+                                      "Watches of the API server restarted, by resource and reason.",
+                                      ["resource", "reason"], registry=r)
+        self.watch_event_age = Gauge("td3sched_kubernetes_watch_last_event_age_seconds",
+                                     "Seconds since the watch's last event, bookmark or list.", ["resource"],
+                                     registry=r)
+        self.watch_synced = Gauge("td3sched_kubernetes_watch_synced",
+                                  "1 once the watch's first list is applied.", ["resource"], registry=r)
         self._version = None
         self._weight_children = [self.weight.labels(name) for name in FEATURES]
         self._decision_children: dict[tuple[str, str], object] = {}
@@ -67,6 +84,13 @@ class EngineMetrics:
 
         self.state_stale_nodes.set_function(stale)
         self.state_nodes.set_function(lambda: float(state.snapshot.size) if state.ready else 0.0)
+
+    def watch_kubernetes(self, watches) -> None:
+        """Export each watch's health (``kubernetes_source.ResourceWatch``: ``resource``,
+        ``last_event_age_s()``, ``synced``), read when the metrics are collected."""
+        for w in watches:
+            self.watch_event_age.labels(w.resource).set_function(w.last_event_age_s)
+            self.watch_synced.labels(w.resource).set_function(lambda w=w: float(w.synced))
 
     def set_version(self, version: str) -> None:
         if self._version is not None:

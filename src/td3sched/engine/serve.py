@@ -1,8 +1,10 @@
 """``td3sched serve --config engine.yaml``: the engine as a process.
 
 Start: the config is validated (``config``), the model loaded and checked (``rl.onnx_actor``), the
-fallback arguments resolved, the decision log opened, the Prometheus refresher started, then the
-gRPC and HTTP front doors bound (127.0.0.1 unless configured otherwise).
+fallback arguments resolved, the decision log opened, the Prometheus refresher and (given a kubeconfig)
+the pod and node watches started, then the gRPC and HTTP front doors bound (127.0.0.1 unless
+configured otherwise). Neither waits for its source: the front doors answer UNAVAILABLE until the
+shadow state has a snapshot (the first Prometheus refresh, or the first node list without Prometheus).
 
 Hot reload: every ``reload_interval_s`` the model folder's files (card, state dict, graph) are
 checked; when they changed, the new model is loaded and validated, then swapped in atomically
@@ -10,8 +12,8 @@ checked; when they changed, the new model is loaded and validated, then swapped 
 response, log record and metric. A model that fails validation is not served; the old one stays.
 
 SIGTERM / SIGINT: drain. gRPC health turns NOT_SERVING, new calls are refused, calls in flight get
-``drain_s`` to finish; then the HTTP extender stops, the refresher stops and the decision log writes
-what it holds and closes.
+``drain_s`` to finish; then the HTTP extender stops, the refresher and the watches stop and the
+decision log writes what it holds and closes.
 """
 
 from __future__ import annotations
@@ -86,6 +88,16 @@ class RunningEngine:
             self.source = PrometheusSource(p.url, self.state, p.queries, p.interval_s, p.timeout_s, p.node_label,
                                            p.node_names, p.disk_gib, p.rdma_pct,
                                            on_refresh=lambda ok: self.metrics.refreshes.labels("ok" if ok else "error").inc())
+        self.kubernetes = None
+        if config.kubernetes is not None:
+            try:
+                from td3sched.engine.kubernetes_source import KubernetesSource
+            except ImportError as exc:
+                raise ValueError(f"kubernetes: {exc}") from None
+            k, p = config.kubernetes, config.prometheus
+            assumed = {"disk_gib": p.disk_gib, "rdma_pct": p.rdma_pct} if p is not None else {}
+            self.kubernetes = KubernetesSource(k.kubeconfig, self.service, k.context, k.watch_timeout_s,
+                                               k.request_timeout_s, k.backoff_initial_s, k.backoff_max_s, **assumed)
         self.grpc = None
         self.http = None
         self.reload_errors = 0
@@ -100,6 +112,8 @@ class RunningEngine:
         c = self.config
         if self.source is not None:
             self.source.start()
+        if self.kubernetes is not None:
+            self.kubernetes.start()
         if c.grpc.enabled:
             credentials = None
             if c.tls is not None:
@@ -153,6 +167,8 @@ class RunningEngine:
             self.http.stop()
         if self.source is not None:
             self.source.stop()
+        if self.kubernetes is not None:
+            self.kubernetes.stop()
         if self.log is not None:
             self.log.close()
 

@@ -15,6 +15,7 @@ import numpy as np
 from td3sched.engine.decision import Decision, DecisionEngine, PodSpec
 from td3sched.engine.decision_log import DecisionLog
 from td3sched.engine.metrics import EngineMetrics
+from td3sched.engine.state import binding_key
 
 
 def _finite_list(x) -> list | None:
@@ -76,13 +77,23 @@ class EngineService:
         self.metrics.observe_latency("filter", time.perf_counter() - start)
         return failed
 
-    def report_binding(self, pod: PodSpec, node: str, decision_id: str = "") -> None:
-        """Feed the assign cache (``KeyError`` for an unknown node)."""
-        self.engine.state.report_binding(node, pod.request(0.0).nonzero_cpu_mem)
+    def report_binding(self, pod: PodSpec, node: str, decision_id: str = "", source: str = "report_binding") -> bool:
+        """Feed the assign cache (``KeyError`` for an unknown node): the one path of ``ReportBinding``
+        and of the pod watch (``source``: report_binding, pod_watch). A binding the other source has
+        already counted (``ShadowState.report_binding``) is logged but not counted again. True when
+        counted."""
+        counted = self.engine.state.report_binding(node, pod.request(0.0).nonzero_cpu_mem,
+                                                   pod=binding_key(pod.namespace, pod.name), source=source)
+        self.metrics.bindings.labels(source, "counted" if counted else "duplicate").inc()
         if self.log is not None:
             self.log.append({"kind": "binding", "time_s": self.engine.state.clock(), "decision_id": decision_id,
-                             "pod": _pod_record(pod), "node": node})
+                             "pod": _pod_record(pod), "node": node, "source": source, "counted": counted})
             self.metrics.log_records.inc()
+        return counted
+
+    def forget_binding(self, namespace: str, name: str) -> None:
+        """The pod is gone (the pod watch saw it deleted or finished)."""
+        self.engine.state.forget_binding(binding_key(namespace, name))
 
     def reload(self, actor) -> None:
         """Validate and swap in a new model; the version changes in responses, logs and metrics."""

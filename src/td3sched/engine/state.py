@@ -8,9 +8,16 @@ snapshot from start to end. It carries the arrays the shared scoring code reads 
 ``policy.features.utilisation`` and ``rl.observation.observe`` run on it unchanged, plus each node's
 scrape time (metrics have their own age per node).
 
-The assign cache (``policy.assign_cache``, the simulator's own piece) is fed by ``ReportBinding``:
-each bound pod's CPU and memory request is added to its node's observed usage until a scrape of
-that node newer than the binding has seen it.
+The assign cache (``policy.assign_cache``, the simulator's own piece) is fed by ``ReportBinding``
+and by the pod watch (``kubernetes_source``): each bound pod's CPU and memory request is added to its
+node's observed usage until a scrape of that node newer than the binding has seen it. A binding
+reported by both (the same namespace/name to the same node) counts once.
+
+The node inventory (``NodeInventory``, from the node watch) is the cluster's node set as the API
+server lists it, with each node's allocatable. Once the state has one, every published snapshot is
+the inventory's nodes with their allocatable, joined by name with the metrics source's observed
+usage and scrape times (a node without metrics has NaN: stale); without one, the metrics source's
+nodes and capacities are used as they come.
 
 Staleness (``Staleness``): a node's metrics are stale when older than ``max_age_s`` or missing (a
 node no source has reported, or a NaN value). Stale nodes get ``mode``'s treatment:
@@ -23,6 +30,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -33,6 +41,14 @@ from td3sched.simulator.cluster import USAGE_COLUMNS
 
 ASSIGN_HORIZON_S = 600.0
 """A binding is forgotten after this long even if no scrape of its node came (a node gone quiet)."""
+DEFAULT_NIC_MBIT = 10_000.0
+"""NIC capacity of a node whose metrics do not give one (10 Gbit/s, as the Prometheus source)."""
+
+
+def binding_key(namespace: str, name: str) -> str:
+    """The pod a binding is about, as ``ReportBinding`` and the pod watch both name it (an empty
+    namespace is Kubernetes' ``default``)."""
+    return f"{namespace or 'default'}/{name}"
 
 
 @dataclass(frozen=True)
@@ -85,6 +101,50 @@ class Staleness:
             raise ValueError(f"staleness max_age_s={self.max_age_s!r}: expected a positive number of seconds")
 
 
+@dataclass(frozen=True)
+class NodeInventory:
+    """The cluster's nodes as the API server lists them, with what each can hold; indexed like ``names``."""
+
+    names: tuple[str, ...]
+    allocatable: np.ndarray
+    """[N, 4] CPU milli, memory MiB, disk GiB, RDMA % (as ``NodeSnapshot.allocatable``)."""
+    gpus: np.ndarray
+    """[N] whole GPUs (``nvidia.com/gpu``); 0 where the node has none."""
+
+    def __post_init__(self):
+        n = len(self.names)
+        if np.shape(self.allocatable) != (n, 4) or np.shape(self.gpus) != (n,):
+            raise ValueError(f"node inventory: shapes {np.shape(self.allocatable)}, {np.shape(self.gpus)}: "
+                             f"expected ({n}, 4) and ({n},)")
+        if len(set(self.names)) != n:
+            raise ValueError("node inventory: duplicate node names")
+        if not np.all(self.allocatable[:, :2] > 0):
+            raise ValueError("node inventory: expected positive CPU and memory allocatable")
+
+
+def joined(metrics: NodeSnapshot | None, inventory: NodeInventory | None) -> NodeSnapshot | None:
+    """The snapshot a decision reads: the inventory's nodes and allocatable (CPU and memory are also
+    the capacities utilisation is taken of), with the metrics' observed usage, scrape times, disk and
+    NIC capacities by node name; the metrics alone without an inventory."""
+    if inventory is None:
+        return metrics
+    n = len(inventory.names)
+    capacity = np.column_stack([inventory.allocatable[:, 0], inventory.allocatable[:, 1], np.ones(n),
+                                np.full(n, DEFAULT_NIC_MBIT)])
+    observed = np.full((n, len(USAGE_COLUMNS)), np.nan)
+    scraped = np.full(n, -np.inf)
+    oom, taken = 0.0, time.time()
+    if metrics is not None:
+        rows = np.fromiter((metrics.index.get(name, -1) for name in inventory.names), dtype=np.int64, count=n)
+        have = rows >= 0
+        observed[have] = metrics.observed[rows[have]]
+        scraped[have] = metrics.scraped_at_s[rows[have]]
+        capacity[have, 2:] = metrics.capacity_usage[rows[have], 2:]
+        oom, taken = metrics.oom_kills_recent, metrics.taken_at_s
+    return NodeSnapshot(inventory.names, inventory.allocatable.copy(), capacity.reshape(-1, 4),
+                        observed.reshape(-1, len(USAGE_COLUMNS)), scraped, oom_kills_recent=oom, taken_at_s=taken)
+
+
 class NotReady(RuntimeError):
     """No snapshot yet: the engine cannot score (gRPC UNAVAILABLE, HTTP 503)."""
 
@@ -96,8 +156,13 @@ class ShadowState:
         self.clock = clock
         self.staleness = staleness
         self._snapshot: NodeSnapshot | None = None
+        self._metrics: NodeSnapshot | None = None
+        self._inventory: NodeInventory | None = None
         self._lock = threading.Lock()
         self._cache = AssignCache(0, horizon_s=ASSIGN_HORIZON_S)
+        self._bound: OrderedDict[str, tuple[str, float, frozenset]] = OrderedDict()
+        """binding_key -> (node, time, sources that reported it) of the bindings counted within the
+        horizon, oldest first."""
         self.refreshes = 0
         self.refresh_errors = 0
         self.last_error = ""
@@ -113,29 +178,84 @@ class ShadowState:
     def ready(self) -> bool:
         return self._snapshot is not None
 
+    @property
+    def inventory(self) -> NodeInventory | None:
+        return self._inventory
+
     def publish(self, snap: NodeSnapshot) -> None:
-        """Swap in a new snapshot; bindings held for nodes that still exist are kept."""
+        """Swap in a metrics source's new snapshot (joined with the node inventory, if any); bindings
+        held for nodes that still exist are kept."""
         with self._lock:
-            old = self._snapshot
-            if old is None or old.names != snap.names:
-                cache = AssignCache(snap.size, horizon_s=ASSIGN_HORIZON_S)
-                if old is not None:
-                    for node, t, estimate in self._cache.entries():
-                        new = snap.index.get(old.names[node])
-                        if new is not None:
-                            cache.add(new, t, estimate)
-                self._cache = cache
-            self._snapshot = snap
+            self._metrics = snap
+            self._swap(joined(snap, self._inventory))
             self.refreshes += 1
 
-    def report_binding(self, node: str, estimate_cpu_mem: np.ndarray, t: float | None = None) -> None:
-        """A pod was bound to ``node`` (``KeyError`` for a node the state does not know)."""
+    def set_inventory(self, inventory: NodeInventory) -> None:
+        """The API server's node set and allocatable (the node watch): from now on the state's nodes."""
+        with self._lock:
+            self._inventory = inventory
+            self._swap(joined(self._metrics, inventory))
+
+    def _swap(self, snap: NodeSnapshot | None) -> None:
+        """Under ``self._lock``: serve ``snap``; the assign cache follows the nodes by name."""
+        old = self._snapshot
+        if snap is None:
+            return
+        if old is None or old.names != snap.names:
+            cache = AssignCache(snap.size, horizon_s=ASSIGN_HORIZON_S)
+            if old is not None:
+                for node, t, estimate in self._cache.entries():
+                    new = snap.index.get(old.names[node])
+                    if new is not None:
+                        cache.add(new, t, estimate)
+            self._cache = cache
+        self._snapshot = snap
+
+    def assigned(self) -> dict[str, np.ndarray]:
+        """node -> [CPU milli, memory MiB] summed over the bindings the assign cache holds (for a
+        metric or a test: what the cache would add to a node whose metrics predate them all)."""
+        with self._lock:
+            snap = self._snapshot
+            if snap is None:
+                return {}
+            usage = self._cache.usage_since(-np.inf)
+            return {snap.names[i]: usage[i] for i in np.flatnonzero(usage.any(axis=1)).tolist()}
+
+    def report_binding(self, node: str, estimate_cpu_mem: np.ndarray, t: float | None = None,
+                       pod: str | None = None, source: str = "") -> bool:
+        """A pod was bound to ``node`` (``KeyError`` for a node the state does not know, ``NotReady``
+        without a snapshot); True when counted. ``pod`` (``binding_key``) and ``source`` (the path
+        that saw it: ReportBinding, the pod watch) pair the reports of one binding: a report of a pod
+        to the node its last counted binding went to, within the horizon, from a source that has not
+        reported that binding yet, is the same binding seen by another path and is not counted again.
+        A source reporting a pod again reports a new binding (the pod was bound anew). The pod watch
+        sees every binding; a binding only ReportBinding saw, then a new binding of a pod of the same
+        name to the same node that only the watch saw, would read as one (ReportBinding carries no
+        pod UID)."""
         with self._lock:
             snap = self.snapshot
             i = snap.index.get(node)
             if i is None:
                 raise KeyError(node)
-            self._cache.add(i, self.clock() if t is None else t, np.asarray(estimate_cpu_mem, dtype=float))
+            t = self.clock() if t is None else t
+            if pod is not None:
+                held = self._bound.get(pod)
+                if (held is not None and held[0] == node and held[1] >= t - ASSIGN_HORIZON_S
+                        and source not in held[2]):
+                    self._bound[pod] = (node, held[1], held[2] | {source})
+                    return False
+                self._bound[pod] = (node, t, frozenset((source,)))
+                self._bound.move_to_end(pod)
+                while self._bound and next(iter(self._bound.values()))[1] < t - ASSIGN_HORIZON_S:
+                    self._bound.popitem(last=False)
+            self._cache.add(i, t, np.asarray(estimate_cpu_mem, dtype=float))
+            return True
+
+    def forget_binding(self, pod: str) -> None:
+        """The pod is gone (deleted, or finished): a pod of that name bound later is a new binding.
+        Its estimate stays in the assign cache until a scrape sees its node (``policy.assign_cache``)."""
+        with self._lock:
+            self._bound.pop(pod, None)
 
     def recent_usage(self, snap: NodeSnapshot) -> np.ndarray:
         """[N, 2] CPU milli and memory MiB of pods bound to each node since its metrics were taken."""

@@ -1,0 +1,342 @@
+"""The API server's view, through the official Kubernetes Python client: a watch on pods feeds the
+assign cache with each binding, a watch on nodes gives the shadow state its node set and each node's
+allocatable. Both run in background threads; a decision never waits on them.
+
+Pods (``field_selector`` ``spec.nodeName!=``, finished pods left out): a pod that appears bound to a
+node (the ADDED or MODIFIED event where ``spec.nodeName`` is first set) is reported through
+``EngineService.report_binding``, the call ``ReportBinding`` makes, so a binding reported by both
+counts once. A pod deleted or finished (it leaves the selection: DELETED) is forgotten, so a pod of
+that name bound later is a new binding; its estimate stays in the assign cache until a scrape of its
+node sees it gone (``policy.assign_cache``). The first list only learns which pods are bound: those
+bindings predate the engine and its metrics. A list after a reconnection reports the bindings made
+while the watch was away and forgets the pods that went.
+
+Nodes: ``status.allocatable`` (``status.capacity`` for a resource it lacks), read with the extender's
+quantity code (``kubernetes_objects.quantity``): CPU in milli-cores, memory in MiB, ephemeral storage
+in GiB, ``koordinator.sh/rdma`` in percent, ``nvidia.com/gpu`` whole GPUs. A node without CPU and
+memory (a kubelet that has not reported yet) is not known until it has them; disk and RDMA default to
+the metrics source's assumptions. Every change of the set or of a node's allocatable is published
+(``ShadowState.set_inventory``).
+
+Each watch lists (keeping the list's ``resourceVersion``), then watches from it with bookmarks; when
+the API server ends a watch (``watch_timeout_s``) it is resumed from the last resourceVersion seen.
+410 Gone (the resourceVersion was compacted away) re-lists at once; any other error (the API server
+down, a refused connection, a 5xx) waits ``backoff_initial_s``, doubled per failure up to
+``backoff_max_s``, then resumes. Restarts are counted by reason; each watch's last event age and
+whether it has listed once are metrics (``engine.metrics``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from td3sched.engine.kubernetes_objects import GIB, GPU_RESOURCE, MIB, RDMA_RESOURCE, pod_from_k8s, quantity
+from td3sched.engine.metrics import EngineMetrics
+from td3sched.engine.service import EngineService
+from td3sched.engine.state import NodeInventory, NotReady
+
+try:
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+except ImportError as exc:  # pragma: no cover - an install without the engine extra
+    raise ImportError(f"the Kubernetes source needs the official client ({exc}): "
+                      "pip install 'td3sched[engine]'") from None
+
+log = logging.getLogger("td3sched.engine.kubernetes")
+POD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+"""Bound pods that still run: a pod leaves the selection (DELETED) when it finishes."""
+
+
+class Gone(RuntimeError):
+    """410: the watch's resourceVersion is too old; re-list."""
+
+
+def api_client(kubeconfig: Path, context: str | None = None):
+    """The official client's ApiClient for ``kubeconfig``; a ValueError naming the file and what is wrong."""
+    where = f"kubernetes.kubeconfig: {kubeconfig}"
+    try:
+        return k8s_config.new_client_from_config(config_file=str(kubeconfig), context=context,
+                                                 persist_config=False)
+    except FileNotFoundError as exc:
+        raise ValueError(f"{where}: {exc.strerror or 'no such file'}: {exc.filename or kubeconfig}") from None
+    except (ConfigException, TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(f"{where}: not a usable kubeconfig ({type(exc).__name__}: {exc}): expected a kubeconfig with "
+                         "a cluster, a user and a context" + (f" named {context!r}" if context else "")) from None
+    except Exception as exc:  # noqa: BLE001  (yaml errors and whatever else the loader raises)
+        raise ValueError(f"{where}: cannot be read ({type(exc).__name__}: {exc}): expected a kubeconfig file") from None
+
+
+class ResourceWatch:
+    """List, then watch one kind of object, forever, in a thread; every event goes to ``on_event``,
+    each list to ``on_list`` (items, first list or not). Health: ``synced``, ``last_event_age_s``."""
+
+    def __init__(self, resource: str, list_call: Callable, on_list: Callable, on_event: Callable,
+                 metrics: EngineMetrics, watch_timeout_s: float = 300.0, request_timeout_s: float = 10.0,
+                 backoff_initial_s: float = 0.5, backoff_max_s: float = 30.0, field_selector: str | None = None):
+        self.resource = resource
+        self.list_call, self.on_list, self.on_event = list_call, on_list, on_event
+        self.metrics = metrics
+        self.watch_timeout_s, self.request_timeout_s = watch_timeout_s, request_timeout_s
+        self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
+        self.field_selector = field_selector
+        self.resource_version: str | None = None
+        """Where the next watch resumes; None: list first."""
+        self.synced = False
+        self.lists = 0
+        self.last_error = ""
+        self._last_event = time.monotonic()
+        self._stop = threading.Event()
+        self._response = None
+        self._thread = threading.Thread(target=self._run, name=f"watch-{resource}", daemon=True)
+
+    def last_event_age_s(self) -> float:
+        return time.monotonic() - self._last_event
+
+    def _selector(self) -> dict:
+        return {"field_selector": self.field_selector} if self.field_selector else {}
+
+    def list_once(self) -> None:
+        resp = self.list_call(_preload_content=False, _request_timeout=self.request_timeout_s, **self._selector())
+        body = json.loads(resp.data)
+        first = self.lists == 0
+        self.on_list(body.get("items") or [], first)
+        self.lists += 1
+        self.resource_version = body["metadata"]["resourceVersion"]
+        self._last_event = time.monotonic()
+        self.synced = True
+
+    def watch_once(self) -> None:
+        """One watch from ``resource_version`` until the API server ends it (``Gone``, ApiException or a
+        connection error otherwise)."""
+        resp = self.list_call(watch=True, resource_version=self.resource_version, allow_watch_bookmarks=True,
+                              timeout_seconds=max(1, int(self.watch_timeout_s)), _preload_content=False,
+                              _request_timeout=(self.request_timeout_s, self.watch_timeout_s + self.request_timeout_s),
+                              **self._selector())
+        self._response = resp
+        try:
+            buffer = b""
+            for chunk in resp.stream(amt=None, decode_content=True):
+                if self._stop.is_set():
+                    return
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self._event(json.loads(line))
+        finally:
+            self._response = None
+            resp.release_conn()
+
+    def _event(self, event: dict) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            if code == 410:
+                raise Gone(f"{obj.get('reason')}: {obj.get('message')}")
+            raise ApiException(status=code or 0, reason=f"watch error: {obj.get('reason')}: {obj.get('message')}")
+        self._last_event = time.monotonic()
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            self.on_event(kind, obj)
+        if rv:
+            self.resource_version = rv
+
+    def _run(self) -> None:
+        backoff = self.backoff_initial_s
+        while not self._stop.is_set():
+            try:
+                if self.resource_version is None:
+                    self.list_once()
+                self.watch_once()
+                backoff = self.backoff_initial_s  # a watch the server ended in time: resume from where it was
+            except Gone as exc:
+                self._restart("gone", exc)
+                self.resource_version = None
+            except ApiException as exc:
+                if exc.status == 410:
+                    self._restart("gone", exc)
+                    self.resource_version = None
+                    continue
+                self._restart("error", exc)
+                self._stop.wait(backoff)
+                backoff = min(2 * backoff, self.backoff_max_s)
+            except Exception as exc:  # noqa: BLE001  (connection errors, bad JSON: reconnect, never die)
+                if self._stop.is_set():
+                    break
+                self._restart("error", exc)
+                self._stop.wait(backoff)
+                backoff = min(2 * backoff, self.backoff_max_s)
+
+    def _restart(self, reason: str, exc: Exception) -> None:
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self.metrics.watch_restarts.labels(self.resource, reason).inc()
+        log.warning("watch of %s restarted (%s): %s", self.resource, reason, self.last_error[:500])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        resp = self._response
+        if resp is not None:
+            try:
+                resp.shutdown()  # unblocks the thread's read
+            except Exception:  # noqa: BLE001
+                pass
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout_s)
+
+
+def node_allocatable(node: dict, disk_gib: float, rdma_pct: float) -> tuple[str, np.ndarray, int] | None:
+    """(name, [CPU milli, memory MiB, disk GiB, RDMA %], GPUs) of a v1.Node, None without CPU and memory
+    allocatable yet; ValueError naming the field of a bad quantity."""
+    meta = node.get("metadata") or {}
+    name = meta.get("name")
+    status = node.get("status") or {}
+    alloc, cap = status.get("allocatable") or {}, status.get("capacity") or {}
+    where = f"Node {name}.status"
+
+    def read(key: str):
+        if key in alloc:
+            return quantity(alloc[key], f"{where}.allocatable.{key}")
+        if key in cap:
+            return quantity(cap[key], f"{where}.capacity.{key}")
+        return None
+
+    cpu, mem = read("cpu"), read("memory")
+    if not name or not cpu or not mem:
+        return None
+    disk, rdma, gpus = read("ephemeral-storage"), read(RDMA_RESOURCE), read(GPU_RESOURCE)
+    return name, np.array([float(cpu * 1000), float(mem / MIB), float(disk / GIB) if disk else disk_gib,
+                           float(rdma) if rdma is not None else rdma_pct]), int(gpus or 0)
+
+
+class KubernetesSource:
+    """The pod and node watches of one API server, feeding ``service`` (its state and assign cache)."""
+
+    def __init__(self, kubeconfig: Path, service: EngineService, context: str | None = None,
+                 watch_timeout_s: float = 300.0, request_timeout_s: float = 10.0, backoff_initial_s: float = 0.5,
+                 backoff_max_s: float = 30.0, disk_gib: float = 100.0, rdma_pct: float = 100.0):
+        self.service = service
+        self.state = service.engine.state
+        self.metrics = service.metrics
+        self.api = k8s_client.CoreV1Api(api_client(Path(kubeconfig), context))
+        self.disk_gib, self.rdma_pct = disk_gib, rdma_pct
+        self.nodes: dict[str, tuple[np.ndarray, int]] = {}
+        """node -> (allocatable [4], GPUs), as last listed or watched."""
+        self.bound: dict[str, tuple[str, str, str]] = {}
+        """namespace/name -> (namespace, name, node) of the bound pods the watch knows."""
+        timing = dict(watch_timeout_s=watch_timeout_s, request_timeout_s=request_timeout_s,
+                      backoff_initial_s=backoff_initial_s, backoff_max_s=backoff_max_s)
+        self.node_watch = ResourceWatch("nodes", self.api.list_node, self._nodes_listed, self._node_event,
+                                        self.metrics, **timing)
+        self.pod_watch = ResourceWatch("pods", self.api.list_pod_for_all_namespaces, self._pods_listed,
+                                       self._pod_event, self.metrics, field_selector=POD_SELECTOR, **timing)
+        self.watches = (self.node_watch, self.pod_watch)
+        self.metrics.watch_kubernetes(self.watches)
+
+    # --- nodes ---------------------------------------------------------------------------------------
+    def _read_node(self, node: dict) -> tuple[str, np.ndarray, int] | None:
+        try:
+            return node_allocatable(node, self.disk_gib, self.rdma_pct)
+        except ValueError as exc:
+            log.warning("node left out: %s", exc)
+            return None
+
+    def _publish_nodes(self) -> None:
+        names = tuple(sorted(self.nodes))
+        if not names and self.state.inventory is None:
+            return  # no node yet: the metrics source's nodes stay the state's
+        alloc = np.array([self.nodes[n][0] for n in names], dtype=float).reshape(-1, 4)
+        gpus = np.array([self.nodes[n][1] for n in names], dtype=np.int64)
+        self.state.set_inventory(NodeInventory(names, alloc, gpus))
+
+    def _nodes_listed(self, items: list, first: bool) -> None:
+        nodes = {}
+        for item in items:
+            read = self._read_node(item)
+            if read is not None:
+                nodes[read[0]] = (read[1], read[2])
+        self.nodes = nodes
+        self._publish_nodes()
+
+    def _node_event(self, kind: str, node: dict) -> None:
+        name = (node.get("metadata") or {}).get("name")
+        read = None if kind == "DELETED" else self._read_node(node)
+        old = self.nodes.get(name)
+        if read is None:
+            if old is None:
+                return
+            del self.nodes[name]
+        else:
+            new = (read[1], read[2])
+            if old is not None and np.array_equal(old[0], new[0]) and old[1] == new[1]:
+                return  # a status heartbeat: nothing the state holds changed
+            self.nodes[name] = new
+        self._publish_nodes()
+
+    # --- pods ----------------------------------------------------------------------------------------
+    def _report(self, pod: dict, node: str) -> None:
+        meta = pod.get("metadata") or {}
+        where = f"Pod {meta.get('namespace')}/{meta.get('name')}"
+        try:
+            spec = pod_from_k8s(pod, where)
+        except ValueError as exc:
+            self.metrics.bindings.labels("pod_watch", "invalid_pod").inc()
+            log.warning("binding not counted: %s", exc)
+            return
+        try:
+            self.service.report_binding(spec, node, source="pod_watch")
+        except (KeyError, NotReady):
+            self.metrics.bindings.labels("pod_watch", "unknown_node").inc()
+            log.info("binding of %s to %s not counted: the state does not know the node", where, node)
+
+    @staticmethod
+    def _key(pod: dict) -> tuple[str, str, str, str]:
+        meta = pod.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "default", meta.get("name") or ""
+        return f"{namespace}/{name}", namespace, name, (pod.get("spec") or {}).get("nodeName") or ""
+
+    def _pods_listed(self, items: list, first: bool) -> None:
+        bound = {}
+        for pod in items:
+            key, namespace, name, node = self._key(pod)
+            if not node:
+                continue
+            bound[key] = (namespace, name, node)
+            held = self.bound.get(key)
+            if not first and (held is None or held[2] != node):
+                self._report(pod, node)  # bound while the watch was away
+        for key in self.bound.keys() - bound.keys():
+            namespace, name, _ = self.bound[key]
+            self.service.forget_binding(namespace, name)  # gone while the watch was away
+        self.bound = bound
+
+    def _pod_event(self, kind: str, pod: dict) -> None:
+        key, namespace, name, node = self._key(pod)
+        if kind == "DELETED" or not node:
+            if self.bound.pop(key, None) is not None:
+                self.service.forget_binding(namespace, name)
+            return
+        held = self.bound.get(key)
+        if held is not None and held[2] == node:
+            return
+        self.bound[key] = (namespace, name, node)
+        self._report(pod, node)
+
+    def start(self) -> None:
+        for w in self.watches:
+            w.start()
+
+    def stop(self) -> None:
+        for w in self.watches:
+            w.stop()

@@ -1,0 +1,440 @@
+"""The engine's pod and node watches (``engine/kubernetes_source.py``) against a real kube-apiserver:
+nodes created, changed and deleted through the API become the shadow state's node set and
+allocatable; pods bound with a Binding (as a scheduler binds) feed the assign cache once, whether the
+watch or ReportBinding saw them first; the watches come back after the API server is restarted and
+after a 410 Gone (etcd compacted under a watch); a bad kubeconfig is refused naming the file and the
+fault; ``td3sched serve`` with a kubeconfig watches, logs the bindings and exports the watches' health,
+behind the stock kube-scheduler with the extender and behind the td3-scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip("kubernetes")
+
+from td3sched.engine.config import load_config  # noqa: E402
+from td3sched.engine.decision import DecisionEngine, ModelSlot, PodSpec  # noqa: E402
+from td3sched.engine.kubernetes_objects import pod_from_k8s  # noqa: E402
+from td3sched.engine.kubernetes_source import KubernetesSource, api_client  # noqa: E402
+from td3sched.engine.service import EngineService  # noqa: E402
+from td3sched.engine.state import ShadowState  # noqa: E402
+from tests.engine.prometheus_harness import wait_for  # noqa: E402
+from tests.k8s.control_plane import REPO, ControlPlane, engine_env  # noqa: E402
+
+NOBODY = "no-scheduler"
+"""Pods no running scheduler takes: the tests bind them themselves."""
+DEADLINE_S = 30.0
+
+
+def make_source(plane: ControlPlane, start: bool = True, **timing) -> KubernetesSource:
+    state = ShadowState()
+    service = EngineService(DecisionEngine(state, ModelSlot(None)))
+    source = KubernetesSource(plane.kubeconfig, service, **{"watch_timeout_s": 300.0, "backoff_initial_s": 0.2,
+                                                            "backoff_max_s": 1.0, **timing})
+    if start:
+        source.start()
+    return source
+
+
+@pytest.fixture
+def source(cluster):
+    s = make_source(cluster)
+    assert wait_for(lambda: all(w.synced for w in s.watches), deadline_s=DEADLINE_S), "the watches never listed"
+    yield s
+    s.stop()
+
+
+def counter(source: KubernetesSource, metric, *labels) -> float:
+    return metric.labels(*labels)._value.get()
+
+
+def pod_request(pod: dict) -> np.ndarray:
+    """What ReportBinding adds for this pod: its CPU and memory requests with kube-scheduler's non-zero defaults."""
+    return pod_from_k8s(pod).request(0.0).nonzero_cpu_mem
+
+
+def assigned(source: KubernetesSource, node: str) -> np.ndarray:
+    return source.state.assigned().get(node, np.zeros(2))
+
+
+def node_prefix(namespace: str) -> str:
+    return f"w{namespace.split('-')[0][1:]}"
+
+
+# --- nodes -----------------------------------------------------------------------------------------------
+
+def test_nodes_and_their_allocatable_become_the_states(cluster, namespace, source):
+    a, b = f"{node_prefix(namespace)}-a", f"{node_prefix(namespace)}-b"
+    cluster.create_node(a, 3500, 7680, extra={"nvidia.com/gpu": "8", "koordinator.sh/rdma": "200"})
+    cluster.create_node(b, 2000, 4096)
+    state = source.state
+
+    def known():
+        inv = state.inventory
+        return inv is not None and {a, b} <= set(inv.names) and {a, b} <= set(state.snapshot.names)
+    assert wait_for(known, deadline_s=DEADLINE_S), f"nodes {a}, {b} never reached the state"
+    snap, inv = state.snapshot, state.inventory
+    i, j = snap.index[a], snap.index[b]
+    np.testing.assert_array_equal(snap.allocatable[i], [3500, 7680, 100, 200])  # 100Gi ephemeral storage
+    np.testing.assert_array_equal(snap.allocatable[j], [2000, 4096, 100, 100])  # no RDMA: the assumed 100%
+    np.testing.assert_array_equal(snap.capacity_usage[i, :2], [3500, 7680])
+    assert inv.gpus[inv.names.index(a)] == 8 and inv.gpus[inv.names.index(b)] == 0
+    # every node the API lists with its allocatable, and no other
+    listed = {n["metadata"]["name"] for n in cluster.request("GET", "/api/v1/nodes")["items"]
+              if (n.get("status") or {}).get("allocatable")}
+    assert set(snap.names) == listed
+    # without metrics every node is stale: decisions fall back, never wait
+    assert not state.fresh(snap, state.clock()).any()
+
+    cluster.write_node_status(b, {"cpu": "6", "memory": "12Gi", "ephemeral-storage": "50Gi", "pods": "110"})
+    assert wait_for(lambda: state.snapshot.allocatable[state.snapshot.index[b], 0] == 6000, deadline_s=DEADLINE_S), \
+        "a node's new allocatable never reached the state"
+    np.testing.assert_array_equal(state.snapshot.allocatable[state.snapshot.index[b]], [6000, 12288, 50, 100])
+
+    cluster.delete_node(a)
+    assert wait_for(lambda: a not in state.snapshot.index, deadline_s=DEADLINE_S), "a deleted node stayed in the state"
+    assert b in state.snapshot.index
+    cluster.delete_node(b)
+
+
+def test_a_node_without_allocatable_is_not_known_until_its_status_comes(cluster, namespace, source):
+    name = f"{node_prefix(namespace)}-bare"
+    cluster.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    probe = f"{node_prefix(namespace)}-probe"
+    cluster.create_node(probe, 1000, 1024)  # an event after the bare node's: the watch has seen both
+    assert wait_for(lambda: probe in source.state.snapshot.index, deadline_s=DEADLINE_S)
+    assert name not in source.state.snapshot.index
+    cluster.write_node_status(name, {"cpu": "1", "memory": "1Gi"})
+    assert wait_for(lambda: name in source.state.snapshot.index, deadline_s=DEADLINE_S)
+    for n in (name, probe):
+        cluster.delete_node(n)
+
+
+# --- pods ------------------------------------------------------------------------------------------------
+
+def test_each_binding_reaches_the_assign_cache_once(cluster, namespace, source):
+    service = source.service
+    node, other = "node-1", "node-2"
+    before, before_other = assigned(source, node), assigned(source, other)
+    pods = []
+    for k, (cpu, mem) in enumerate([("250m", "300Mi"), ("1500m", "2Gi"), ("0", "0")]):  # the last: non-zero defaults
+        cluster.create_pod(namespace, f"p{k}", NOBODY, cpu, mem)
+        pods.append(cluster.request("GET", f"/api/v1/namespaces/{namespace}/pods/p{k}"))
+    # a pending pod is not a binding
+    assert np.array_equal(assigned(source, node), before)
+    # p0 and p1 bound by the API, seen by the watch; then ReportBinding tells of p1 too (the plugin's PostBind)
+    cluster.bind_pod(namespace, "p0", node)
+    cluster.bind_pod(namespace, "p1", node)
+    expected = before + pod_request(pods[0]) + pod_request(pods[1])
+    assert wait_for(lambda: np.allclose(assigned(source, node), expected), deadline_s=DEADLINE_S), \
+        f"bindings not in the assign cache: {assigned(source, node)} != {expected}"
+    assert service.report_binding(pod_from_k8s(pods[1]), node, "d-1") is False
+    np.testing.assert_allclose(assigned(source, node), expected)
+    # p2: ReportBinding first, then the watch sees the bind: counted once
+    assert service.report_binding(pod_from_k8s(pods[2]), other, "d-2") is True
+    cluster.bind_pod(namespace, "p2", other)
+    assert wait_for(lambda: counter(source, service.metrics.bindings, "pod_watch", "duplicate") == 1,
+                    deadline_s=DEADLINE_S), "the watch never saw p2's binding"
+    np.testing.assert_allclose(assigned(source, other), before_other + pod_request(pods[2]))
+    np.testing.assert_allclose(pod_request(pods[2]), [100, 200])  # kube-scheduler's non-zero defaults
+    bindings = service.metrics.bindings
+    assert [counter(source, bindings, *labels) for labels in [("pod_watch", "counted"), ("report_binding", "counted"),
+                                                              ("report_binding", "duplicate")]] == [2, 1, 1]
+
+
+def test_a_pod_deleted_and_bound_again_is_a_new_binding(cluster, namespace, source):
+    node = "node-5"
+    cluster.create_pod(namespace, "again", NOBODY, "700m", "700Mi")
+    pod = cluster.request("GET", f"/api/v1/namespaces/{namespace}/pods/again")
+    before = assigned(source, node)
+    cluster.bind_pod(namespace, "again", node)
+    once = before + pod_request(pod)
+    assert wait_for(lambda: np.allclose(assigned(source, node), once), deadline_s=DEADLINE_S)
+    cluster.delete_pod(namespace, "again")
+    assert wait_for(lambda: f"{namespace}/again" not in source.bound, deadline_s=DEADLINE_S), \
+        "the watch kept a deleted pod"
+    # the estimate stays until a scrape of the node sees the pod gone (the assign cache's rule)
+    np.testing.assert_allclose(assigned(source, node), once)
+    cluster.create_pod(namespace, "again", NOBODY, "700m", "700Mi")
+    cluster.bind_pod(namespace, "again", node)
+    assert wait_for(lambda: np.allclose(assigned(source, node), once + pod_request(pod)), deadline_s=DEADLINE_S), \
+        "a pod bound anew under the same name was not counted"
+
+
+def test_a_finished_pod_leaves_the_watch(cluster, namespace, source):
+    cluster.create_pod(namespace, "done", NOBODY, "100m", "100Mi")
+    cluster.bind_pod(namespace, "done", "node-6")
+    assert wait_for(lambda: f"{namespace}/done" in source.bound, deadline_s=DEADLINE_S)
+    cluster.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/done/status", {"status": {"phase": "Succeeded"}},
+                    content_type="application/merge-patch+json")
+    assert wait_for(lambda: f"{namespace}/done" not in source.bound, deadline_s=DEADLINE_S), \
+        "a finished pod stayed among the bound ones"
+
+
+def test_bindings_made_before_the_engine_started_are_not_counted(cluster, namespace):
+    cluster.create_pod(namespace, "old", NOBODY, "900m", "900Mi")
+    cluster.bind_pod(namespace, "old", "node-7")
+    s = make_source(cluster, start=False)
+    try:
+        s.node_watch.start()  # the nodes first: the binding's node is known when the pods are listed
+        assert wait_for(lambda: s.node_watch.synced, deadline_s=DEADLINE_S)
+        s.pod_watch.start()
+        assert wait_for(lambda: s.pod_watch.synced, deadline_s=DEADLINE_S)
+        assert counter(s, s.metrics.bindings, "pod_watch", "unknown_node") == 0
+        assert f"{namespace}/old" in s.bound  # known as bound ...
+        assert "node-7" not in s.state.assigned()  # ... but its usage is in the metrics already
+    finally:
+        s.stop()
+
+
+def test_a_list_after_the_watch_was_away_catches_up(cluster, namespace, source):
+    """What a re-list (after a 410 or a reconnection) does: bindings made meanwhile are counted, pods
+    gone meanwhile are forgotten, bindings already counted are not counted again."""
+    for name in ("kept", "went", "gap"):
+        cluster.create_pod(namespace, name, NOBODY, "400m", "400Mi")
+    cluster.bind_pod(namespace, "kept", "node-0")
+    cluster.bind_pod(namespace, "went", "node-0")
+    assert wait_for(lambda: {f"{namespace}/kept", f"{namespace}/went"} <= source.bound.keys(), deadline_s=DEADLINE_S)
+    source.pod_watch.stop()  # the watch is away ...
+    cluster.bind_pod(namespace, "gap", "node-2")
+    cluster.delete_pod(namespace, "went")
+    before = {n: assigned(source, n) for n in ("node-0", "node-2")}
+    assert f"{namespace}/gap" not in source.bound
+    source.pod_watch.list_once()  # ... and lists again, as after a 410
+    assert f"{namespace}/gap" in source.bound and f"{namespace}/went" not in source.bound
+    np.testing.assert_allclose(assigned(source, "node-2"), before["node-2"] + [400, 400])
+    np.testing.assert_allclose(assigned(source, "node-0"), before["node-0"])
+
+
+# --- failures --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def own_plane(k8s_bins, processes, tmp_path_factory):
+    """A control plane of this module's own, to restart: watches read etcd (no watch cache), so that
+    compacting etcd answers a resumed watch 410 Gone."""
+    plane = ControlPlane(tmp_path_factory.mktemp("own-plane"), k8s_bins, processes, ("--watch-cache=false",))
+    plane.start()
+    plane.create_namespace("w")
+    yield plane
+    processes.stop(plane.apiserver)
+    processes.stop(plane.etcd)
+
+
+def test_the_watches_recover_after_the_api_server_restarts(own_plane):
+    plane = own_plane
+    plane.create_node("r-0", 4000, 8192)
+    s = make_source(plane)
+    try:
+        assert wait_for(lambda: s.state.inventory is not None and "r-0" in s.state.inventory.names,
+                        deadline_s=DEADLINE_S)
+        restarts = {w.resource: counter(s, s.metrics.watch_restarts, w.resource, "error") for w in s.watches}
+        plane.stop_apiserver()
+        assert wait_for(lambda: all(counter(s, s.metrics.watch_restarts, w.resource, "error") > restarts[w.resource]
+                                    for w in s.watches), deadline_s=DEADLINE_S), "no watch noticed the API server gone"
+        # meanwhile decisions read the state as it was, and are answered
+        assert "r-0" in s.state.snapshot.index
+        d = s.service.engine.decide(PodSpec("p", cpu_milli=100, mem_mib=100), ["r-0"])
+        assert d.fallback_reason == "no_fresh_metrics" and d.candidates == ["r-0"]
+        plane.start_apiserver()
+        plane.create_node("r-1", 2000, 2048)
+        plane.create_pod("w", "after", NOBODY, "300m", "300Mi")
+        plane.bind_pod("w", "after", "r-0")
+        assert wait_for(lambda: "r-1" in s.state.snapshot.index and "r-0" in s.state.assigned(),
+                        deadline_s=60), f"the watches did not come back: {[w.last_error for w in s.watches]}"
+        np.testing.assert_allclose(s.state.assigned()["r-0"], [300, 300])
+        assert all(w.last_event_age_s() < 60 for w in s.watches)
+    finally:
+        s.stop()
+
+
+def test_a_watch_answered_410_gone_lists_again(own_plane):
+    plane = own_plane
+    plane.create_node("g-0", 1000, 1024)
+    s = make_source(plane, watch_timeout_s=2.0)  # the server ends each watch after 2 s: resumed from its last version
+    try:
+        assert wait_for(lambda: s.state.inventory is not None and "g-0" in s.state.inventory.names,
+                        deadline_s=DEADLINE_S)
+        lists = s.node_watch.lists
+        # the revision moves on without a node event, then the history the node watch would resume from goes
+        for k in range(3):
+            plane.request("POST", "/api/v1/namespaces/w/configmaps", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                                      "metadata": {"name": f"c{k}"}})
+        plane.compact_etcd()
+        assert wait_for(lambda: counter(s, s.metrics.watch_restarts, "nodes", "gone") >= 1, deadline_s=DEADLINE_S), \
+            f"no 410 seen: {s.node_watch.last_error}"
+        assert wait_for(lambda: s.node_watch.lists > lists, deadline_s=DEADLINE_S), "no list after the 410"
+        plane.create_node("g-1", 1000, 1024)
+        assert wait_for(lambda: "g-1" in s.state.snapshot.index, deadline_s=DEADLINE_S), "the node watch did not resume"
+    finally:
+        s.stop()
+
+
+def test_a_bad_kubeconfig_is_refused_naming_the_file_and_the_fault(tmp_path):
+    garbage = tmp_path / "garbage.yaml"
+    garbage.write_text("this: [is not: a kubeconfig\n")
+    with pytest.raises(ValueError, match=rf"kubernetes.kubeconfig: {garbage}: cannot be read"):
+        api_client(garbage)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("apiVersion: v1\nkind: Config\n")
+    with pytest.raises(ValueError, match=rf"kubernetes.kubeconfig: {empty}: not a usable kubeconfig.*context"):
+        api_client(empty)
+    good = tmp_path / "kubeconfig"
+    good.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "a",
+        "clusters": [{"name": "a", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "a", "user": {"token": "x"}}],
+        "contexts": [{"name": "a", "context": {"cluster": "a", "user": "a"}}]}))
+    api_client(good)  # readable: whether the server answers is the watches' business
+    with pytest.raises(ValueError, match=rf"{good}: not a usable kubeconfig.*named 'nope'"):
+        api_client(good, "nope")
+    config = tmp_path / "engine.yaml"
+    config.write_text("kubernetes: {kubeconfig: missing.yaml}\n")
+    with pytest.raises(ValueError, match=rf"kubernetes.kubeconfig: {tmp_path / 'missing.yaml'}: no such file"):
+        load_config(config)
+    config.write_text("kubernetes: {kubeconfig: kubeconfig, backoff_initial_s: 5, backoff_max_s: 1}\n")
+    with pytest.raises(ValueError, match=r"kubernetes: .*backoff_max_s=1: expected at least backoff_initial_s=5"):
+        load_config(config)
+    # td3sched serve stops at start, saying so
+    config.write_text(f"kubernetes: {{kubeconfig: {garbage.name}}}\ngrpc: {{port: 0}}\nhttp: {{port: 0}}\n")
+    result = subprocess.run([sys.executable, "-m", "td3sched.cli", "serve", "--config", str(config)],
+                            capture_output=True, text=True, timeout=120, env=engine_env(), cwd=REPO)
+    assert result.returncode != 0
+    assert f"kubernetes.kubeconfig: {garbage}: cannot be read" in result.stderr + result.stdout
+
+
+# --- the engine as a process --------------------------------------------------------------------------------
+
+def metric_value(text: str, name: str, **labels) -> float | None:
+    """The first sample of ``name`` whose labels include ``labels`` (None when none)."""
+    for line in text.splitlines():
+        m = re.match(r"^(\w+)(?:\{(.*)\})? (\S+)$", line)
+        if m and m.group(1) == name:
+            have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+            if all(have.get(k) == v for k, v in labels.items()):
+                return float(m.group(3))
+    return None
+
+
+def test_serve_with_a_kubeconfig_watches_and_logs_each_binding(cluster, namespace, tmp_path, processes):
+    folder = tmp_path / "engine"
+    folder.mkdir()
+    log_path = folder / "decisions.jsonl"
+    config = {"grpc": {"port": 0}, "http": {"port": 0}, "kubernetes": {"kubeconfig": str(cluster.kubeconfig)},
+              "decision_log": {"path": str(log_path), "fsync_interval_s": 0.1}}
+    (folder / "engine.yaml").write_text(yaml.safe_dump(config))
+    ready = folder / "ports.json"
+    engine = processes.start("engine-watch", [sys.executable, "-m", "td3sched.cli", "serve", "--config",
+                                              str(folder / "engine.yaml"), "--ready-file", str(ready)],
+                             folder / "engine.log", env=engine_env())
+    try:
+        assert wait_for(lambda: not engine.running or ready.exists(), deadline_s=90) and engine.running, engine.tail()
+        http = json.loads(ready.read_text())["http"]
+
+        def get(path: str) -> tuple[int, str]:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{http}{path}", timeout=5) as resp:
+                    return resp.status, resp.read().decode()
+            except urllib.error.HTTPError as exc:
+                return exc.code, ""
+        # no Prometheus: ready once the first node list has filled the state
+        assert wait_for(lambda: get("/readyz")[0] == 200, deadline_s=DEADLINE_S), engine.tail()
+        cluster.create_pod(namespace, "served", NOBODY, "1200m", "1500Mi")
+        cluster.bind_pod(namespace, "served", "node-4")
+
+        def logged():
+            from td3sched.engine.decision_log import read_log
+            return log_path.exists() and [r for r in read_log(log_path)[0]
+                                          if r["kind"] == "binding" and r["pod"]["namespace"] == namespace]
+        records = wait_for(logged, deadline_s=DEADLINE_S)
+        assert records, f"no binding record:\n{engine.tail()}"
+        (r,) = records
+        assert (r["node"], r["source"], r["counted"], r["pod"]["name"]) == ("node-4", "pod_watch", True, "served")
+        assert (r["pod"]["cpu_milli"], r["pod"]["mem_mib"]) == (1200, 1500)
+        _, text = get("/metrics")
+        for resource in ("pods", "nodes"):
+            assert metric_value(text, "td3sched_kubernetes_watch_synced", resource=resource) == 1.0
+            age = metric_value(text, "td3sched_kubernetes_watch_last_event_age_seconds", resource=resource)
+            assert age is not None and 0 <= age < 120
+        assert metric_value(text, "td3sched_bindings_total", source="pod_watch", result="counted") >= 1
+        listed = [n for n in cluster.request("GET", "/api/v1/nodes")["items"]
+                  if (n.get("status") or {}).get("allocatable")]
+        assert metric_value(text, "td3sched_state_nodes") == len(listed)
+    finally:
+        processes.stop(engine)
+
+
+def test_the_engine_decides_on_the_api_servers_nodes(cluster, namespace, source):
+    """A decision never waits on the watches: with nodes but no metrics, it falls back at once."""
+    d = source.service.engine.decide(PodSpec("p", cpu_milli=100, mem_mib=100), ["node-0", "node-1"])
+    assert d.fallback_reason == "no_fresh_metrics" and list(d.stale) == [True, True]
+
+
+# --- with a scheduler -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def watching_engine(cluster, prometheus, processes, tmp_path):
+    """``td3sched serve`` on the tests' Prometheus, with the control plane's kubeconfig."""
+    from tests.k8s.conftest import NODES
+    from tests.k8s.control_plane import Engine
+
+    e = Engine(tmp_path / "engine", prometheus, processes, kubernetes={"kubeconfig": str(cluster.kubeconfig)})
+    e.wait_fresh([n[0] for n in NODES])
+    yield e
+    e.stop()
+
+
+def bindings_by_pod(engine, namespace: str, names: list[str]) -> dict[str, list[dict]]:
+    """pod -> its binding records, once the watch has logged one for each of ``names`` (else {})."""
+    by_pod: dict[str, list[dict]] = {}
+    for r in engine.records():
+        if r["kind"] == "binding" and r["pod"]["namespace"] == namespace:
+            by_pod.setdefault(r["pod"]["name"], []).append(r)
+    watched = {p for p, rs in by_pod.items() if any(r["source"] == "pod_watch" for r in rs)}
+    return by_pod if watched >= set(names) else {}
+
+
+def test_the_extender_path_learns_its_bindings_from_the_watch(cluster, watching_engine, namespace, start_scheduler):
+    """The stock kube-scheduler tells the extender nothing after the bind: the watch does."""
+    from tests.k8s.control_plane import extender_config
+    from tests.k8s.test_scheduling_e2e import EXTENDER_SCHEDULER, create_pods, wait_bound
+
+    config = extender_config(f"http://127.0.0.1:{watching_engine.http_port}")
+    config["extenders"][0]["httpTimeout"] = "30s"
+    start_scheduler("extender", config)
+    names = create_pods(cluster, namespace, EXTENDER_SCHEDULER, 12)
+    bound = wait_bound(cluster, namespace, names)
+    by_pod = wait_for(lambda: bindings_by_pod(watching_engine, namespace, names), deadline_s=DEADLINE_S)
+    assert by_pod, f"the watch logged no binding for some pods:\n{watching_engine.process.tail()}"
+    for pod, records in by_pod.items():
+        assert [(r["source"], r["node"], r["counted"]) for r in records] == [("pod_watch", bound[pod], True)], pod
+
+
+def test_the_plugin_and_the_watch_report_each_binding_and_it_counts_once(cluster, watching_engine, prometheus,
+                                                                         namespace, start_scheduler):
+    from tests.k8s.control_plane import plugin_config
+    from tests.k8s.test_scheduling_e2e import GENEROUS_MS, PLUGIN_SCHEDULER, create_pods, wait_bound
+
+    start_scheduler("plugin", plugin_config(f"127.0.0.1:{watching_engine.grpc_port}", prometheus,
+                                            engineTimeoutMillis=GENEROUS_MS))
+    names = create_pods(cluster, namespace, PLUGIN_SCHEDULER, 12)
+    bound = wait_bound(cluster, namespace, names)
+
+    def both():
+        by_pod = bindings_by_pod(watching_engine, namespace, names)
+        return by_pod if by_pod and all(len(rs) == 2 for rs in by_pod.values()) else {}
+    by_pod = wait_for(both, deadline_s=DEADLINE_S)
+    assert by_pod, f"not every pod reported by both PostBind and the watch:\n{watching_engine.process.tail()}"
+    for pod, records in by_pod.items():
+        assert sorted(r["source"] for r in records) == ["pod_watch", "report_binding"], pod
+        assert {r["node"] for r in records} == {bound[pod]}, pod
+        assert sum(r["counted"] for r in records) == 1, f"{pod}: counted {sum(r['counted'] for r in records)} times"
