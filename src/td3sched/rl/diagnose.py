@@ -26,11 +26,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from td3sched.rl.actions import LOGIT_LIMIT, action_to_weights
+from td3sched.rl.actions import LOGIT_LIMIT, SATURATION, action_to_weights  # noqa: F401 (SATURATION re-exported)
 from td3sched.rl.model import LoadedModel
 
-SATURATION = 0.9
-"""A pre-activation counts as saturated beyond this fraction of the box bound."""
 
 
 @dataclass(frozen=True)
