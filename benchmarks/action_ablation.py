@@ -1,0 +1,149 @@
+"""The action-design ablation on ``tiny`` (issue 9, section 2): weights only vs + tau vs + hold-back
+ceiling, each as a static best (``td3sched search-static``) and as a learned TD3 policy (``td3sched
+train --action ...``, a short training, the same budget for every design, a few training seeds), all
+evaluated with ``td3sched evaluate`` on tiny's test span beside k8s-default and koord-loadaware.
+
+    python benchmarks/action_ablation.py                      # everything, then the table (about 40 min on 2 busy cores)
+    python benchmarks/action_ablation.py --table-only         # the table of what --out holds
+
+Every step is a td3sched command, printed before it runs; a step whose output is already in --out is
+skipped (delete the folder to rerun it). One process at a time (searches with one worker, trainings
+with one torch thread, the evaluation with one worker). The table: each policy's mean over the
+evaluation seeds of the objective (episode_reward, cluster-hours; higher is better) with its 95%
+interval, the paired difference from k8s-default, the cost in node-hours, CPU utilisation, P99
+latency and, for the learned policies, the share of the actor's pre-activations at the bound on the
+last logged training batch. The learned rows' "mean" row averages the training seeds' means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+DESIGNS = ("weights", "weights+tau", "weights+tau+ceiling")
+SEARCH = {  # design -> search-static options
+    "weights": ["--tau-fixed", "0"],
+    "weights+tau": [],
+    "weights+tau+ceiling": ["--ceiling-values", "none,0.6,0.7,0.8,0.9"],
+}
+BASELINES = ("k8s-default", "koord-loadaware")
+
+
+def run(cmd: list[str]) -> None:
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def td3sched(*args: str) -> list[str]:
+    return [sys.executable, "-m", "td3sched", *args]
+
+
+def search_static(out: Path, design: str, budget_min: float) -> str:
+    """The static best of ``design`` (a static-weights spec), searched on tiny's train span."""
+    folder = out / "best-static" / design.replace("+", "-")
+    found = sorted(folder.glob("*.json"))
+    if not found:
+        run(td3sched("search-static", "--scenario", "tiny", "--budget-min", f"{budget_min:g}", "--workers", "1",
+                     "--no-progress", "--out", str(folder), *SEARCH[design]))
+        found = sorted(folder.glob("*.json"))
+    return json.loads(found[-1].read_text())["policy"]
+
+
+def train(out: Path, design: str, seed: int, steps: int, learning_starts: int, episode_hours: float) -> Path:
+    folder = out / "td3" / f"{design.replace('+', '-')}-seed{seed}"
+    if not (folder / "model.json").exists() or json.loads((folder / "model.json").read_text())["training"]["steps"] < steps:
+        run(td3sched("train", "--scenario", "tiny", "--action", design, "--seed", str(seed), "--steps", str(steps),
+                     "--learning-starts", str(learning_starts), "--episode-hours", f"{episode_hours:g}",
+                     "--checkpoint-every", "0", "--no-progress", "--out", str(folder)))
+    return folder
+
+
+def read_summary(folder: Path) -> dict[tuple[str, str], dict]:
+    with open(folder / "summary.csv", newline="") as f:
+        return {(r["policy"], r["metric"]): r for r in csv.DictReader(f)}
+
+
+def read_runs(folder: Path) -> dict[str, dict[int, dict]]:
+    """policy -> seed -> metrics, from the evaluation's run records (runs/<policy>__seed<k>.json)."""
+    out: dict[str, dict[int, dict]] = {}
+    for path in (folder / "runs").glob("*.json"):
+        record = json.loads(path.read_text())
+        out.setdefault(record["policy"], {})[int(record["seed"])] = record["metrics"]
+    return out
+
+
+def paired(runs, policy: str, base: str = "k8s-default") -> tuple[float, float]:
+    """Mean and 95% half-width of (policy - base) episode_reward, paired by evaluation seed (the
+    evaluation's own statistics, ``td3sched.evaluate.stats``)."""
+    from td3sched.evaluate.stats import paired_difference
+
+    d = paired_difference({s: m["episode_reward"] for s, m in runs[base].items()},
+                          {s: m["episode_reward"] for s, m in runs[policy].items()})
+    return d.mean, d.half if d.half is not None else float("nan")
+
+
+def table(out: Path, labels: dict[str, str], saturation: dict[str, float]) -> str:
+    evaluation = out / "evaluation"
+    summary, runs = read_summary(evaluation), read_runs(evaluation)
+
+    def cell(policy: str, metric: str, fmt: str) -> str:
+        r = summary.get((policy, metric))
+        if r is None:
+            return "-"
+        return f"{float(r['mean']):{fmt}} ± {float(r['ci95_half']):{fmt}}" if r["ci95_half"] not in ("", "nan") \
+            else f"{float(r['mean']):{fmt}}"
+
+    lines = ["| action design | policy | episode_reward | Δ vs k8s-default (paired) | cost node-hours | cpu_util | "
+             "latency_p99_ms | pre-activations at the bound |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for policy, label in labels.items():
+        if policy not in runs:
+            continue
+        delta, half = paired(runs, policy)
+        sat = f"{saturation[policy]:.0%}" if policy in saturation else ""
+        lines.append(f"| {label} | `{policy}` | {cell(policy, 'episode_reward', '.3f')} | {delta:+.3f} ± {half:.3f} | "
+                     f"{cell(policy, 'cost_node_hours', '.1f')} | {cell(policy, 'cpu_util', '.3f')} | "
+                     f"{cell(policy, 'latency_p99_ms', '.0f')} | {sat} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("runs/action-ablation"), help="Working folder.")
+    ap.add_argument("--train-seeds", default="1,2,3", help="Training seeds of each learned design.")
+    ap.add_argument("--steps", type=int, default=10000, help="Training steps of each learned policy.")
+    ap.add_argument("--learning-starts", type=int, default=2000, help="Random warm-up steps of each training.")
+    ap.add_argument("--episode-hours", type=float, default=6.0, help="Training episode window (simulated hours).")
+    ap.add_argument("--search-budget-min", type=float, default=4.0, help="Budget of each static search.")
+    ap.add_argument("--eval-seeds", type=int, default=5, help="Evaluation seeds (1..N) on tiny's test span.")
+    ap.add_argument("--table-only", action="store_true", help="Print the table of what --out holds.")
+    args = ap.parse_args()
+    out = args.out
+    labels: dict[str, str] = {b: "baseline" for b in BASELINES}
+    saturation: dict[str, float] = {}
+    for design in DESIGNS:
+        labels[search_static(out, design, args.search_budget_min) if not args.table_only else
+               json.loads(sorted((out / "best-static" / design.replace("+", "-")).glob("*.json"))[-1].read_text())
+               ["policy"]] = f"{design}: static best"
+    for design in DESIGNS:
+        for seed in (int(s) for s in args.train_seeds.split(",")):
+            folder = (train(out, design, seed, args.steps, args.learning_starts, args.episode_hours)
+                      if not args.table_only else out / "td3" / f"{design.replace('+', '-')}-seed{seed}")
+            policy = f"td3:{folder}"
+            labels[policy] = f"{design}: TD3 seed {seed}"
+            card = json.loads((folder / "model.json").read_text())
+            last = card["training"].get("preactivation_saturation", {}).get("last")
+            if last is not None:
+                saturation[policy] = last
+    if not args.table_only:
+        run(td3sched("evaluate", "--scenario", "tiny", "--span", "test", "--seeds", str(args.eval_seeds),
+                     "--workers", "1", "--no-progress", "--out", str(out / "evaluation"),
+                     *(x for p in labels for x in ("--policies", p))))
+    print(table(out, labels, saturation))
+
+
+if __name__ == "__main__":
+    main()
