@@ -48,6 +48,7 @@ def search_static(out: Path, design: str, budget_min: float) -> str:
     found = sorted(folder.glob("*.json"))
     if not found:
         run(td3sched("search-static", "--scenario", "tiny", "--budget-min", f"{budget_min:g}", "--workers", "1",
+                     "--step", "0.25",
                      "--no-progress", "--out", str(folder), *SEARCH[design]))
         found = sorted(folder.glob("*.json"))
     return json.loads(found[-1].read_text())["policy"]
@@ -117,7 +118,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10000, help="Training steps of each learned policy.")
     ap.add_argument("--learning-starts", type=int, default=2000, help="Random warm-up steps of each training.")
     ap.add_argument("--episode-hours", type=float, default=6.0, help="Training episode window (simulated hours).")
-    ap.add_argument("--search-budget-min", type=float, default=4.0, help="Budget of each static search.")
+    ap.add_argument("--search-budget-min", type=float, default=6.0, help="Budget of each static search.")
     ap.add_argument("--eval-seeds", type=int, default=5, help="Evaluation seeds (1..N) on tiny's test span.")
     ap.add_argument("--table-only", action="store_true", help="Print the table of what --out holds.")
     args = ap.parse_args()
