@@ -83,7 +83,7 @@ class EngineTwin(Policy):
     def attach(self, context) -> None:
         super().attach(context)
         self.close()
-        self.placements, self.decisions, self.now = [], 0, 0.0
+        self.placements, self.decisions, self.now, self._filtered = [], 0, 0.0, False
         self.state = ShadowState(lambda: self.now, Staleness(max_age_s=NEVER_STALE_S))
         self.source = SimulatorSource(context.cluster, self.state, lambda: self.now,
                                       context.oom_kills or (lambda: 0))
@@ -104,7 +104,8 @@ class EngineTwin(Policy):
         extender, kube-scheduler's /filter."""
         self.now = pod.time_s
         self.source.refresh()
-        if self.like != "extender":
+        self._filtered = self.like == "extender" or (self.door == "in-process" and self.service.engine.serves_ceiling())
+        if not self._filtered:  # a ceiling model in process holds back as the td3 policy's Filter does
             return None
         names = cluster.names[nodes].tolist()
         spec = pod_spec(pod)
@@ -115,7 +116,7 @@ class EngineTwin(Policy):
         names = cluster.names[nodes].tolist()
         spec = pod_spec(pod)
         if self.door == "in-process":
-            api = "prioritize" if self.like == "extender" else "score_nodes"  # /filter's decision, as the extender
+            api = "prioritize" if self._filtered else "score_nodes"  # /filter's decision, as the extender
             self._decision_id, d = self.service.score_nodes(spec, names, api=api)
             scores = d.scores if self.like is None else quantize(d.scores, MAX_SCORE[self.like]).astype(np.float64)
         else:
