@@ -12,7 +12,8 @@ with one torch thread, the evaluation with one worker). The table: each policy's
 evaluation seeds of the objective (episode_reward, cluster-hours; higher is better) with its 95%
 interval, the paired difference from k8s-default, the cost in node-hours, CPU utilisation, P99
 latency and, for the learned policies, the share of the actor's pre-activations at the bound on the
-last logged training batch. The learned rows' "mean" row averages the training seeds' means.
+last logged training batch. Each learned design is trained with and without the pre-activation
+penalty (``--penalties``); a second table averages each design's training seeds.
 """
 
 from __future__ import annotations
@@ -54,12 +55,18 @@ def search_static(out: Path, design: str, budget_min: float) -> str:
     return json.loads(found[-1].read_text())["policy"]
 
 
-def train(out: Path, design: str, seed: int, steps: int, learning_starts: int, episode_hours: float) -> Path:
-    folder = out / "td3" / f"{design.replace('+', '-')}-seed{seed}"
+def model_folder(out: Path, design: str, penalty: float, seed: int) -> Path:
+    return out / "td3" / f"{design.replace('+', '-')}-p{penalty:g}-seed{seed}"
+
+
+def train(out: Path, design: str, penalty: float, seed: int, steps: int, learning_starts: int,
+          episode_hours: float) -> Path:
+    folder = model_folder(out, design, penalty, seed)
     if not (folder / "model.json").exists() or json.loads((folder / "model.json").read_text())["training"]["steps"] < steps:
         run(td3sched("train", "--scenario", "tiny", "--action", design, "--seed", str(seed), "--steps", str(steps),
                      "--learning-starts", str(learning_starts), "--episode-hours", f"{episode_hours:g}",
-                     "--checkpoint-every", "0", "--no-progress", "--out", str(folder)))
+                     "--preactivation-penalty", f"{penalty:g}", "--checkpoint-every", "0", "--no-progress",
+                     "--out", str(folder)))
     return folder
 
 
@@ -85,6 +92,28 @@ def paired(runs, policy: str, base: str = "k8s-default") -> tuple[float, float]:
     d = paired_difference({s: m["episode_reward"] for s, m in runs[base].items()},
                           {s: m["episode_reward"] for s, m in runs[policy].items()})
     return d.mean, d.half if d.half is not None else float("nan")
+
+
+def groups_table(out: Path, groups: dict[str, list[str]], saturation: dict[str, float]) -> str:
+    """One row per learned design and penalty: the training seeds' mean episode rewards averaged, their
+    spread, and the paired difference from k8s-default averaged over seeds and training seeds."""
+    import numpy as np
+
+    runs = read_runs(out / "evaluation")
+    lines = ["| learned design | training seeds | episode_reward (mean of seeds' means) | spread over training seeds "
+             "(min / max) | Δ vs k8s-default | at the bound (mean) |", "|---|---:|---:|---:|---:|---:|"]
+    for label, policies in groups.items():
+        policies = [p for p in policies if p in runs]
+        if not policies:
+            continue
+        means = [np.mean([m["episode_reward"] for m in runs[p].values()]) for p in policies]
+        deltas = [paired(runs, p)[0] for p in policies]
+        sat = [saturation[p] for p in policies if p in saturation]
+        lines.append(f"| {label} | {len(policies)} | {np.mean(means):.3f} | {min(means):.3f} / {max(means):.3f} | "
+                     f"{np.mean(deltas):+.3f} | {np.mean(sat):.0%} |" if sat else
+                     f"| {label} | {len(policies)} | {np.mean(means):.3f} | {min(means):.3f} / {max(means):.3f} | "
+                     f"{np.mean(deltas):+.3f} | |")
+    return "\n".join(lines)
 
 
 def table(out: Path, labels: dict[str, str], saturation: dict[str, float]) -> str:
@@ -115,6 +144,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("runs/action-ablation"), help="Working folder.")
     ap.add_argument("--train-seeds", default="1,2,3", help="Training seeds of each learned design.")
+    ap.add_argument("--penalties", default="0,1", help="Pre-activation penalties (train --preactivation-penalty) "
+                                                      "each learned design is trained with.")
     ap.add_argument("--steps", type=int, default=10000, help="Training steps of each learned policy.")
     ap.add_argument("--learning-starts", type=int, default=2000, help="Random warm-up steps of each training.")
     ap.add_argument("--episode-hours", type=float, default=6.0, help="Training episode window (simulated hours).")
@@ -129,21 +160,27 @@ def main() -> None:
         labels[search_static(out, design, args.search_budget_min) if not args.table_only else
                json.loads(sorted((out / "best-static" / design.replace("+", "-")).glob("*.json"))[-1].read_text())
                ["policy"]] = f"{design}: static best"
+    groups: dict[str, list[str]] = {}
     for design in DESIGNS:
-        for seed in (int(s) for s in args.train_seeds.split(",")):
-            folder = (train(out, design, seed, args.steps, args.learning_starts, args.episode_hours)
-                      if not args.table_only else out / "td3" / f"{design.replace('+', '-')}-seed{seed}")
-            policy = f"td3:{folder}"
-            labels[policy] = f"{design}: TD3 seed {seed}"
-            card = json.loads((folder / "model.json").read_text())
-            last = card["training"].get("preactivation_saturation", {}).get("last")
-            if last is not None:
-                saturation[policy] = last
+        for penalty in (float(p) for p in args.penalties.split(",")):
+            group = groups.setdefault(f"{design}, penalty {penalty:g}", [])
+            for seed in (int(s) for s in args.train_seeds.split(",")):
+                folder = (train(out, design, penalty, seed, args.steps, args.learning_starts, args.episode_hours)
+                          if not args.table_only else model_folder(out, design, penalty, seed))
+                policy = f"td3:{folder}"
+                labels[policy] = f"{design}: TD3, penalty {penalty:g}, seed {seed}"
+                group.append(policy)
+                card = json.loads((folder / "model.json").read_text())
+                last = card["training"].get("preactivation_saturation", {}).get("last")
+                if last is not None:
+                    saturation[policy] = last
     if not args.table_only:
         run(td3sched("evaluate", "--scenario", "tiny", "--span", "test", "--seeds", str(args.eval_seeds),
                      "--workers", "1", "--no-progress", "--out", str(out / "evaluation"),
                      *(x for p in labels for x in ("--policies", p))))
     print(table(out, labels, saturation))
+    print()
+    print(groups_table(out, groups, saturation))
 
 
 if __name__ == "__main__":

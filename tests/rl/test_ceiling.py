@@ -184,7 +184,7 @@ def _saturation_after(penalty: float, steps: int = 300) -> float:
     for _ in range(64):
         agent.buffer.add(rng.normal(size=OBSERVATION_SIZE), rng.uniform(-5, 5, 5), 0.0,
                          rng.normal(size=OBSERVATION_SIZE), False)
-    agent.critic.q1 = lambda obs, action: 0.02 * action.sum(dim=-1, keepdim=True)  # the actor's Q: dQ/da = 0.02
+    agent.critic.q1 = lambda obs, action: 0.05 * action.sum(dim=-1, keepdim=True)  # the actor's Q: dQ/da = 0.05
     for step in range(steps):
         agent.train_step(step)
     obs = torch.from_numpy(agent.normalizer.normalize(rng.normal(size=(256, OBSERVATION_SIZE))))
@@ -193,7 +193,34 @@ def _saturation_after(penalty: float, steps: int = 300) -> float:
 
 def test_the_preactivation_penalty_keeps_the_actor_off_the_bound():
     assert _saturation_after(0.0) > 0.9
-    assert _saturation_after(0.01) < 0.1
+    assert _saturation_after(1.0) < 0.1  # on observations it never trained on
+
+
+def test_the_preactivation_penalty_is_free_inside_80_percent_of_the_bound():
+    """Inside the free zone the actor's update is the plain TD3 update, bit for bit."""
+    a, b = _agent_pair()
+    for agent in (a, b):
+        torch.manual_seed(11)  # target smoothing draws from torch's generator
+        for step in range(1, 4):
+            agent.train_step(step)
+    for (name, x), (_, y) in zip(a.actor.named_parameters(), b.actor.named_parameters()):
+        assert torch.equal(x, y), name
+
+
+def _agent_pair():
+    """Two agents, penalty 0 and the default, whose actors start with raw outputs well inside the zone."""
+    agents = []
+    for penalty in (0.0, 1.0):
+        agent = TD3(OBSERVATION_SIZE, TD3Config(hidden=(16, 16), batch_size=16, buffer_size=100, learning_starts=0,
+                                                policy_frequency=1, preactivation_penalty=penalty), seed=6)
+        with torch.no_grad():
+            agent.actor.net[-1].weight.mul_(0.01)
+        rng = np.random.default_rng(0)
+        for _ in range(32):
+            agent.buffer.add(rng.normal(size=OBSERVATION_SIZE), rng.uniform(-5, 5, 5), -0.1,
+                             rng.normal(size=OBSERVATION_SIZE), False)
+        agents.append(agent)
+    return agents
 
 
 def test_the_oom_feature_reads_one_kill_and_a_hundred_apart():
