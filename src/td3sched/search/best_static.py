@@ -29,7 +29,7 @@ An evaluation is one ``Simulation`` of the scenario's world (built once per work
 one window, with the search seed for the world and the run. The result is stored in
 ``<models>/best-static/<scenario>-<variant>-<hash of the settings>.json`` (written atomically; models:
 ``$TD3SCHED_MODELS``, else ``./models``, see ``td3sched.shipped``): the
-winner's weights, tau and rewards, its windows, the settings (budget included), the ladder, every
+winner's weights, tau (and ceiling) and rewards, its windows, the settings (budget included), the ladder, every
 candidate's scores, the code version and the wall time. ``resolve_policy`` turns the policy names
 ``best-static`` / ``best-static-seed`` into the stored ``static-weights:w=...:tau=...``.
 """
@@ -57,8 +57,12 @@ TAU_VALUES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 ETA = 3
 MAX_WINDOWS = 8
 WINDOW_H_RANGE = (1.0, 6.0)
-VARIANTS = {"best-static": None, "best-static-seed": 0.0}
+VARIANTS = {"best-static": None, "best-static-seed": 0.0, "best-static-ceiling": None}
 """Policy name -> tau_fixed of the search it resolves to (None: tau is searched too)."""
+CEILING_VALUES = (None, 0.6, 0.7, 0.8, 0.9)
+"""The hold-back ceilings ``best-static-ceiling``'s search tries (None: no ceiling)."""
+VARIANT_CEILINGS = {"best-static-ceiling": CEILING_VALUES}
+"""Policy name -> the ceilings its search tries (the others: none)."""
 HOUR_S = 3600.0
 ANCHOR_WEIGHTS = (0.25, 0.25, 0.25, 0.25)
 
@@ -489,7 +493,8 @@ def load_result(name: str, scenario_name: str, overrides, models_dir: Path | Non
     from td3sched.shipped import best_static_dirs
 
     folders = [Path(models_dir)] if models_dir is not None else best_static_dirs()
-    want = SearchSettings(scenario_name, tuple(overrides or ()), tau_fixed=VARIANTS[name]).resolved()
+    want = SearchSettings(scenario_name, tuple(overrides or ()), tau_fixed=VARIANTS[name],
+                          ceiling_values=VARIANT_CEILINGS.get(name, (None,))).resolved()
     found: list[tuple[int, float, str, dict, Path]] = []  # (folder rank: the user's first, budget, time, ...)
     for rank, folder in enumerate(folders):
         for path in sorted(folder.glob(f"{scenario_name}-{want.variant}-*.json")):
@@ -504,6 +509,8 @@ def load_result(name: str, scenario_name: str, overrides, models_dir: Path | Non
     if not found:
         sets = "".join(f" --set {o}" for o in want.overrides)
         tau = " --tau-fixed 0" if want.tau_fixed == 0 else ""
+        if want.ceiling_values != (None,):
+            tau += " --ceiling-values " + ",".join("none" if c is None else f"{c:g}" for c in want.ceiling_values)
         where = ", ".join(map(str, folders)) or "no best-static folder"
         raise ValueError(f"no stored {name} result for scenario {scenario_name!r}"
                          f"{' with overrides ' + str(list(want.overrides)) if want.overrides else ''} and the default "
