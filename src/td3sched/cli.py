@@ -760,6 +760,8 @@ def inspect_model(
             ("decisions", f"{result.decisions:,}"), ("reward", f"{result.reward:.2f}"),
             ("weights [cpu, mem, io, net] mean", fmt(result.weights_mean)),
             ("weights std", fmt(result.weights_std)), ("tau mean / std", f"{result.tau_mean:.3f} / {result.tau_std:.3f}"),
+            *([("ceiling mean / std", f"{result.ceiling_mean:.3f} / {result.ceiling_std:.3f}")]
+              if result.ceiling_mean is not None else []),
             ("pre-activations saturated", f"{100 * result.saturated:.0f}%"),
             ("Q std across states", f"{result.q_state_std:.3f}"),
             ("Q std across random actions (per state)", f"{result.q_action_std:.3f}"),
