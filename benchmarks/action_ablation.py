@@ -5,6 +5,8 @@ evaluated with ``td3sched evaluate`` on tiny's test span beside k8s-default and 
 
     python benchmarks/action_ablation.py                      # everything, then the table (about 40 min on 2 busy cores)
     python benchmarks/action_ablation.py --table-only         # the table of what --out holds
+    python benchmarks/action_ablation.py --no-learned --set nodes.pools.cpu.count=8 --set nodes.pools.cpu.max_count=8 \
+        --out runs/action-ablation-loaded                     # the static rows on a loaded tiny (8 CPU nodes, no scale-up)
 
 Every step is a td3sched command, printed before it runs; a step whose output is already in --out is
 skipped (delete the folder to rerun it). One process at a time (searches with one worker, trainings
@@ -43,14 +45,21 @@ def td3sched(*args: str) -> list[str]:
     return [sys.executable, "-m", "td3sched", *args]
 
 
+SETS: list[str] = []
+"""``--set`` overrides of tiny, passed to every command (main)."""
+
+
+def sets() -> list[str]:
+    return [x for o in SETS for x in ("--set", o)]
+
+
 def search_static(out: Path, design: str, budget_min: float) -> str:
     """The static best of ``design`` (a static-weights spec), searched on tiny's train span."""
     folder = out / "best-static" / design.replace("+", "-")
     found = sorted(folder.glob("*.json"))
     if not found:
         run(td3sched("search-static", "--scenario", "tiny", "--budget-min", f"{budget_min:g}", "--workers", "1",
-                     "--step", "0.25",
-                     "--no-progress", "--out", str(folder), *SEARCH[design]))
+                     "--step", "0.25", "--no-progress", "--out", str(folder), *SEARCH[design], *sets()))
         found = sorted(folder.glob("*.json"))
     return json.loads(found[-1].read_text())["policy"]
 
@@ -66,7 +75,7 @@ def train(out: Path, design: str, penalty: float, seed: int, steps: int, learnin
         run(td3sched("train", "--scenario", "tiny", "--action", design, "--seed", str(seed), "--steps", str(steps),
                      "--learning-starts", str(learning_starts), "--episode-hours", f"{episode_hours:g}",
                      "--preactivation-penalty", f"{penalty:g}", "--checkpoint-every", "0", "--no-progress",
-                     "--out", str(folder)))
+                     "--out", str(folder), *sets()))
     return folder
 
 
@@ -152,8 +161,11 @@ def main() -> None:
     ap.add_argument("--search-budget-min", type=float, default=6.0, help="Budget of each static search.")
     ap.add_argument("--eval-seeds", type=int, default=5, help="Evaluation seeds (1..N) on tiny's test span.")
     ap.add_argument("--table-only", action="store_true", help="Print the table of what --out holds.")
+    ap.add_argument("--no-learned", action="store_true", help="The baselines and static bests only (no training).")
+    ap.add_argument("--set", action="append", default=[], help="A --set override of tiny for every command.")
     args = ap.parse_args()
     out = args.out
+    SETS[:] = args.set
     labels: dict[str, str] = {b: "baseline" for b in BASELINES}
     saturation: dict[str, float] = {}
     for design in DESIGNS:
@@ -161,7 +173,7 @@ def main() -> None:
                json.loads(sorted((out / "best-static" / design.replace("+", "-")).glob("*.json"))[-1].read_text())
                ["policy"]] = f"{design}: static best"
     groups: dict[str, list[str]] = {}
-    for design in DESIGNS:
+    for design in DESIGNS if not args.no_learned else ():
         for penalty in (float(p) for p in args.penalties.split(",")):
             group = groups.setdefault(f"{design}, penalty {penalty:g}", [])
             for seed in (int(s) for s in args.train_seeds.split(",")):
@@ -176,11 +188,12 @@ def main() -> None:
                     saturation[policy] = last
     if not args.table_only:
         run(td3sched("evaluate", "--scenario", "tiny", "--span", "test", "--seeds", str(args.eval_seeds),
-                     "--workers", "1", "--no-progress", "--out", str(out / "evaluation"),
+                     "--workers", "1", "--no-progress", "--out", str(out / "evaluation"), *sets(),
                      *(x for p in labels for x in ("--policies", p))))
     print(table(out, labels, saturation))
-    print()
-    print(groups_table(out, groups, saturation))
+    if groups:
+        print()
+        print(groups_table(out, groups, saturation))
 
 
 if __name__ == "__main__":
