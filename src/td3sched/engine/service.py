@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import threading
-from collections import OrderedDict
 import math
 import os
+import threading
 import time
+from collections import OrderedDict
 
 import numpy as np
 
