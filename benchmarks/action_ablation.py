@@ -169,9 +169,11 @@ def main() -> None:
     labels: dict[str, str] = {b: "baseline" for b in BASELINES}
     saturation: dict[str, float] = {}
     for design in DESIGNS:
-        labels[search_static(out, design, args.search_budget_min) if not args.table_only else
-               json.loads(sorted((out / "best-static" / design.replace("+", "-")).glob("*.json"))[-1].read_text())
-               ["policy"]] = f"{design}: static best"
+        spec = (search_static(out, design, args.search_budget_min) if not args.table_only else
+                json.loads(sorted((out / "best-static" / design.replace("+", "-")).glob("*.json"))[-1].read_text())
+                ["policy"])
+        label = f"{design}: static best"
+        labels[spec] = f"{labels[spec]}; {label}" if spec in labels else label  # two searches may pick one spec
     groups: dict[str, list[str]] = {}
     for design in DESIGNS if not args.no_learned else ():
         for penalty in (float(p) for p in args.penalties.split(",")):
