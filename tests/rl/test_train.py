@@ -128,3 +128,15 @@ def test_train_command_chooses_the_action_design_and_records_the_share_at_the_bo
     bad = runner.invoke(app, ["train", "--steps", "10", "--out", str(tmp_path / "bad"), "--action", "tau"])
     assert bad.exit_code == 2 and "--action: action 'tau': expected one of weights, weights+tau" in " ".join(
         bad.output.split())
+
+
+def test_a_checkpoint_from_before_the_penalty_field_resumes(tmp_path):
+    """Config fields added later (TD3Config's LATER_FIELDS) read with the value the run was trained with."""
+    train(tmp_path, 70, SETTINGS, SMALL, checkpoint_every=70)
+    path = tmp_path / CHECKPOINT_FILE
+    state = read_checkpoint(path)
+    del state["config"]["preactivation_penalty"], state["config"]["gamma_per_hour"]
+    torch.save(state, path)
+    assert train(tmp_path, 80, SETTINGS, SMALL, resume=True).steps == 80
+    with pytest.raises(CheckpointError, match="config differ"):
+        train(tmp_path, 90, SETTINGS, TD3Config(**{**SMALL.to_json(), "preactivation_penalty": 1.0}), resume=True)

@@ -231,8 +231,12 @@ def read_checkpoint(path: Path) -> dict:
 def resume_from(path: Path, agent: TD3, env, settings: TrainSettings) -> LoopState:
     """Load the checkpoint into ``agent``, bring ``env`` back to its step; the loop's state."""
     state = read_checkpoint(path)
+    try:  # a checkpoint written before a config field existed reads with the value it was trained with
+        have_config = TD3Config.from_json(state["config"]).to_json()
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: config unreadable ({exc})") from None
     for name, have, want in (("settings", state["settings"], settings.to_json()),
-                             ("config", state["config"], agent.config.to_json())):
+                             ("config", have_config, agent.config.to_json())):
         diff = {k: (have.get(k), want.get(k)) for k in set(have) | set(want) if have.get(k) != want.get(k)}
         if diff:
             raise CheckpointError(f"{path}: {name} differ from this run's (checkpoint, now): {diff}")
