@@ -423,6 +423,10 @@ def search_static(
     step: str = typer.Option("auto", help="Simplex grid step: auto (finest of 0.2, 0.25, 0.5 that fits the "
                                           "budget), 0.2, 0.25 or 0.5."),
     tau_values: str = typer.Option("0,0.2,0.4,0.6,0.8,1", help="Comma-separated tau grid (without --tau-fixed)."),
+    ceiling_values: str = typer.Option("none", help="Comma-separated hold-back ceilings searched (static-weights' "
+                                                    "ceiling; 'none': no hold-back), e.g. none,0.6,0.7,0.8. Default "
+                                                    "none: no ceiling; with any, the result is the variant "
+                                                    "best-static-ceiling."),
     window_h: Optional[float] = typer.Option(None, help="Evaluation window in hours (default: a 24th of the train "
                                                         "span, between 1 and 6)."),
     max_windows: int = typer.Option(8, help="Windows of the last rung of the ladder."),
@@ -439,8 +443,11 @@ def search_static(
 
     try:
         taus = tuple(float(x) for x in tau_values.split(",") if x.strip())
+        ceilings = tuple(None if x.strip().lower() == "none" else float(x) for x in ceiling_values.split(",")
+                         if x.strip())
         settings = SearchSettings(scenario, tuple(set_), seed=seed, tau_fixed=tau_fixed, budget_min=budget_min,
-                                  step=step, tau_values=taus, window_h=window_h, max_windows=max_windows)
+                                  step=step, tau_values=taus, window_h=window_h, max_windows=max_windows,
+                                  ceiling_values=ceilings)
         result, path = search(settings, workers=workers, progress=progress, models_dir=out_dir)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         _fail(str(exc))
@@ -472,7 +479,12 @@ def train(
     gamma_per_hour: Optional[float] = typer.Option(None, help="Semi-MDP discount per simulated hour: a transition "
                                                    "of dt seconds is discounted by this ** (dt / 3600) (reward.py). "
                                                    "Default: 0.99 per decision."),
-    action: Optional[str] = typer.Option(None, help="full (default): weights and tau; seed: weights, tau fixed at 0."),
+    action: Optional[str] = typer.Option(None, help="The action design: weights+tau (default; the mode 'full'), "
+                                         "weights (tau fixed at 0, the reference design; 'seed'), or "
+                                         "weights+tau+ceiling (a hold-back ceiling too; 'ceiling'). docs/td3.md."),
+    preactivation_penalty: Optional[float] = typer.Option(None, help="Coefficient of the actor's penalty on its "
+                                                          "pre-activations (default 0.01, "
+                                                          "TD3Config.preactivation_penalty; 0: none)."),
     span: Optional[str] = typer.Option(None, help=_span_help(LEARN_SPAN, "Span whose windows are the episodes")),
     episode_hours: Optional[float] = typer.Option(None, help="Episode window in simulated hours (default: 24)."),
     learning_starts: Optional[int] = typer.Option(None, help="Random warm-up steps before learning (default: "
@@ -496,6 +508,13 @@ def train(
     except ImportError as exc:
         _fail(f"training needs the rl extra ({exc}): pip install 'td3sched[rl]'")
     given = {"scenario": scenario, "seed": seed, "span": span, "episode_hours": episode_hours, "action_mode": action}
+    if action is not None:
+        from td3sched.rl.actions import action_mode_of
+
+        try:
+            given["action_mode"] = action_mode_of(action)
+        except ValueError as exc:
+            _fail(f"--action: {exc}")
     if set_:
         given["overrides"] = tuple(set_)
     try:
@@ -506,7 +525,8 @@ def train(
             settings, config, done = checkpoint_settings(out_dir)
             clash = {k: (v, getattr(settings, k)) for k, v in given.items()
                      if v is not None and v != getattr(settings, k)}
-            clash.update({k: (v, getattr(config, k)) for k, v in (("algo", algo), ("learning_starts", learning_starts))
+            clash.update({k: (v, getattr(config, k)) for k, v in (("algo", algo), ("learning_starts", learning_starts),
+                                                                  ("preactivation_penalty", preactivation_penalty))
                           if v is not None and v != getattr(config, k)})
             if clash:
                 raise ValueError(f"--resume: options differ from the checkpoint's (given, checkpoint): {clash}")
@@ -519,7 +539,8 @@ def train(
             defaults = TrainSettings()
             settings = TrainSettings(**{k: v if v is not None else getattr(defaults, k) for k, v in given.items()})
             config = TD3Config(**{k: v for k, v in (("algo", algo), ("learning_starts", learning_starts),
-                                                    ("gamma_per_hour", gamma_per_hour)) if v is not None})
+                                                    ("gamma_per_hour", gamma_per_hour),
+                                                    ("preactivation_penalty", preactivation_penalty)) if v is not None})
         from td3sched.outputs import check_folder
         from td3sched.scenario import load_scenario
 
@@ -528,8 +549,10 @@ def train(
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
     torch.set_num_threads(threads)
+    from td3sched.rl.actions import design_of
+
     console.print(f"train: {settings.scenario}/{settings.span}, {settings.episode_hours:g} h windows, seed "
-                  f"{settings.seed}, {config.algo}, action {settings.action_mode} -> {escape(str(out_dir))}"
+                  f"{settings.seed}, {config.algo}, action {design_of(settings.action_mode)} -> {escape(str(out_dir))}"
                   + (" (resumed)" if resume else ""))
 
     def run(on_log=None):
@@ -544,14 +567,16 @@ def train(
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                           TextColumn("{task.fields[sps]:>5.0f} steps/s"), TextColumn("ep reward {task.fields[reward]}"),
                           TextColumn("critic loss {task.fields[critic]} actor loss {task.fields[actor]}"),
+                          TextColumn("at bound {task.fields[saturated]}"),
                           TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as bar:
                 task = bar.add_task("train", total=steps, completed=done if resume else 0, sps=0.0, reward="-",
-                                    critic="-", actor="-")
+                                    critic="-", actor="-", saturated="-")
 
                 def on_log(d: dict) -> None:
                     fmt = lambda key: f"{d[key]:.4g}" if key in d and d[key] == d[key] else "-"  # noqa: E731
                     bar.update(task, completed=d["step"], sps=d["SPS"], reward=fmt("episode_reward"),
-                               critic=fmt("qf_loss"), actor=fmt("actor_loss"))
+                               critic=fmt("qf_loss"), actor=fmt("actor_loss"),
+                               saturated=f"{d['saturated']:.0%}" if "saturated" in d else "-")
 
                 result = run(on_log)
         else:
@@ -570,6 +595,10 @@ def train(
     recent = f"{sum(result.recent_returns) / len(result.recent_returns):.4g}" if result.recent_returns else "-"
     console.print(f"{result.steps:,} steps, {result.episodes} episodes, {result.wall_s:,.1f} s training, "
                   f"{result.sps:,.0f} steps/s; mean of the last episode rewards {recent}")
+    card = json.loads((out_dir / "model.json").read_text())
+    last = card["training"].get("preactivation_saturation", {}).get("last")
+    if last is not None:
+        console.print(f"actor pre-activations at the bound (> 90%) on the last logged batch: {last:.1%}")
     console.print(f"model: {escape(str(out_dir))} (use --policy td3:{escape(str(out_dir))})")
 
 
@@ -731,6 +760,8 @@ def inspect_model(
             ("decisions", f"{result.decisions:,}"), ("reward", f"{result.reward:.2f}"),
             ("weights [cpu, mem, io, net] mean", fmt(result.weights_mean)),
             ("weights std", fmt(result.weights_std)), ("tau mean / std", f"{result.tau_mean:.3f} / {result.tau_std:.3f}"),
+            *([("ceiling mean / std", f"{result.ceiling_mean:.3f} / {result.ceiling_std:.3f}")]
+              if result.ceiling_mean is not None else []),
             ("pre-activations saturated", f"{100 * result.saturated:.0f}%"),
             ("Q std across states", f"{result.q_state_std:.3f}"),
             ("Q std across random actions (per state)", f"{result.q_action_std:.3f}"),

@@ -15,7 +15,7 @@ from td3sched.policy import make_policy
 from td3sched.policy.static_weights import StaticWeights
 from td3sched.scenario import load_scenario
 from td3sched.search.best_static import (
-    SearchSettings, candidates, choose_step, ladder_evaluations, resolve_policy, rung_plan, search, simplex_grid, store,
+    CEILING_VALUES, SearchSettings, candidates, choose_step, ladder_evaluations, resolve_policy, rung_plan, search, simplex_grid, store,
     train_windows,
 )
 from td3sched.simulator.engine import Simulation
@@ -155,3 +155,30 @@ def test_the_users_results_come_before_the_shipped_ones(tmp_path, monkeypatch):
     assert resolve_policy("best-static", "dlrm", [])[1] == "static-weights:w=1/0/0/0:tau=1" != shipped
     monkeypatch.setenv(MODELS_ENV, str(tmp_path / "elsewhere"))
     assert resolve_policy("best-static", "dlrm", [])[1] == shipped
+
+
+def test_a_search_with_ceilings_tries_each_weights_and_tau_point_with_each_and_resolves_by_name(tmp_path):
+    """best-static-ceiling: the grid x the ceilings; a binding ceiling changes the run (tiny's first
+    train window at a ceiling of 0.3 leaves pods waiting), a ceiling that never binds ties with none,
+    and the result is read back by its policy name from the search with the default ceilings."""
+    settings = SearchSettings("tiny", step="0.5", tau_values=(0.0,), ceiling_values=(None, 0.3, 0.95), window_h=3,
+                              max_windows=1, budget_min=2)
+    assert settings.variant == "best-static-ceiling" and settings.ceiling_values == (None, 0.3, 0.95)
+    assert SearchSettings("tiny").as_dict() == {k: v for k, v in SearchSettings("tiny").as_dict().items()
+                                                if k != "ceiling_values"}  # old stored results still match
+    result, path = search(settings, workers=1, models_dir=tmp_path)
+    stored = json.loads(path.read_text())
+    by_spec = {c["policy"]: c["reward"] for c in stored["candidates"]}
+    assert len(by_spec) == 10 * 3 + 1  # 10 simplex points x 3 ceilings, plus the equal-weights anchor
+    base = "static-weights:w=0.5/0.5/0/0:tau=0"
+    assert by_spec[base + ":ceiling=0.95"] == by_spec[base]
+    assert by_spec[base + ":ceiling=0.3"] != by_spec[base]
+    with pytest.raises(ValueError, match=r"--scenario tiny --ceiling-values none,0.6,0.7,0.8,0.9` first"):
+        resolve_policy("best-static-ceiling", "tiny", [], models_dir=tmp_path)
+    default = SearchSettings("tiny", ceiling_values=CEILING_VALUES).resolved()
+    store({"policy": result["policy"], "settings": default.as_dict(), "written_at": "2026-01-01T00:00:00+00:00"},
+          default, tmp_path)
+    assert resolve_policy("best-static-ceiling", "tiny", [], models_dir=tmp_path) == ("best-static-ceiling",
+                                                                                      result["policy"])
+    with pytest.raises(ValueError, match=r"ceiling=1.5: expected a CPU utilisation in \(0, 1\]"):
+        SearchSettings("tiny", ceiling_values=(1.5,))

@@ -31,7 +31,7 @@ def _saved(tmp_path, config=CONFIG, mode="full", name="m"):
     rng = np.random.default_rng(1)
     agent.normalizer.update(rng.normal(size=(100, OBSERVATION_SIZE)))
     for step in range(1, 5):
-        agent.buffer.add(rng.normal(size=OBSERVATION_SIZE), rng.uniform(-5, 5, 5), -0.1,
+        agent.buffer.add(rng.normal(size=OBSERVATION_SIZE), rng.uniform(-5, 5, agent.action_size), -0.1,
                          rng.normal(size=OBSERVATION_SIZE), False)
         agent.train_step(step)
     folder = tmp_path / name
@@ -240,7 +240,7 @@ def test_the_td3_policy_finds_a_shipped_model_by_name_from_any_folder(tmp_path, 
         assert Path(make_policy(f"td3:{name}").folder) == SHIPPED_MODELS / "td3-dlrm"
 
 
-@pytest.mark.parametrize("mode", ["full", "seed"])
+@pytest.mark.parametrize("mode", ["full", "seed", "ceiling"])
 def test_inspect_model_reports_the_actions_taken_and_the_critics_spread(tmp_path, mode):
     from td3sched.rl.diagnose import inspect_model
 
@@ -249,8 +249,9 @@ def test_inspect_model_reports_the_actions_taken_and_the_critics_spread(tmp_path
     result = inspect_model(model, "tiny", "test", 2.0, seed=3, n_actions=8)
     env = ClusterSchedulingEnv("tiny", "test", 2.0, mode)
     obs, _ = env.reset(seed=3)
-    taken, reward = [], 0.0
+    taken, reward, observed = [], 0.0, []
     while True:
+        observed.append(obs)
         taken.append(action_to_weights(model.act(obs), mode))
         obs, r, _, truncated, _ = env.step_logits(model.act(obs))
         reward += r
@@ -261,6 +262,13 @@ def test_inspect_model_reports_the_actions_taken_and_the_critics_spread(tmp_path
     np.testing.assert_allclose(result.weights_mean, np.mean([w for w, _ in taken], axis=0))
     assert result.tau_mean == pytest.approx(np.mean([t for _, t in taken])) and (result.tau_mean == 0) == (mode == "seed")
     assert 0 <= result.saturated <= 1 and result.q_state_std >= 0 and result.q_action_std > 0
+    if mode == "ceiling":
+        from td3sched.rl.actions import decode
+
+        ceilings = [decode(model.act(o), mode).ceiling for o in observed]
+        assert result.ceiling_mean == pytest.approx(np.mean(ceilings)) and 0.5 < result.ceiling_mean < 1
+    else:
+        assert result.ceiling_mean is None
     with pytest.raises(ValueError, match="n_actions=1"):
         inspect_model(model, "tiny", "test", 2.0, n_actions=1)
 

@@ -122,3 +122,22 @@ def test_the_td3_policy_serves_without_torch():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_shipped_models_act_exactly_as_before_the_action_designs():
+    """tests/rl/fixtures/shipped_actions.json holds the shipped models' pre-activations (torch and ONNX
+    Runtime) on 32 fixed observations, written by the code of commit 3c83d79, before the ceiling
+    action, the action dimensions in the card and the normaliser's floors: today's code must give
+    the very same numbers for the cards written before them."""
+    import json
+    from pathlib import Path
+
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "shipped_actions.json").read_text())
+    obs = np.array(recorded["observations"], dtype=np.float32)
+    for name, expected in recorded["models"].items():
+        model = load_model(name)
+        assert model.normalizer.min_std is None and "action_dimensions" not in model.card
+        with torch.no_grad():
+            got = model.actor(torch.from_numpy(model.normalizer.normalize(obs))).numpy()
+        assert np.array_equal(got, np.array(expected["torch"], dtype=np.float32)), name
+        assert np.array_equal(load_actor(name).act(obs), np.array(expected["onnx"], dtype=np.float32)), name

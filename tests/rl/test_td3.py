@@ -158,7 +158,8 @@ def test_train_step_logs_losses_and_q_values_every_log_every_steps():
     agent = _agent(log_every=10)
     assert agent.train_step(3) is None
     logged = agent.train_step(10)
-    assert set(logged) == {"qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss", "actor_loss"}
+    assert set(logged) == {"qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss", "actor_loss", "saturated"}
+    assert 0 <= logged["saturated"] <= 1 and agent.saturation_log == [[10, logged["saturated"]]]
     assert all(np.isfinite(v) for v in logged.values())
     assert td3_module.ALGOS == ("td3", "ddpg")
 

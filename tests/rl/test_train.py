@@ -108,3 +108,35 @@ def test_train_command_trains_resumes_and_writes_a_usable_model(tmp_path):
                               "--no-progress"])
     assert sim.exit_code == 0, sim.output
     assert "episode_reward" in sim.output
+
+
+def test_train_command_chooses_the_action_design_and_records_the_share_at_the_bound(tmp_path):
+    out = tmp_path / "ceiling"
+    result = runner.invoke(app, ["train", "--scenario", "tiny", "--steps", "120", "--episode-hours", "2",
+                                 "--learning-starts", "30", "--action", "weights+tau+ceiling", "--preactivation-penalty",
+                                 "1", "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "action weights+tau+ceiling" in " ".join(result.output.split())
+    import json
+
+    card = json.loads((out / "model.json").read_text())
+    assert card["action_mode"] == "ceiling" and card["action_dimensions"][-1] == "ceiling"
+    assert card["config"]["preactivation_penalty"] == 1.0
+    saturation = card["training"]["preactivation_saturation"]
+    assert saturation["threshold"] == 0.9 and saturation["steps_share"] == [[100, saturation["last"]]]
+    assert 0 <= saturation["last"] <= 1
+    bad = runner.invoke(app, ["train", "--steps", "10", "--out", str(tmp_path / "bad"), "--action", "tau"])
+    assert bad.exit_code == 2 and "--action: action 'tau': expected one of weights, weights+tau" in " ".join(
+        bad.output.split())
+
+
+def test_a_checkpoint_from_before_the_penalty_field_resumes(tmp_path):
+    """Config fields added later (TD3Config's LATER_FIELDS) read with the value the run was trained with."""
+    train(tmp_path, 70, SETTINGS, SMALL, checkpoint_every=70)
+    path = tmp_path / CHECKPOINT_FILE
+    state = read_checkpoint(path)
+    del state["config"]["preactivation_penalty"], state["config"]["gamma_per_hour"]
+    torch.save(state, path)
+    assert train(tmp_path, 80, SETTINGS, SMALL, resume=True).steps == 80
+    with pytest.raises(CheckpointError, match="config differ"):
+        train(tmp_path, 90, SETTINGS, TD3Config(**{**SMALL.to_json(), "preactivation_penalty": 1.0}), resume=True)

@@ -6,8 +6,17 @@ copied:
     u        = policy.features.utilisation(pod, fresh candidates, snapshot, assign-cache usage)
     obs      = rl.observation.observe(pod, fresh candidates, snapshot, u, OOM kills of 5 min)
     action   = the served actor (rl.onnx_actor) on obs
-    w, tau   = rl.actions.action_to_weights(action, the card's action mode)
+    w, tau, ceiling = rl.actions.decode(action, the card's action mode)     ceiling: None unless the card
+                                                                            declares that dimension
     score_n  = policy.static_weights.weighted_closeness(u_n, w, tau)          in [0, 1]
+    held_n   = not policy.static_weights.within_ceiling(u_n, ceiling)         score 0, and /filter fails n
+
+**Hold-back ceiling** (a model whose card declares the ``ceiling`` dimension, ``rl.actions``): a
+candidate whose CPU utilisation with the pod would exceed the action's ceiling is held back for this
+pod, by the same rule as ``static-weights``' and the simulator's ``td3`` policy. ``filter(candidates,
+pod)`` (the extender's /filter) fails those nodes with the reason, so a pod with none left waits, as in
+the simulator; ``decide`` (ScoreNodes, /prioritize) scores them 0 and marks them ``held_back`` (a Score
+plugin cannot filter; ScoreNodes also marks them ``excluded``). In shadow mode nothing is held back.
 
 Candidates with stale or missing metrics (``state.Staleness``) are left out of the observation and
 get ``NEUTRAL_SCORE`` (fail-open) or are excluded (fail-closed). The safety filter
@@ -37,8 +46,8 @@ import numpy as np
 
 from td3sched.policy.base import PodRequest
 from td3sched.policy.features import utilisation
-from td3sched.policy.static_weights import validate_weights, weighted_closeness
-from td3sched.rl.actions import LOGIT_LIMIT, action_to_weights
+from td3sched.policy.static_weights import validate_weights, weighted_closeness, within_ceiling
+from td3sched.rl.actions import LOGIT_LIMIT, ScoreArgs, decode
 from td3sched.rl.observation import OBSERVATION_SIZE, observe
 from td3sched.simulator.filter import safety_ok
 from td3sched.engine.state import NodeSnapshot, NotReady, ShadowState
@@ -117,6 +126,10 @@ class Decision:
     """[fresh, 4] of the fresh candidates (for the decision log)."""
     time_s: float = 0.0
     advisory: bool = False
+    ceiling: float | None = None
+    """The action's hold-back ceiling (None: the model declares none, or a fallback)."""
+    held_back: np.ndarray | None = None
+    """[k] bool: above the ceiling with the pod (score 0); None without a ceiling."""
 
     @property
     def fallback(self) -> bool:
@@ -208,17 +221,30 @@ class DecisionEngine:
         u = utilisation(request, nodes, snap, self.state.recent_usage(snap))
         obs = observe(request, nodes, snap, u, snap.oom_kills_recent)
         action, reason = self._action(actor, obs)
-        if reason:
-            weights, tau = self.fallback_weights, self.fallback_tau
-        else:
-            weights, tau = action_to_weights(action, actor.action_mode)
-        scores[fresh] = weighted_closeness(u, weights, tau)
-        return Decision(names, scores, excluded, stale, weights, tau, action, version, reason, obs, u, now,
-                        advisory=self.shadow)
+        args = ScoreArgs(self.fallback_weights, self.fallback_tau) if reason else decode(action, actor.action_mode)
+        fresh_scores = weighted_closeness(u, args.weights, args.tau)
+        held = None
+        if args.ceiling is not None:
+            over = ~within_ceiling(u, args.ceiling)
+            fresh_scores[over] = 0.0
+            held = np.zeros(len(names), dtype=bool)
+            held[fresh] = over
+        scores[fresh] = fresh_scores
+        return Decision(names, scores, excluded, stale, args.weights, args.tau, action, version, reason, obs, u, now,
+                        advisory=self.shadow, ceiling=args.ceiling, held_back=held)
 
-    def filter(self, candidates: list[str]) -> dict[str, str]:
-        """Failed nodes -> reason: the safety filter (observed CPU over the threshold, corrected by
-        nothing: what the node reports), and stale or unknown nodes under fail-closed."""
+    def serves_ceiling(self) -> bool:
+        """Whether the served model's card declares the hold-back ceiling."""
+        actor = self.models.actor
+        return actor is not None and "ceiling" in getattr(actor, "dimensions", ())
+
+    def filter(self, candidates: list[str], pod: PodSpec | None = None) -> tuple[dict[str, str], Decision | None]:
+        """(failed nodes -> reason, the decision taken for ``pod`` or None). Failed: the safety filter
+        (observed CPU over the threshold, corrected by nothing: what the node reports), stale or
+        unknown nodes under fail-closed and, for a ``pod`` when the served model declares a hold-back
+        ceiling (and the engine is not in shadow mode), the nodes the action holds back: the
+        decision is taken on the nodes that passed the rest, as the simulator's td3 policy takes it
+        in its Filter."""
         snap = self.state.snapshot
         now = self.state.clock()
         failed: dict[str, str] = {}
@@ -244,7 +270,19 @@ class DecisionEngine:
                 failed[name] = (f"metrics {age:.0f} s old, over {self.state.staleness.max_age_s:g} s "
                                 "(staleness: fail-closed)" if math.isfinite(age) else
                                 "metrics missing (staleness: fail-closed)")
-        return failed
+        if pod is None or self.shadow or not self.serves_ceiling():
+            return failed, None
+        passing = [n for n in candidates if n not in failed]
+        if not passing:
+            return failed, None
+        d = self.decide(pod, passing)
+        if d.held_back is not None and d.held_back.any():
+            fresh_u = np.full(len(passing), np.nan)
+            fresh_u[~d.stale] = d.utilisation[:, 0]
+            for j in np.flatnonzero(d.held_back).tolist():
+                failed[passing[j]] = (f"hold-back ceiling: CPU {100 * fresh_u[j]:.0f}% of allocatable with the pod "
+                                      f"would exceed the model's ceiling of {100 * d.ceiling:.0f}% for this pod")
+        return failed, d
 
 
 __all__ = ["Decision", "DecisionEngine", "ModelSlot", "NodeSnapshot", "NotReady", "PodSpec", "FALLBACK_REASONS",

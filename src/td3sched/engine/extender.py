@@ -9,8 +9,10 @@ Those Go types have no json tags, so the wire names are the Go field names:
 
 Both ``nodeCacheCapable`` modes: a scheduler with ``nodeCacheCapable: true`` sends ``NodeNames`` (and
 ``Nodes`` null) and gets ``NodeNames`` back; otherwise it sends the full v1.NodeList in ``Nodes``
-and gets the passing items back in ``Nodes``. /filter applies the safety filter and, under
-fail-closed staleness, drops stale nodes, naming the reason per failed node in ``FailedNodes``.
+and gets the passing items back in ``Nodes``. /filter applies the safety filter, under fail-closed
+staleness drops stale nodes and, when the served model declares a hold-back ceiling, fails the nodes
+the pod's action holds back, naming the reason per failed node in ``FailedNodes`` (a pod with none
+left waits in kube-scheduler's queue).
 /prioritize is the engine's decision scaled to 0-10; in shadow mode it decides and logs but answers
 every node with the neutral score.
 
@@ -122,7 +124,7 @@ class ExtenderHandler(BaseHTTPRequestHandler):
         try:
             args, names, cache_capable = parse_args(body)
             pod = pod_from_k8s(args.get("Pod"))
-            status, payload = 200, (self._filter(args, names, cache_capable) if api == "filter"
+            status, payload = 200, (self._filter(args, names, cache_capable, pod) if api == "filter"
                                     else self._prioritize(pod, names))
         except NotReady as exc:
             self.service.rejected(api, "503")
@@ -132,8 +134,8 @@ class ExtenderHandler(BaseHTTPRequestHandler):
             status, payload = 400, {"Error": str(exc)}
         self._send(status, payload)
 
-    def _filter(self, args: dict, names: list[str], cache_capable: bool) -> dict:
-        failed = self.service.filter(names)
+    def _filter(self, args: dict, names: list[str], cache_capable: bool, pod) -> dict:
+        failed = self.service.filter(names, pod)
         passing = [n for n in names if n not in failed]
         result = {"Nodes": None, "NodeNames": None, "FailedNodes": failed, "FailedAndUnresolvableNodes": {},
                   "Error": ""}

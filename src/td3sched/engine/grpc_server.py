@@ -47,18 +47,25 @@ def pod_from_proto(pod) -> PodSpec:
                    pod.namespace)
 
 
-def action_to_proto(d, action_mode: str):
+def action_to_proto(d, action_mode: str, dimensions=()):
     return engine_pb2.Action(pre_activations=[] if d.pre_activations is None or d.fallback else
                              [float(x) for x in d.pre_activations],
-                             weights=[float(w) for w in d.weights], tau=float(d.tau), action_mode=action_mode)
+                             weights=[float(w) for w in d.weights], tau=float(d.tau), action_mode=action_mode,
+                             ceiling=float(d.ceiling) if getattr(d, "ceiling", None) is not None else 0.0,
+                             dimensions=list(dimensions))
 
 
 def score_nodes_reply(names, scores_0_100: list[int], stale, excluded, action, model_version: str,
-                      fallback_reason: str, advisory: bool, decision_id: str) -> engine_pb2.ScoreNodesResponse:
+                      fallback_reason: str, advisory: bool, decision_id: str,
+                      held_back=None) -> engine_pb2.ScoreNodesResponse:
     """The ScoreNodes reply, candidates in their order (the benchmark's no-op server builds its reply
-    with this too, so that the two differ by the decision only)."""
+    with this too, so that the two differ by the decision only). A held-back node is also excluded."""
     node_score = engine_pb2.NodeScore
-    if stale.any():
+    if held_back is not None and held_back.any():
+        scores = [node_score(node=n, score=s, stale=st, excluded=ex or hb, held_back=hb)
+                  for n, s, st, ex, hb in zip(names, scores_0_100, stale.tolist(), excluded.tolist(),
+                                              held_back.tolist())]
+    elif stale.any():
         scores = [node_score(node=n, score=s, stale=st, excluded=ex)
                   for n, s, st, ex in zip(names, scores_0_100, stale.tolist(), excluded.tolist())]
     else:
@@ -83,9 +90,10 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
             message = f"node: unknown node {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
 
-    def _mode(self) -> str:
+    def _mode(self) -> tuple[str, tuple[str, ...]]:
+        """The served model's action mode and declared dimensions ("", () without a model)."""
         actor = self.service.engine.models.actor
-        return actor.action_mode if actor is not None else ""
+        return (actor.action_mode, tuple(getattr(actor, "dimensions", ()))) if actor is not None else ("", ())
 
     def ScoreNodes(self, request, context):
         def run():
@@ -97,8 +105,8 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
                 raise ValueError(f"candidates: {len(request.candidates)} names, expected at most {MAX_CANDIDATES}")
             decision_id, d = self.service.score_nodes(pod_from_proto(request.pod), list(request.candidates))
             return score_nodes_reply(d.candidates, d.scores_0_100(), d.stale, d.excluded,
-                                     action_to_proto(d, self._mode()), d.model_version, d.fallback_reason,
-                                     d.advisory, decision_id)
+                                     action_to_proto(d, *self._mode()), d.model_version, d.fallback_reason,
+                                     d.advisory, decision_id, d.held_back)
         return self._guard("score_nodes", context, run)
 
     def GetSchedulingWeights(self, request, context):
@@ -107,7 +115,7 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
                 raise ValueError("pod: missing")
             _, d = self.service.score_nodes(pod_from_proto(request.pod), None, api="get_weights")
             return engine_pb2.GetSchedulingWeightsResponse(
-                action=action_to_proto(d, self._mode()), model_version=d.model_version, fallback=d.fallback,
+                action=action_to_proto(d, *self._mode()), model_version=d.model_version, fallback=d.fallback,
                 fallback_reason=d.fallback_reason, advisory=d.advisory)
         return self._guard("get_weights", context, run)
 

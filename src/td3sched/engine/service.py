@@ -1,5 +1,10 @@
 """The engine's one set of operations, behind every front door (gRPC, the HTTP extender): a decision
 is made, counted in the metrics, written to the decision log and timed here, once.
+
+A model with a hold-back ceiling decides in the extender's /filter (``DecisionEngine.filter``): that
+decision is logged and kept for the pod's /prioritize that follows (``REUSE_S``, the same pod, the
+candidates among the filter's), which scores with the same action, as the simulator's td3 policy
+scores with the action its Filter took; otherwise /prioritize decides afresh.
 """
 
 from __future__ import annotations
@@ -8,7 +13,9 @@ import dataclasses
 import itertools
 import math
 import os
+import threading
 import time
+from collections import OrderedDict
 
 import numpy as np
 
@@ -16,6 +23,12 @@ from td3sched.engine.decision import Decision, DecisionEngine, PodSpec
 from td3sched.engine.decision_log import DecisionLog
 from td3sched.engine.metrics import EngineMetrics
 from td3sched.engine.state import binding_key
+
+
+REUSE_S = 30.0
+"""How long (engine clock) a /filter decision stays the one the same pod's /prioritize uses."""
+REUSE_MAX = 4096
+"""Filter decisions kept for reuse (the oldest go first)."""
 
 
 def _finite_list(x) -> list | None:
@@ -38,6 +51,8 @@ class EngineService:
         self.metrics.watch_state(engine.state)
         self._ids = itertools.count()
         self._prefix = f"{os.getpid():x}-{int(time.time()):x}"
+        self._filtered: OrderedDict[tuple[str, str], tuple[str, Decision]] = OrderedDict()
+        self._filtered_lock = threading.Lock()
 
     @property
     def ready(self) -> bool:
@@ -58,12 +73,18 @@ class EngineService:
             "kind": "decision", "time_s": d.time_s, "decision_id": decision_id, "pod": _pod_record(pod),
             "observation": _finite_list(d.observation), "action": _finite_list(d.pre_activations),
             "weights": _finite_list(d.weights), "tau": float(d.tau), "model_version": d.model_version,
-            "fallback_reason": d.fallback_reason, "advisory": d.advisory, "candidates": candidates})
+            "fallback_reason": d.fallback_reason, "advisory": d.advisory, "candidates": candidates,
+            **({} if d.ceiling is None else {"ceiling": float(d.ceiling),
+                                             "held_back": [n for n, h in zip(d.candidates, d.held_back) if h]})})
         self.metrics.log_records.inc()
 
     def score_nodes(self, pod: PodSpec, candidates: list[str] | None, api: str = "score_nodes") -> tuple[str, Decision]:
         """(decision id, decision); ``ValueError`` / ``NotReady`` pass through to the front door."""
         start = time.perf_counter()
+        reused = self._reuse(pod, candidates) if api == "prioritize" else None
+        if reused is not None:
+            self.metrics.observe_latency(api, time.perf_counter() - start)
+            return reused
         d = self.engine.decide(pod, candidates)
         decision_id = self._next_id()
         self.metrics.record_decision(d)
@@ -71,11 +92,37 @@ class EngineService:
         self.metrics.observe_latency(api, time.perf_counter() - start)
         return decision_id, d
 
-    def filter(self, candidates: list[str]) -> dict[str, str]:
+    def filter(self, candidates: list[str], pod: PodSpec | None = None) -> dict[str, str]:
+        """Failed nodes -> reason (``DecisionEngine.filter``); a decision taken for ``pod`` (a model with
+        a hold-back ceiling) is counted, logged and kept for its /prioritize."""
         start = time.perf_counter()
-        failed = self.engine.filter(candidates)
+        failed, d = self.engine.filter(candidates, pod)
+        if d is not None:
+            decision_id = self._next_id()
+            self.metrics.record_decision(d)
+            self._log_decision(decision_id, pod, d)
+            with self._filtered_lock:
+                self._filtered[(pod.namespace, pod.name)] = (decision_id, d)
+                self._filtered.move_to_end((pod.namespace, pod.name))
+                while len(self._filtered) > REUSE_MAX:
+                    self._filtered.popitem(last=False)
         self.metrics.observe_latency("filter", time.perf_counter() - start)
         return failed
+
+    def _reuse(self, pod: PodSpec, candidates: list[str] | None) -> tuple[str, Decision] | None:
+        """The pod's /filter decision restricted to ``candidates``, if recent and they are among its own."""
+        with self._filtered_lock:
+            kept = self._filtered.pop((pod.namespace, pod.name), None)
+        if kept is None or candidates is None:
+            return None
+        decision_id, d = kept
+        where = {n: i for i, n in enumerate(d.candidates)}
+        if not 0 <= self.engine.state.clock() - d.time_s <= REUSE_S or any(n not in where for n in candidates):
+            return None
+        i = np.fromiter((where[n] for n in candidates), dtype=np.int64, count=len(candidates))
+        return decision_id, dataclasses.replace(
+            d, candidates=list(candidates), scores=d.scores[i], excluded=d.excluded[i], stale=d.stale[i],
+            held_back=d.held_back[i] if d.held_back is not None else None, utilisation=None)
 
     def report_binding(self, pod: PodSpec, node: str, decision_id: str = "", source: str = "report_binding") -> bool:
         """Feed the assign cache (``KeyError`` for an unknown node): the one path of ``ReportBinding``

@@ -19,8 +19,10 @@ same way (``like``) to be the same run, bit for bit; ``like=None`` keeps the sco
 simulator's own ``td3`` policy exactly.
 
 The engine never sees stale metrics here (the td3 policy has no staleness rule), and its safety
-threshold is the simulator's (``safety_cpu_util``), so /filter refuses what the simulator's Filter
-already refused: nothing.
+threshold is the simulator's (``safety_cpu_util``), so /filter refuses nothing the simulator's Filter
+let through, except what a model's hold-back ceiling holds back: exactly what the td3 policy's own
+Filter holds back (the twin of a ceiling model is the td3 policy through the extender door, or
+in process ``like="extender"``; ScoreNodes alone can only score held-back nodes 0).
 
     with EngineTwin(load_actor("models/td3-dlrm"), door="grpc") as twin:
         record = Simulation(world, twin, seed, start_s, end_s).run()
@@ -81,7 +83,7 @@ class EngineTwin(Policy):
     def attach(self, context) -> None:
         super().attach(context)
         self.close()
-        self.placements, self.decisions, self.now = [], 0, 0.0
+        self.placements, self.decisions, self.now, self._filtered = [], 0, 0.0, False
         self.state = ShadowState(lambda: self.now, Staleness(max_age_s=NEVER_STALE_S))
         self.source = SimulatorSource(context.cluster, self.state, lambda: self.now,
                                       context.oom_kills or (lambda: 0))
@@ -102,18 +104,20 @@ class EngineTwin(Policy):
         extender, kube-scheduler's /filter."""
         self.now = pod.time_s
         self.source.refresh()
-        if self.like != "extender":
+        self._filtered = self.like == "extender" or (self.door == "in-process" and self.service.engine.serves_ceiling())
+        if not self._filtered:  # a ceiling model in process holds back as the td3 policy's Filter does
             return None
         names = cluster.names[nodes].tolist()
         spec = pod_spec(pod)
-        failed = self.client.filter(spec, names) if self.door == "extender" else self.service.filter(names)
+        failed = self.client.filter(spec, names) if self.door == "extender" else self.service.filter(names, spec)
         return np.array([n not in failed for n in names], dtype=bool) if failed else None
 
     def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
         names = cluster.names[nodes].tolist()
         spec = pod_spec(pod)
         if self.door == "in-process":
-            self._decision_id, d = self.service.score_nodes(spec, names)
+            api = "prioritize" if self._filtered else "score_nodes"  # /filter's decision, as the extender
+            self._decision_id, d = self.service.score_nodes(spec, names, api=api)
             scores = d.scores if self.like is None else quantize(d.scores, MAX_SCORE[self.like]).astype(np.float64)
         else:
             scores, self._decision_id = self.client.scores(spec, names)

@@ -81,6 +81,13 @@ def validate_ceiling(ceiling) -> float | None:
     return c
 
 
+def within_ceiling(u: np.ndarray, ceiling: float) -> np.ndarray:
+    """[k] bool: the nodes of utilisation ``u`` [k, 4] (pod included) whose CPU stays within the
+    hold-back ``ceiling``. The one rule behind ``static-weights``' ceiling, the TD3 policy's learned
+    one and the decision engine's."""
+    return u[:, 0] <= ceiling
+
+
 def static_weights_spec(weights, tau: float, ceiling: float | None = None) -> str:
     """The canonical spec, safe to paste into a shell unquoted: ``static-weights:w=a/b/c/d:tau=t``
     (``:ceiling=c`` when there is one). Twelve significant digits: the weights read back still sum to
@@ -137,8 +144,12 @@ class StaticWeights(Policy):
         self._held = None
         if self.ceiling is None:
             return None
-        u = self.utilisation(pod, nodes, cluster)
-        keep = u[:, 0] <= self.ceiling
+        return self.hold_back(pod, nodes, self.utilisation(pod, nodes, cluster))
+
+    def hold_back(self, pod: PodRequest, nodes: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """The ceiling's mask of ``nodes`` (utilisation ``u``, pod included); the kept nodes' ``u`` is
+        remembered for this cycle's Score."""
+        keep = within_ceiling(u, self.ceiling)
         self._held = (pod, nodes[keep], u[keep])
         return keep
 

@@ -1,29 +1,57 @@
 """The action of one decision and the score arguments it stands for.
 
-An action is 5 numbers in [-LOGIT_LIMIT, LOGIT_LIMIT] (the env's ``Box``): pre-activations, so that
-exploration and target-smoothing noise are added before the squashing.
+An action is ``action_size(mode)`` numbers in [-LOGIT_LIMIT, LOGIT_LIMIT] (the env's ``Box``):
+pre-activations, so that exploration and target-smoothing noise are added before the squashing.
 
-    [w_cpu, w_mem, w_io, w_net] = softmax(action[0:4])     weights on the simplex
-    tau                         = sigmoid(action[4])        target utilisation in (0, 1)
+    [w_cpu, w_mem, w_io, w_net] = softmax(action[0:4])                       weights on the simplex
+    tau                         = sigmoid(action[4])                          target utilisation in (0, 1)
+    ceiling                     = lo + (hi - lo) * sigmoid(action[5])         hold-back ceiling (mode "ceiling")
 
-``action_mode="seed"`` (the reference design) ignores ``action[4]`` and fixes tau = 0: the score is
-then the weighted idle fractions. The weights and tau go to the ``static-weights`` score unchanged.
+Three action designs (``td3sched train --action``), each an action mode recorded in the model card:
+
+    design                 mode      dimensions the actor outputs
+    weights                seed      w_cpu, w_mem, w_io, w_net, unused   tau fixed at 0 (the reference design)
+    weights+tau            full      w_cpu, w_mem, w_io, w_net, tau      (the default)
+    weights+tau+ceiling    ceiling   w_cpu, w_mem, w_io, w_net, tau, ceiling
+
+The seed mode's actor outputs a fifth number which the decoding ignores (the shipped seed models do).
+The ceiling is ``static-weights``' hold-back ceiling (``policy.static_weights``): nodes whose CPU
+utilisation with the pod would exceed it are filtered for the pod, and with none left the pod waits.
+Its range ``CEILING_RANGE`` is [0.5, 1]: 1 holds nothing back that fits, and below half a node the
+hold-back would only leave capacity idle. The model card declares the dimensions
+(``card_action_dimensions``); cards written before it are read as their mode's.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 ACTION_SIZE = 5
+"""Width of the weights-and-tau action (modes full and seed): the shipped models' actors."""
 LOGIT_LIMIT = 5.0
 """Bound of every pre-activation: softmax weights can still reach a 1 : e^10 ratio and tau lies in
 [0.0067, 0.9933]."""
-ACTION_MODES = ("full", "seed")
-ACTION_SIZES = {"full": ACTION_SIZE, "seed": ACTION_SIZE}
-"""Numbers an actor of each mode outputs (the seed mode's actor outputs a tau pre-activation too,
-which the decoding ignores): a served model's output width is checked against its card's mode."""
+SATURATION = 0.9
+"""A pre-activation counts as saturated (at the bound) beyond this fraction of LOGIT_LIMIT: there the
+tanh's slope is under 0.19 and exploration noise barely moves the squashed action."""
+CEILING_RANGE = (0.5, 1.0)
+"""The ceiling a pre-activation of -inf and +inf stands for: in the box, [0.503, 0.997]."""
+WEIGHT_DIMENSIONS = ("w_cpu", "w_mem", "w_io", "w_net")
+ACTION_DIMENSIONS: dict[str, tuple[str, ...]] = {
+    "full": (*WEIGHT_DIMENSIONS, "tau"),
+    "seed": (*WEIGHT_DIMENSIONS, "unused"),
+    "ceiling": (*WEIGHT_DIMENSIONS, "tau", "ceiling"),
+}
+"""The numbers an actor of each mode outputs, in order: a served model's output width and its card's
+declared dimensions are checked against them."""
+ACTION_MODES = tuple(ACTION_DIMENSIONS)
+ACTION_DESIGNS = {"weights": "seed", "weights+tau": "full", "weights+tau+ceiling": "ceiling"}
+"""``td3sched train --action`` names -> action mode (the mode names are accepted too)."""
+DEFAULT_ACTION_DESIGN = "weights+tau"
+ACTION_SIZES = {mode: len(dims) for mode, dims in ACTION_DIMENSIONS.items()}
 
 
 def check_action_mode(mode: str) -> str:
@@ -32,19 +60,73 @@ def check_action_mode(mode: str) -> str:
     return mode
 
 
+def action_mode_of(name: str) -> str:
+    """The action mode of a design name (``weights+tau``) or of a mode name (``full``)."""
+    if name in ACTION_DESIGNS:
+        return ACTION_DESIGNS[name]
+    if name in ACTION_MODES:
+        return name
+    raise ValueError(f"action {name!r}: expected one of {', '.join(ACTION_DESIGNS)} (or the modes "
+                     f"{', '.join(ACTION_MODES)})")
+
+
+def design_of(mode: str) -> str:
+    """The design name of an action mode."""
+    return next(d for d, m in ACTION_DESIGNS.items() if m == check_action_mode(mode))
+
+
 def action_size(mode: str) -> int:
     """The action width of an actor trained in ``mode``."""
     return ACTION_SIZES[check_action_mode(mode)]
 
 
-def action_to_weights(action, mode: str = "full") -> tuple[np.ndarray, float]:
-    """(weights [4] on the simplex, tau in [0, 1]) of an action; out-of-box values are clipped."""
+def card_action_dimensions(card: dict) -> tuple[str, ...]:
+    """The action dimensions a model card declares (``action_dimensions``), checked against its mode;
+    a card written before the key existed declares its mode's. ValueError names a mismatch."""
+    mode = check_action_mode(card["action_mode"])
+    declared = card.get("action_dimensions")
+    if declared is None:
+        return ACTION_DIMENSIONS[mode]
+    if not isinstance(declared, list) or tuple(declared) != ACTION_DIMENSIONS[mode]:
+        raise ValueError(f"action_dimensions {declared!r}: expected {list(ACTION_DIMENSIONS[mode])} for action "
+                         f"mode {mode!r}")
+    return ACTION_DIMENSIONS[mode]
+
+
+@dataclass(frozen=True)
+class ScoreArgs:
+    """What an action stands for: the score's weights and tau, and the hold-back ceiling (None: none)."""
+
+    weights: np.ndarray
+    tau: float
+    ceiling: float | None = None
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def ceiling_of(pre_activation: float) -> float:
+    """The ceiling a pre-activation stands for (``CEILING_RANGE``)."""
+    lo, hi = CEILING_RANGE
+    return lo + (hi - lo) * _sigmoid(pre_activation)
+
+
+def decode(action, mode: str = "full") -> ScoreArgs:
+    """The score arguments of an action; out-of-box values are clipped."""
+    size = action_size(mode)
     a = np.asarray(action, dtype=np.float64)
-    if a.shape != (action_size(mode),) or not np.all(np.isfinite(a)):
-        raise ValueError(f"action {np.asarray(action).tolist()}: expected {action_size(mode)} finite numbers "
-                         "(4 weight logits, 1 tau pre-activation)")
+    if a.shape != (size,) or not np.all(np.isfinite(a)):
+        raise ValueError(f"action {np.asarray(action).tolist()}: expected {size} finite numbers "
+                         f"({', '.join(ACTION_DIMENSIONS[mode])}; action mode {mode!r})")
     a = np.clip(a, -LOGIT_LIMIT, LOGIT_LIMIT)
     e = np.exp(a[:4] - a[:4].max())
     weights = e / e.sum()
-    tau = 0.0 if mode == "seed" else 1.0 / (1.0 + math.exp(-a[4]))
-    return weights, tau
+    tau = 0.0 if mode == "seed" else _sigmoid(a[4])
+    return ScoreArgs(weights, tau, ceiling_of(a[5]) if mode == "ceiling" else None)
+
+
+def action_to_weights(action, mode: str = "full") -> tuple[np.ndarray, float]:
+    """(weights [4] on the simplex, tau in [0, 1]) of an action; out-of-box values are clipped."""
+    args = decode(action, mode)
+    return args.weights, args.tau

@@ -22,6 +22,9 @@ ONNX_FILE = "model.onnx"
 CARD_FORMAT = 1
 CARD_KEYS = ("format", "scenario", "overrides", "span", "episode_hours", "seed", "action_mode", "config",
              "observation", "normalizer", "code_version", "training", "created", "model_sha256")
+OPTIONAL_CARD_KEYS = ("action_dimensions",)
+"""Keys added after models were shipped: a card without them reads as before (``action_dimensions``:
+the action mode's, ``rl.actions.card_action_dimensions``)."""
 
 
 class ModelError(ValueError):
@@ -60,6 +63,12 @@ def read_card(folder: Path) -> dict:
         raise ModelError(f"{path}: missing keys {missing}: expected {', '.join(CARD_KEYS)}")
     if card["format"] != CARD_FORMAT:
         raise ModelError(f"{path}: format {card['format']!r}: expected {CARD_FORMAT}")
+    from td3sched.rl.actions import card_action_dimensions
+
+    try:
+        card_action_dimensions(card)
+    except ValueError as exc:
+        raise ModelError(f"{path}: {exc}") from None
     return card
 
 

@@ -26,11 +26,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from td3sched.rl.actions import LOGIT_LIMIT, action_to_weights
+from td3sched.rl.actions import LOGIT_LIMIT, SATURATION, decode  # noqa: F401 (SATURATION re-exported)
 from td3sched.rl.model import LoadedModel
 
-SATURATION = 0.9
-"""A pre-activation counts as saturated beyond this fraction of the box bound."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +46,9 @@ class Inspection:
     q_state_std: float
     q_action_std: float
     q_policy_gain: float
+    ceiling_mean: float | None = None
+    """The hold-back ceiling's mean and std over the decisions (a ceiling model), else None."""
+    ceiling_std: float | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -76,10 +77,11 @@ def inspect_model(model: LoadedModel, scenario: str, span: str = "test", episode
     finally:
         env.close()
     pre = np.asarray(actions)
-    squashed = [action_to_weights(a, model.action_mode) for a in pre]
-    weights = np.array([w for w, _ in squashed])
-    taus = np.array([t for _, t in squashed])
-    columns = pre if model.action_mode == "full" else pre[:, :4]  # tau's pre-activation is unused in seed mode
+    decoded = [decode(a, model.action_mode) for a in pre]
+    weights = np.array([d.weights for d in decoded])
+    taus = np.array([d.tau for d in decoded])
+    ceilings = np.array([d.ceiling for d in decoded]) if model.action_mode == "ceiling" else None
+    columns = pre[:, :4] if model.action_mode == "seed" else pre  # tau's pre-activation is unused in seed mode
 
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -96,4 +98,6 @@ def inspect_model(model: LoadedModel, scenario: str, span: str = "test", episode
         saturated=float(np.mean(np.abs(columns) > SATURATION * LOGIT_LIMIT)),
         q_state_std=float(q_policy.std()), q_action_std=float(random_q.std(dim=1).mean()),
         q_policy_gain=float((q_policy - random_q.mean(dim=1)).mean()),
+        ceiling_mean=float(ceilings.mean()) if ceilings is not None else None,
+        ceiling_std=float(ceilings.std()) if ceilings is not None else None,
     )

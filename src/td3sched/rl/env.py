@@ -8,9 +8,10 @@
 otherwise ``gymnasium.make("td3sched.envs:td3sched/ClusterScheduling-v0")`` imports it on the way.)
 
 **Observation**: ``rl.observation`` (35 values, the same whatever the node count). **Action**: 5
-numbers in the conventional [-1, 1] box; times ``LOGIT_LIMIT`` (5) they are the pre-activations that
-``rl.actions`` maps to weights on the simplex (softmax) and a target utilisation tau (sigmoid; fixed at
-0 with ``action_mode="seed"``). ``step_logits`` takes the pre-activations themselves: td3sched's own
+numbers (6 with ``action_mode="ceiling"``) in the conventional [-1, 1] box; times ``LOGIT_LIMIT`` (5)
+they are the pre-activations that ``rl.actions`` maps to weights on the simplex (softmax), a target
+utilisation tau (sigmoid; fixed at 0 with ``action_mode="seed"``) and, in the ceiling mode, the
+hold-back ceiling (a pod with no node under it waits: still a step, ``rl.policy``). ``step_logits`` takes the pre-activations themselves: td3sched's own
 TD3 acts, explores and stores transitions in those units (its noise scales and the shipped models'
 critics are in them), so its training is unchanged by the box. The placement is the
 ``static-weights`` score with those arguments (``rl.policy.ActionPolicy``). **Reward**: what the
@@ -45,7 +46,7 @@ import numpy as np
 from td3sched.envs import ENV_ID  # noqa: F401 (registers it; re-exported)
 from td3sched.policy.base import PodRequest
 from td3sched.reward import RewardTracker
-from td3sched.rl.actions import ACTION_SIZE, LOGIT_LIMIT, action_to_weights, check_action_mode
+from td3sched.rl.actions import LOGIT_LIMIT, action_size, check_action_mode, decode
 from td3sched.rl.observation import OBSERVATION_SIZE
 from td3sched.rl.policy import ActionPolicy
 from td3sched.scenario import load_scenario
@@ -103,9 +104,9 @@ class _HandOffPolicy(ActionPolicy):
         self.sim: Simulation | None = None
         self.decision: tuple[float, int] = (0.0, 0)
 
-    def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+    def decide(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
         self.decision = (pod.time_s, len(nodes))
-        return super().score(pod, nodes, cluster)
+        return super().decide(pod, nodes, cluster)
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         tracker = self.sim.reward
@@ -143,7 +144,7 @@ class ClusterSchedulingEnv(gym.Env):
         self.action_mode = check_action_mode(action_mode)
         self.lenient = lenient
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (OBSERVATION_SIZE,), np.float32)
-        self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_SIZE,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (action_size(self.action_mode),), np.float32)
         """Scaled by LOGIT_LIMIT into the pre-activations (``step``); ``step_logits`` takes those."""
         self.world: World | None = None
         self.world_seed: int | None = None
@@ -182,18 +183,18 @@ class ClusterSchedulingEnv(gym.Env):
         return obs, {"episode_window": asdict(self.episode)}
 
     def step(self, action):
-        """One decision with ``action`` in the action space [-1, 1]^5: the pre-activations are
+        """One decision with ``action`` in the action space [-1, 1]^A: the pre-activations are
         ``LOGIT_LIMIT * action`` (values outside the box are clipped, like the pre-activations)."""
         return self.step_logits(LOGIT_LIMIT * np.asarray(action, dtype=np.float64))
 
     def step_logits(self, logits):
-        """One decision with the 5 pre-activations in [-LOGIT_LIMIT, LOGIT_LIMIT] (``rl.actions``): the
+        """One decision with the A pre-activations in [-LOGIT_LIMIT, LOGIT_LIMIT] (``rl.actions``): the
         units of td3sched's TD3 actor, noise and replay buffer."""
         action = logits
         if not self._running:
             raise RuntimeError("step() without a running episode: call reset() first")
         action = np.asarray(action, dtype=np.float32).reshape(-1)
-        weights, tau = action_to_weights(action, self.action_mode)  # validates before the hand-off
+        args = decode(action, self.action_mode)  # validates before the hand-off
         self._to_sim.put(action.copy())
         kind, payload, reward, decision = self._to_env.get()
         self._steps += 1
@@ -201,7 +202,9 @@ class ClusterSchedulingEnv(gym.Env):
             self._finish()
             raise RuntimeError(f"the simulation of {self.episode} failed: {payload}") from payload
         self._return += reward
-        info = {"weights": weights, "tau": tau}
+        info = {"weights": args.weights, "tau": args.tau}
+        if args.ceiling is not None:
+            info["ceiling"] = args.ceiling
         if kind == "end":
             self._finish()
             info.update(record=payload, episode={"r": self._return, "l": self._steps},

@@ -1,7 +1,8 @@
 """A trained model on disk: a folder holding
 
     model.pt     torch state dict of the actor ("actor.*") and the critics ("critic.*")
-    model.json   the model card: scenario, overrides, span, episode length, seed, action mode, the
+    model.json   the model card: scenario, overrides, span, episode length, seed, action mode and the
+                 action's dimensions (``rl.actions.ACTION_DIMENSIONS``), the
                  TD3 config, the observation layout and normaliser, the code version, the training
                  time and steps, and the sha256 of model.pt
 
@@ -23,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from td3sched.rl.actions import check_action_mode
+from td3sched.rl.actions import ACTION_DIMENSIONS, action_size, check_action_mode
 from td3sched.rl.card import (  # noqa: F401  (re-exported: the model's files and errors)
-    CARD_FILE, CARD_FORMAT, CARD_KEYS, MODEL_FILE, ModelError, content_sha256, read_card as _read_card, read_state_bytes,
+    CARD_FILE, CARD_FORMAT, CARD_KEYS, MODEL_FILE, OPTIONAL_CARD_KEYS, ModelError, content_sha256, read_card as _read_card, read_state_bytes,
     write_atomic)
 from td3sched.rl.networks import Actor, Critic
 from td3sched.rl.normalizer import ObservationNormalizer
@@ -47,6 +48,7 @@ def save_model(folder, agent, card: dict) -> None:
     full.update({k: v for k, v in card.items() if k in CARD_KEYS})
     full.update(
         format=CARD_FORMAT, seed=card.get("seed", agent.seed), action_mode=agent.action_mode,
+        action_dimensions=list(ACTION_DIMENSIONS[agent.action_mode]),
         config=agent.config.to_json(),
         observation={"size": OBSERVATION_SIZE, "fields": list(OBSERVATION_FIELDS)},
         normalizer=agent.normalizer.to_json(), code_version=code_version(),
@@ -135,8 +137,8 @@ def load_model(folder) -> LoadedModel:
     except Exception as exc:  # torch raises many kinds on a bad file
         raise ModelError(f"{model_path}: not a readable torch state dict ({type(exc).__name__}: {exc})") from None
 
-    actor = Actor(OBSERVATION_SIZE, config.hidden)
-    critic = Critic(OBSERVATION_SIZE, config.hidden, 2 if config.algo == "td3" else 1, action_mode == "seed")
+    actor = Actor(OBSERVATION_SIZE, config.hidden, action_size(action_mode))
+    critic = Critic(OBSERVATION_SIZE, config.hidden, 2 if config.algo == "td3" else 1, action_mode)
     expected = {**{f"actor.{k}": v.shape for k, v in actor.state_dict().items()},
                 **{f"critic.{k}": v.shape for k, v in critic.state_dict().items()}}
     _check_state(model_path, state, expected)

@@ -43,6 +43,19 @@ OBSERVATION_FIELDS: tuple[str, ...] = (
     "time_of_day_cos",
 )
 OBSERVATION_SIZE = len(OBSERVATION_FIELDS)
+STD_FLOORS = {"oom_kills_5min_log1p": 0.5}
+"""Floors under the normaliser's standard deviation (``rl.normalizer``), for models trained from now
+on. OOM kills are rare, so the running std of log(1 + kills) is tiny and, unfloored, the normaliser's
+clip (10 std) was reached at two kills: one kill and a hundred read alike. With 0.5 the clip is at
+log(1 + k) = 5 (k = 147 kills in 5 minutes) and one kill reads about 1.4."""
+
+
+def std_floor() -> np.ndarray:
+    """[OBSERVATION_SIZE] the ``STD_FLOORS`` by field, 0 elsewhere."""
+    floor = np.zeros(OBSERVATION_SIZE)
+    for name, value in STD_FLOORS.items():
+        floor[OBSERVATION_FIELDS.index(name)] = value
+    return floor
 _QUANTILES = (0.1, 0.9)
 """p10 and p90: numpy's default ("linear") quantiles, as ``np.quantile`` computes them."""
 

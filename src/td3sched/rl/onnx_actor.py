@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from td3sched.rl.actions import action_size, check_action_mode
+from td3sched.rl.actions import action_size, card_action_dimensions, check_action_mode
 from td3sched.rl.card import ONNX_FILE, ModelError, folder_content_sha256
 from td3sched.rl.observation import OBSERVATION_FIELDS, OBSERVATION_SIZE
 
@@ -32,6 +32,8 @@ class OnnxActor:
         self.folder = str(folder)
         self.action_mode = check_action_mode(card["action_mode"])
         self.action_size = action_size(self.action_mode)
+        self.dimensions = card_action_dimensions(card)
+        """What each number of the action is (the card's declared dimensions)."""
         self.input_name = session.get_inputs()[0].name
 
     @property
@@ -63,6 +65,10 @@ class OnnxActor:
             raise ModelError(f"{where}: observation layout differs from this code's {OBSERVATION_SIZE} fields")
         inputs, outputs = session.get_inputs(), session.get_outputs()
         expected = action_size(check_action_mode(card["action_mode"]))
+        dims = meta.get(METADATA_PREFIX + "action_dimensions")
+        if dims is not None and dims != ",".join(card_action_dimensions(card)):
+            raise ModelError(f"{where}: action dimensions {dims!r} differ from the card's "
+                             f"{list(card_action_dimensions(card))}: run td3sched export-onnx {folder}")
         if len(inputs) != 1 or inputs[0].shape[1:] != [OBSERVATION_SIZE]:
             raise ModelError(f"{where}: input {[(i.name, i.shape) for i in inputs]}: expected one "
                              f"[batch, {OBSERVATION_SIZE}] observation")

@@ -4,9 +4,10 @@ normaliser inside, for ONNX Runtime (``rl.onnx_actor``). torch is needed here, a
 The graph, one input and one output:
 
     observation  float32 [batch, 35]   raw observation (``rl.observation``), not normalised
-    action       float32 [batch, A]    the actor's pre-activations (A from the card's action mode)
+    action       float32 [batch, A]    the actor's pre-activations (A from the card's action mode: its
+                                       declared dimensions, ``rl.actions.ACTION_DIMENSIONS``)
 
-    z      = clip((float64(observation) - mean) / sqrt(var + eps), -clip, clip)   in float64, as
+    z      = clip((float64(observation) - mean) / std, -clip, clip)   in float64, as
              ``ObservationNormalizer.normalize`` computes it, then cast to float32
     action = LOGIT_LIMIT * tanh(MLP(z))
 
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from td3sched.rl.actions import action_size
+from td3sched.rl.actions import ACTION_DIMENSIONS, action_size
 from td3sched.rl.card import ONNX_FILE, ModelError, write_atomic
 from td3sched.rl.model import LoadedModel, load_model
 from td3sched.rl.observation import OBSERVATION_FIELDS, OBSERVATION_SIZE
@@ -47,7 +48,7 @@ class NormalisedActor(torch.nn.Module):
         self.actor = model.actor
         norm = model.normalizer
         self.register_buffer("mean", torch.tensor(norm.mean, dtype=torch.float64))
-        self.register_buffer("std", torch.tensor(np.sqrt(norm.var + norm.eps), dtype=torch.float64))
+        self.register_buffer("std", torch.tensor(norm.std(), dtype=torch.float64))
         self.clip = float(norm.clip)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
@@ -80,6 +81,7 @@ def export_bytes(model: LoadedModel) -> bytes:
     graph = onnx.load_from_string(buf.getvalue())
     for key, value in (("content_sha256", model.content_sha256), ("action_mode", model.action_mode),
                        ("action_size", str(action_size(model.action_mode))),
+                       ("action_dimensions", ",".join(ACTION_DIMENSIONS[model.action_mode])),
                        ("observation_fields", ",".join(OBSERVATION_FIELDS))):
         entry = graph.metadata_props.add()
         entry.key, entry.value = METADATA_PREFIX + key, value

@@ -1,8 +1,12 @@
-"""Policies whose score arguments (weights, tau) are chosen per decision from an observation.
+"""Policies whose score arguments (weights, tau, ceiling) are chosen per decision from an observation.
 
-``ActionPolicy`` is ``static-weights`` with its weights and tau set, before each decision, from an
-action (``rl.actions``) computed on the observation (``rl.observation``): the placement is the
-``static-weights`` score itself, with the same assign cache. Two subclasses:
+``ActionPolicy`` is ``static-weights`` with its weights and tau (and, in the ceiling action mode, its
+hold-back ceiling) set, before each decision, from an action (``rl.actions``) computed on the
+observation (``rl.observation``): the placement is the ``static-weights`` score itself, with the same
+assign cache. In the ceiling mode the action is taken in the policy's Filter, on the nodes that passed
+the simulator's (the safety filter included), and the ceiling is applied by ``static-weights``' own
+hold-back (``StaticWeights.hold_back``); a pod with no node left waits, which is still a decision.
+Two subclasses:
 
 - the env's hand-off policy (``rl.env``), whose actions come from the agent being trained;
 - ``td3`` (``TD3Policy``), a trained actor for the harness: ``td3:runs/NAME`` loads the model folder
@@ -22,13 +26,13 @@ import numpy as np
 
 from td3sched.policy.base import PodRequest
 from td3sched.policy.static_weights import StaticWeights
-from td3sched.rl.actions import action_to_weights, check_action_mode
+from td3sched.rl.actions import check_action_mode, decode
 from td3sched.rl.observation import OomWindow, observe
 from td3sched.simulator.cluster import Cluster
 
 
 class ActionPolicy(StaticWeights):
-    """static-weights with (weights, tau) = ``action_to_weights(act(observation))`` per decision."""
+    """static-weights with (weights, tau[, ceiling]) = ``decode(act(observation))`` per decision."""
 
     name = "action"
 
@@ -36,6 +40,8 @@ class ActionPolicy(StaticWeights):
         super().__init__()
         self.action_mode = check_action_mode(action_mode)
         self.oom_window = OomWindow()
+        self._decided: PodRequest | None = None
+        """The pod whose action the Filter took (ceiling mode): its Score uses that action."""
 
     def attach(self, context) -> None:
         super().attach(context)
@@ -52,11 +58,30 @@ class ActionPolicy(StaticWeights):
     def act(self, obs: np.ndarray) -> np.ndarray:
         """The action (``rl.actions.action_size`` pre-activations) for an observation."""
 
-    def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+    def decide(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        """Observe, act and set the score arguments; the nodes' utilisation ``u`` (pod included)."""
         u = self.utilisation(pod, nodes, cluster)  # once: the observation's statistics and the score
         obs = observe(pod, nodes, cluster, u, self.oom_window.kills(pod.time_s, self.oom_kills_total(pod)))
-        self.weights, self.tau = action_to_weights(self.act(obs), self.action_mode)
-        return self.score_utilisation(u)
+        args = decode(self.act(obs), self.action_mode)
+        self.weights, self.tau = args.weights, args.tau
+        if args.ceiling is not None:
+            self.ceiling = args.ceiling
+        return u
+
+    def filter(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray | None:
+        """Ceiling mode: the action, then static-weights' hold-back with its ceiling. Otherwise none."""
+        self._held, self._decided = None, None
+        if self.action_mode != "ceiling":
+            return None
+        u = self.decide(pod, nodes, cluster)
+        self._decided = pod
+        return self.hold_back(pod, nodes, u)
+
+    def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        if self._decided is pod:  # the Filter took this cycle's action
+            self._decided = None
+            return super().score(pod, nodes, cluster)
+        return self.score_utilisation(self.decide(pod, nodes, cluster))
 
 
 class TD3Policy(ActionPolicy):

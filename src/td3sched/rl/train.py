@@ -5,7 +5,8 @@ A run folder holds
 
     checkpoint.pt         everything to go on exactly (written atomically, replaced each time)
     model.pt, model.json  the latest model (``rl.model``): ``td3:FOLDER`` runs it in the harness
-    tb/                   TensorBoard events: losses/*, charts/SPS, charts/episodic_return
+    tb/                   TensorBoard events: losses/* (losses/saturated: the share of the actor's
+                          pre-activations at the bound), charts/SPS, charts/episodic_return
 
 A checkpoint holds the networks, optimisers, replay buffer, normaliser, step counter, the agent's
 and torch's RNG states, the env's draw generator, the running episode (its window and seeds) and
@@ -199,7 +200,19 @@ def save_checkpoint(out: Path, agent: TD3, env, loop: LoopState, settings: Train
     write_atomic(out / CHECKPOINT_FILE, buf.getvalue())
     agent.save(out, {**settings.to_json(), "training": {
         "steps": loop.global_step, "episodes": loop.episodes, "wall_s": wall_s,
-        "algo": agent.config.algo, "recent_returns": list(loop.recent_returns)}})
+        "algo": agent.config.algo, "recent_returns": list(loop.recent_returns),
+        "preactivation_saturation": saturation_summary(agent.saturation_log)}})
+
+
+def saturation_summary(log: list[list[float]], points: int = 50) -> dict:
+    """The share of saturated pre-activations over training (``TD3.saturation_log``), for the model
+    card: the threshold, the last share and at most ``points`` evenly spaced [step, share] pairs."""
+    from td3sched.rl.actions import SATURATION
+
+    picked = [log[i] for i in np.unique(np.linspace(0, len(log) - 1, min(points, len(log))).round().astype(int))] \
+        if log else []
+    return {"threshold": SATURATION, "last": log[-1][1] if log else None,
+            "steps_share": [[int(a), round(float(b), 4)] for a, b in picked]}
 
 
 def read_checkpoint(path: Path) -> dict:
@@ -218,8 +231,12 @@ def read_checkpoint(path: Path) -> dict:
 def resume_from(path: Path, agent: TD3, env, settings: TrainSettings) -> LoopState:
     """Load the checkpoint into ``agent``, bring ``env`` back to its step; the loop's state."""
     state = read_checkpoint(path)
+    try:  # a checkpoint written before a config field existed reads with the value it was trained with
+        have_config = TD3Config.from_json(state["config"]).to_json()
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: config unreadable ({exc})") from None
     for name, have, want in (("settings", state["settings"], settings.to_json()),
-                             ("config", state["config"], agent.config.to_json())):
+                             ("config", have_config, agent.config.to_json())):
         diff = {k: (have.get(k), want.get(k)) for k in set(have) | set(want) if have.get(k) != want.get(k)}
         if diff:
             raise CheckpointError(f"{path}: {name} differ from this run's (checkpoint, now): {diff}")

@@ -9,7 +9,9 @@ Method (successive halving over a grid, within a wall-clock budget):
    span, floored to the hour, so that every prefix of the list is spread over the span. Default
    ``window_h``: a 24th of the train span, clipped to [1, 6] hours.
 2. **Grid.** Weights: every point of the simplex whose coordinates are multiples of ``step``; tau:
-   ``tau_values`` (0, 0.2, ..., 1), or only ``tau_fixed``; plus one anchor, static-weights' default
+   ``tau_values`` (0, 0.2, ..., 1), or only ``tau_fixed``; with ``ceiling_values`` (default none: no
+   hold-back) every weights-and-tau point once per hold-back ceiling (``static-weights:...:ceiling=c``,
+   "none" for no ceiling; the variant's name then ends in ``-ceiling``); plus one anchor, static-weights' default
    (equal weights at the lowest tau) when the grid lacks it. With ``step = auto`` the grid is the
    finest of steps 0.2, 0.25 and 0.5 whose whole ladder (3), timed by pilot runs of simplex
    vertices, fits the budget.
@@ -27,7 +29,7 @@ An evaluation is one ``Simulation`` of the scenario's world (built once per work
 one window, with the search seed for the world and the run. The result is stored in
 ``<models>/best-static/<scenario>-<variant>-<hash of the settings>.json`` (written atomically; models:
 ``$TD3SCHED_MODELS``, else ``./models``, see ``td3sched.shipped``): the
-winner's weights, tau and rewards, its windows, the settings (budget included), the ladder, every
+winner's weights, tau (and ceiling) and rewards, its windows, the settings (budget included), the ladder, every
 candidate's scores, the code version and the wall time. ``resolve_policy`` turns the policy names
 ``best-static`` / ``best-static-seed`` into the stored ``static-weights:w=...:tau=...``.
 """
@@ -55,8 +57,12 @@ TAU_VALUES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 ETA = 3
 MAX_WINDOWS = 8
 WINDOW_H_RANGE = (1.0, 6.0)
-VARIANTS = {"best-static": None, "best-static-seed": 0.0}
+VARIANTS = {"best-static": None, "best-static-seed": 0.0, "best-static-ceiling": None}
 """Policy name -> tau_fixed of the search it resolves to (None: tau is searched too)."""
+CEILING_VALUES = (None, 0.6, 0.7, 0.8, 0.9)
+"""The hold-back ceilings ``best-static-ceiling``'s search tries (None: no ceiling)."""
+VARIANT_CEILINGS = {"best-static-ceiling": CEILING_VALUES}
+"""Policy name -> the ceilings its search tries (the others: none)."""
 HOUR_S = 3600.0
 ANCHOR_WEIGHTS = (0.25, 0.25, 0.25, 0.25)
 
@@ -78,6 +84,8 @@ class SearchSettings:
     step: str = "auto"
     """Simplex grid step: ``auto`` or one of STEPS."""
     tau_values: tuple[float, ...] = TAU_VALUES
+    ceiling_values: tuple[float | None, ...] = (None,)
+    """Hold-back ceilings searched (``static-weights``' ``ceiling``), None for none; the default searches none."""
     window_h: float | None = None
     """Window length in hours; None: a 24th of the train span, clipped to WINDOW_H_RANGE."""
     max_windows: int = MAX_WINDOWS
@@ -105,6 +113,13 @@ class SearchSettings:
         if not taus or any(not (math.isfinite(t) and 0 <= t <= 1) for t in taus):
             raise ValueError(f"tau values {list(taus)}: expected at least one target utilisation in [0, 1]")
         object.__setattr__(self, "tau_values", tuple(sorted(set(taus))))
+        from td3sched.policy.static_weights import validate_ceiling
+
+        ceilings = tuple(None if c is None else validate_ceiling(c) for c in self.ceiling_values)
+        if not ceilings:
+            raise ValueError("ceiling values: none: expected at least one ceiling in (0, 1], or none")
+        object.__setattr__(self, "ceiling_values",
+                           tuple(sorted(set(ceilings), key=lambda c: (c is not None, c or 0.0))))
         if self.window_h is not None and not (math.isfinite(self.window_h) and self.window_h > 0):
             raise ValueError(f"window_h={self.window_h!r}: expected a positive number of hours")
         if self.max_windows < 1:
@@ -115,8 +130,10 @@ class SearchSettings:
     @property
     def variant(self) -> str:
         if self.tau_fixed is None:
-            return "best-static"
-        return "best-static-seed" if self.tau_fixed == 0 else f"best-static-tau{self.tau_fixed:g}"
+            name = "best-static"
+        else:
+            name = "best-static-seed" if self.tau_fixed == 0 else f"best-static-tau{self.tau_fixed:g}"
+        return name if self.ceiling_values == (None,) else f"{name}-ceiling"
 
     def resolved(self) -> "SearchSettings":
         """With the default window length worked out from the scenario's train span."""
@@ -133,7 +150,7 @@ class SearchSettings:
             "scenario": self.scenario, "overrides": list(self.overrides), "seed": self.seed,
             "tau_fixed": self.tau_fixed, "tau_values": list(self.tau_values), "budget_min": self.budget_min,
             "step": self.step, "window_h": self.window_h, "max_windows": self.max_windows, "eta": self.eta,
-        }
+        } | ({} if self.ceiling_values == (None,) else {"ceiling_values": list(self.ceiling_values)})
 
     def key(self) -> str:
         """Short hash of the (resolved) settings."""
@@ -163,19 +180,22 @@ def simplex_grid(step: float) -> np.ndarray:
 class Candidate:
     weights: tuple[float, ...]
     tau: float
+    ceiling: float | None = None
 
     @property
     def spec(self) -> str:
         from td3sched.policy.static_weights import static_weights_spec
 
-        return static_weights_spec(self.weights, self.tau)
+        return static_weights_spec(self.weights, self.tau, self.ceiling)
 
 
-def candidates(step: float, tau_values) -> list[Candidate]:
+def candidates(step: float, tau_values, ceiling_values=(None,)) -> list[Candidate]:
     """The grid, plus the anchor: static-weights' default equal weights at the lowest tau (its default
-    tau = 0 whenever tau 0 is searched), so that the winner is never a coarse grid's accident."""
-    grid = [Candidate(tuple(float(x) for x in w), float(t)) for w in simplex_grid(step) for t in tau_values]
-    anchor = Candidate(ANCHOR_WEIGHTS, float(min(tau_values)))
+    tau = 0 whenever tau 0 is searched) and the first ceiling (none, when none is searched), so that the
+    winner is never a coarse grid's accident."""
+    grid = [Candidate(tuple(float(x) for x in w), float(t), c) for w in simplex_grid(step) for t in tau_values
+            for c in ceiling_values]
+    anchor = Candidate(ANCHOR_WEIGHTS, float(min(tau_values)), ceiling_values[0])
     return grid if anchor in grid else grid + [anchor]
 
 
@@ -220,10 +240,11 @@ def ladder_evaluations(n: int, eta: int, max_windows: int) -> int:
     return total
 
 
-def choose_step(eval_s: float, remaining_s: float, workers: int, tau_values, eta: int, max_windows: int) -> float:
+def choose_step(eval_s: float, remaining_s: float, workers: int, tau_values, eta: int, max_windows: int,
+                ceiling_values=(None,)) -> float:
     """The finest step whose full ladder is estimated to fit ``remaining_s``; else the coarsest."""
     for step in STEPS:
-        n = len(candidates(step, tau_values))
+        n = len(candidates(step, tau_values, ceiling_values))
         if math.ceil(ladder_evaluations(n, eta, max_windows) / workers) * eval_s <= remaining_s:
             return step
     return STEPS[-1]
@@ -364,15 +385,16 @@ def search(settings: SearchSettings, workers: int = 2, progress: bool = False,
         evaluator = Evaluator(settings, windows, workers)
         # Grid: a fixed step, or the finest whose ladder fits the budget as timed by pilot runs.
         if settings.step == "auto":
-            pilots = [Candidate(tuple(float(i == k) for i in range(4)), settings.tau_values[0])
+            pilots = [Candidate(tuple(float(i == k) for i in range(4)), settings.tau_values[0],
+                                settings.ceiling_values[0])
                       for k in range(min(workers, 4))]  # simplex vertices: in every grid, so reused in rung 0
             bar.plan(len(pilots), "pilot runs (timing the grid)")
             evaluator.run([(c, 0) for c in pilots], math.inf, done)
             step = choose_step(ladder.eval_s(), deadline - time.monotonic(), workers, settings.tau_values,
-                               settings.eta, settings.max_windows)
+                               settings.eta, settings.max_windows, settings.ceiling_values)
         else:
             step = float(settings.step)
-        grid = candidates(step, settings.tau_values)
+        grid = candidates(step, settings.tau_values, settings.ceiling_values)
         order = np.random.default_rng([settings.seed, 97]).permutation(len(grid))
         survivors = [grid[i] for i in order]  # a seeded order: a budget cut in rung 0 leaves a spread sample
         plan = rung_plan(len(grid), settings.eta, settings.max_windows)
@@ -416,6 +438,7 @@ def search(settings: SearchSettings, workers: int = 2, progress: bool = False,
         "policy": winner.spec,
         "weights": list(winner.weights),
         "tau": winner.tau,
+        **({} if winner.ceiling is None else {"ceiling": winner.ceiling}),
         "reward": ladder.mean(winner, k),
         "reward_per_window": [ladder.results[(winner.spec, i)]["reward"] for i in range(k)],
         "windows": [{"start_s": a, "end_s": b} for a, b in windows[:k]],
@@ -470,7 +493,8 @@ def load_result(name: str, scenario_name: str, overrides, models_dir: Path | Non
     from td3sched.shipped import best_static_dirs
 
     folders = [Path(models_dir)] if models_dir is not None else best_static_dirs()
-    want = SearchSettings(scenario_name, tuple(overrides or ()), tau_fixed=VARIANTS[name]).resolved()
+    want = SearchSettings(scenario_name, tuple(overrides or ()), tau_fixed=VARIANTS[name],
+                          ceiling_values=VARIANT_CEILINGS.get(name, (None,))).resolved()
     found: list[tuple[int, float, str, dict, Path]] = []  # (folder rank: the user's first, budget, time, ...)
     for rank, folder in enumerate(folders):
         for path in sorted(folder.glob(f"{scenario_name}-{want.variant}-*.json")):
@@ -485,6 +509,8 @@ def load_result(name: str, scenario_name: str, overrides, models_dir: Path | Non
     if not found:
         sets = "".join(f" --set {o}" for o in want.overrides)
         tau = " --tau-fixed 0" if want.tau_fixed == 0 else ""
+        if want.ceiling_values != (None,):
+            tau += " --ceiling-values " + ",".join("none" if c is None else f"{c:g}" for c in want.ceiling_values)
         where = ", ".join(map(str, folders)) or "no best-static folder"
         raise ValueError(f"no stored {name} result for scenario {scenario_name!r}"
                          f"{' with overrides ' + str(list(want.overrides)) if want.overrides else ''} and the default "

@@ -207,7 +207,9 @@ type Action struct {
 	PreActivations []float32              `protobuf:"fixed32,1,rep,packed,name=pre_activations,json=preActivations,proto3" json:"pre_activations,omitempty"` // the actor's output, as wide as the model card's action mode; empty on a fallback without one
 	Weights        []float64              `protobuf:"fixed64,2,rep,packed,name=weights,proto3" json:"weights,omitempty"`                                     // [cpu, mem, io, net] on the simplex
 	Tau            float64                `protobuf:"fixed64,3,opt,name=tau,proto3" json:"tau,omitempty"`                                                    // target utilisation in [0, 1]
-	ActionMode     string                 `protobuf:"bytes,4,opt,name=action_mode,json=actionMode,proto3" json:"action_mode,omitempty"`                      // the model card's action mode ("full", "seed"), "" without a model
+	ActionMode     string                 `protobuf:"bytes,4,opt,name=action_mode,json=actionMode,proto3" json:"action_mode,omitempty"`                      // the model card's action mode ("full", "seed", "ceiling"), "" without a model
+	Ceiling        float64                `protobuf:"fixed64,5,opt,name=ceiling,proto3" json:"ceiling,omitempty"`                                            // the hold-back ceiling (CPU utilisation with the pod) when the card declares one; 0 otherwise
+	Dimensions     []string               `protobuf:"bytes,6,rep,name=dimensions,proto3" json:"dimensions,omitempty"`                                        // what each pre-activation is, as the model card declares (e.g. w_cpu ... tau, ceiling)
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -270,12 +272,27 @@ func (x *Action) GetActionMode() string {
 	return ""
 }
 
+func (x *Action) GetCeiling() float64 {
+	if x != nil {
+		return x.Ceiling
+	}
+	return 0
+}
+
+func (x *Action) GetDimensions() []string {
+	if x != nil {
+		return x.Dimensions
+	}
+	return nil
+}
+
 type NodeScore struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Score         int64                  `protobuf:"varint,2,opt,name=score,proto3" json:"score,omitempty"`       // 0-100
-	Stale         bool                   `protobuf:"varint,3,opt,name=stale,proto3" json:"stale,omitempty"`       // metrics stale or missing: neutral score (fail-open) or excluded (fail-closed)
-	Excluded      bool                   `protobuf:"varint,4,opt,name=excluded,proto3" json:"excluded,omitempty"` // fail-closed staleness: do not place here
+	Score         int64                  `protobuf:"varint,2,opt,name=score,proto3" json:"score,omitempty"`                       // 0-100
+	Stale         bool                   `protobuf:"varint,3,opt,name=stale,proto3" json:"stale,omitempty"`                       // metrics stale or missing: neutral score (fail-open) or excluded (fail-closed)
+	Excluded      bool                   `protobuf:"varint,4,opt,name=excluded,proto3" json:"excluded,omitempty"`                 // fail-closed staleness, or held back: do not place here
+	HeldBack      bool                   `protobuf:"varint,5,opt,name=held_back,json=heldBack,proto3" json:"held_back,omitempty"` // above the action's hold-back ceiling with the pod (score 0; also excluded)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -334,6 +351,13 @@ func (x *NodeScore) GetStale() bool {
 func (x *NodeScore) GetExcluded() bool {
 	if x != nil {
 		return x.Excluded
+	}
+	return false
+}
+
+func (x *NodeScore) GetHeldBack() bool {
+	if x != nil {
+		return x.HeldBack
 	}
 	return false
 }
@@ -715,18 +739,23 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\x03qos\x18\t \x01(\x0e2\x1c.td3sched.engine.v1.QosClassR\x03qos\x12&\n" +
 	"\x0fcpu_limit_milli\x18\n" +
 	" \x01(\x01R\rcpuLimitMilli\x12\"\n" +
-	"\rmem_limit_mib\x18\v \x01(\x01R\vmemLimitMib\"~\n" +
+	"\rmem_limit_mib\x18\v \x01(\x01R\vmemLimitMib\"\xb8\x01\n" +
 	"\x06Action\x12'\n" +
 	"\x0fpre_activations\x18\x01 \x03(\x02R\x0epreActivations\x12\x18\n" +
 	"\aweights\x18\x02 \x03(\x01R\aweights\x12\x10\n" +
 	"\x03tau\x18\x03 \x01(\x01R\x03tau\x12\x1f\n" +
 	"\vaction_mode\x18\x04 \x01(\tR\n" +
-	"actionMode\"g\n" +
+	"actionMode\x12\x18\n" +
+	"\aceiling\x18\x05 \x01(\x01R\aceiling\x12\x1e\n" +
+	"\n" +
+	"dimensions\x18\x06 \x03(\tR\n" +
+	"dimensions\"\x84\x01\n" +
 	"\tNodeScore\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x03R\x05score\x12\x14\n" +
 	"\x05stale\x18\x03 \x01(\bR\x05stale\x12\x1a\n" +
-	"\bexcluded\x18\x04 \x01(\bR\bexcluded\"^\n" +
+	"\bexcluded\x18\x04 \x01(\bR\bexcluded\x12\x1b\n" +
+	"\theld_back\x18\x05 \x01(\bR\bheldBack\"^\n" +
 	"\x11ScoreNodesRequest\x12)\n" +
 	"\x03pod\x18\x01 \x01(\v2\x17.td3sched.engine.v1.PodR\x03pod\x12\x1e\n" +
 	"\n" +
