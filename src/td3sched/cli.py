@@ -73,9 +73,13 @@ def simulate(
                                        help="With --events: each tick also writes every node's delivered CPU and memory."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
     lenient: bool = typer.Option(False, help="Skip malformed trace rows (and report them) instead of failing."),
+    record_history: Optional[Path] = typer.Option(None, "--record-history", metavar="DIR",
+                                                  help="Record every decision (pod, candidates and their features, "
+                                                       "chosen node) as a Parquet file of the history folder DIR "
+                                                       "(docs/lifecycle.md)."),
 ) -> None:
     """Run one policy over a scenario span and print its metrics."""
-    from td3sched.outputs import check_file, write_json_atomic
+    from td3sched.outputs import check_file, check_folder, write_json_atomic
     from td3sched.run import run_simulation
 
     try:
@@ -84,10 +88,20 @@ def simulate(
                 check_file(path, option)
         if out_path and events and out_path.resolve() == events.resolve():
             raise ValueError(f"--out and --events are the same file {out_path}: expected two files")
-        result = run_simulation(scenario, policy, seed, span, list(set_), events_path=events, progress=progress,
-                                lenient=lenient, events_detail=events_detail)
+        if record_history is not None:
+            from td3sched.lifecycle.record import record_simulation
+
+            check_folder(record_history, "--record-history")
+            result, history_path, recorded = record_simulation(
+                scenario, policy, seed, span, record_history, list(set_), progress=progress, events_path=events,
+                lenient=lenient, events_detail=events_detail)
+        else:
+            result = run_simulation(scenario, policy, seed, span, list(set_), events_path=events, progress=progress,
+                                    lenient=lenient, events_detail=events_detail)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
+    if record_history is not None:
+        console.print(f"recorded {recorded:,} decisions in {escape(str(history_path))}")
     for line in result["skipped_rows"]:
         console.print(f"[yellow]{escape(line)}[/yellow]")
     print_metrics(result)
