@@ -707,6 +707,43 @@ def serve(
         _fail(str(exc))
 
 
+@app.command("bc")
+def bc_cmd(
+    history: Path = typer.Option(..., "--history", metavar="DIR", help="Scheduling history: a folder of Parquet "
+                                 "files (simulate --record-history, history-from-log) or one file."),
+    out_dir: Path = typer.Option(..., "--out", metavar="MODEL", help="Model folder to write (then --policy td3:MODEL)."),
+    epochs: int = typer.Option(40, help="Passes of the actor stage over the decisions (BCConfig.epochs)."),
+    learning_rate: float = typer.Option(1e-4, "--lr", help="Adam's learning rate of the actor stage."),
+    action: str = typer.Option("full", help="full: weights and tau; seed: weights, tau fixed at 0."),
+    validation_share: float = typer.Option(0.1, help="Newest share of decisions held out for the agreement."),
+    seed: int = typer.Option(1, min=0, help="torch's seed (initialisation, batch order)."),
+    threads: int = typer.Option(1, min=1, help="torch threads (more can be far slower on a busy machine)."),
+) -> None:
+    """Behaviour cloning: an actor whose action ranks the history's chosen nodes first, through the
+    product's score (docs/lifecycle.md); prints the top-1 agreement with the history."""
+    from td3sched.lifecycle.bc import BCConfig, clone_history
+    from td3sched.outputs import check_folder
+
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        check_folder(out_dir, "--out")
+        config = BCConfig(epochs=epochs, learning_rate=learning_rate, action_mode=action,
+                          validation_share=validation_share, seed=seed)
+        training = clone_history(history, out_dir, config, progress=lambda line: console.print(escape(line)))
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    _print_agreement(training)
+    console.print(f"model: {escape(str(out_dir))} (use --policy td3:{escape(str(out_dir))})")
+
+
+def _print_agreement(training: dict) -> None:
+    val = training.get("validation")
+    out.print(f"top-1 agreement with the history: {training['train']['agreement']:.3f} on {training['train']['decisions']:,} "
+              f"decisions trained on" + (f", {val['agreement']:.3f} on {val['decisions']:,} held out" if val else ""))
+
+
 @app.command("inspect-model")
 def inspect_model(
     folder: Path = typer.Argument(..., help="Model folder (td3sched train's run folder), or a shipped model's "
