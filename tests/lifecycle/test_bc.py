@@ -65,10 +65,9 @@ def test_bc_recovers_known_static_weights(history, tmp_path):
     training = clone_history(history, tmp_path / "bc", BCConfig(epochs=3, seed=1))
     assert training["train"]["agreement"] >= 0.95 and training["validation"]["agreement"] >= 0.95, training
     w, tau = np.array(training["static"]["weights"]), training["static"]["tau"]
-    # tiny's nodes report no disk or network use (u_io = u_net = 0 on every node), so only w_cpu : w_mem
-    # and tau decide a choice: those are what the history can tell, and what must come back
+    # the static stage's weights and tau are the policy's (measured: 0.600/0.200/0.101/0.099, tau 0.300)
     assert abs(tau - TRUE_TAU) < 0.02, tau
-    assert abs(w[0] / w[1] - TRUE_W[0] / TRUE_W[1]) / (TRUE_W[0] / TRUE_W[1]) < 0.1, w
+    np.testing.assert_allclose(w, TRUE_W, atol=0.02)
     # the written model, served by the product's inference path, makes the same choices
     actor = load_actor(tmp_path / "bc")
     served = agreement(actor.act, d, actor.action_mode)
