@@ -372,3 +372,28 @@ def clone_history(history, out, config: BCConfig = BCConfig(), progress: Callabl
                 "bc_config": config.to_json(), **result.summary()}
     save_bc_model(Path(out), result, {**history_card(table), "seed": config.seed, "training": training})
     return training
+
+
+def static_model(folder, weights, tau: float, card: dict | None = None) -> None:
+    """A model folder whose actor outputs the action of fixed ``weights`` and ``tau`` whatever it sees:
+    ``static-weights`` as a model (to register a static policy, e.g. the one serving before the first
+    cloned or trained model). tau = 0 gives a seed-mode model (tau fixed at 0). The weights must be
+    positive with log-ratios within the action box (rl.actions.LOGIT_LIMIT)."""
+    from td3sched.policy.static_weights import validate_weights
+
+    w, tau = validate_weights(weights, tau)
+    if np.any(w <= 0):
+        raise ValueError(f"weights {w.tolist()}: expected positive weights (a softmax cannot reach 0)")
+    logits = np.log(w) - np.log(w).mean()
+    mode = "seed" if tau == 0 else "full"
+    tau_pre = 0.0 if tau == 0 else math.log(tau / (1 - tau)) if tau < 1 else LOGIT_LIMIT
+    action = np.append(logits, tau_pre)
+    if np.any(np.abs(action) >= LOGIT_LIMIT):
+        raise ValueError(f"weights {w.tolist()}, tau {tau}: pre-activations {np.round(action, 3).tolist()} reach the "
+                         f"action box (+-{LOGIT_LIMIT}): expected less extreme weights or tau")
+    config = BCConfig(epochs=0, action_mode=mode)
+    actor = Actor(OBSERVATION_SIZE, config.hidden)
+    set_constant(actor, action)
+    result = BCResult(actor, ObservationNormalizer(OBSERVATION_SIZE), config, None, None, None, [], 0.0, 0.0)
+    training = {"kind": "static", "weights": w.tolist(), "tau": tau}
+    save_bc_model(folder, result, {"scenario": None, "overrides": [], **(card or {}), "training": training})
