@@ -744,6 +744,174 @@ def _print_agreement(training: dict) -> None:
               f"decisions trained on" + (f", {val['agreement']:.3f} on {val['decisions']:,} held out" if val else ""))
 
 
+REGISTRY_HELP = "Model registry folder (default: $TD3SCHED_REGISTRY, else ./registry; docs/lifecycle.md)."
+
+
+@app.command("history-from-log")
+def history_from_log_cmd(
+    log: Path = typer.Argument(..., help="The engine's decision log (decision_log.path; its rotated files are read too)."),
+    out_path: Path = typer.Option(..., "--out", help="Parquet file to write, e.g. history/engine-2026-12-01.parquet."),
+) -> None:
+    """The engine's decision log as scheduling history (the schema of simulate --record-history)."""
+    from td3sched.lifecycle.engine_log import convert_log
+    from td3sched.outputs import check_file
+
+    try:
+        check_file(out_path, "--out")
+        path, counts = convert_log(log, out_path)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    console.print(f"{counts['decisions']:,} decisions ({counts['bound']:,} with their bound node; "
+                  f"{counts['bindings_unmatched']:,} bindings matched no decision; {counts['lines_skipped']:,} lines "
+                  f"skipped) -> {escape(str(path))}")
+
+
+@app.command("finetune")
+def finetune_cmd(
+    history: Path = typer.Option(..., "--history", metavar="DIR", help="Scheduling history (folder or file)."),
+    window: str = typer.Option("7d", help="The newest window of the history to learn from: 7d, 12h, 30m, 3600s."),
+    learning_rate: float = typer.Option(1e-5, "--lr", help="Adam's learning rate (small: the model moves a little a day)."),
+    epochs: int = typer.Option(5, help="Passes over the window's decisions."),
+    model: Optional[Path] = typer.Option(None, help="Model folder to fine-tune (default: the registry's serving one)."),
+    out_dir: Path = typer.Option(..., "--out", metavar="CANDIDATE", help="Model folder to write the candidate to."),
+    registry: Optional[Path] = typer.Option(None, help=REGISTRY_HELP),
+    seed: int = typer.Option(1, min=0, help="torch's seed (batch order)."),
+    threads: int = typer.Option(1, min=1, help="torch threads."),
+) -> None:
+    """Fine-tune the serving model on the newest window of history; write and register a candidate."""
+    from td3sched.lifecycle.finetune import finetune
+    from td3sched.lifecycle.registry import Registry, RegistryError
+    from td3sched.outputs import check_folder
+
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        reg = Registry(registry)
+        if model is None:
+            serving = reg.serving()
+            if serving is None:
+                raise RegistryError(f"registry {reg.root}: nothing is serving: expected --model FOLDER or a promoted "
+                                    "version (td3sched promote)")
+            model = reg.folder(serving)
+        check_folder(out_dir, "--out")
+        training = finetune(history, model, out_dir, window, learning_rate, epochs, seed,
+                            progress=lambda line: console.print(escape(line)))
+        version = reg.register(out_dir)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print(f"agreement with the window: {training['initial_train']['agreement']:.3f} before, "
+              f"{training['train']['agreement']:.3f} after")
+    out.print(f"candidate {version} registered in {reg.root} (parent {training['parent']}): td3sched gate {version}")
+
+
+@app.command("gate")
+def gate_cmd(
+    candidate: str = typer.Argument(..., help="A registered version, or a model folder (registered first)."),
+    against: Optional[str] = typer.Option(None, help="What the candidate must beat: a version, a model folder or a "
+                                          "policy spec (default: the serving version; k8s-default when none serves)."),
+    scenario: str = typer.Option(DEFAULT_SCENARIO, help=_scenario_help("Scenario of the replays")),
+    span: str = typer.Option(MEASURE_SPAN, help=_span_help(MEASURE_SPAN, "Span of the replays")),
+    seeds: int = typer.Option(5, min=1, help="Seeds 1..N, each replayed by both (paired)."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    margin: float = typer.Option(0.01, help="Least mean improvement of the cost, a share of the current's (1%)."),
+    safety_tolerance: float = typer.Option(0.02, help="Share by which a safety metric's mean may exceed the current's."),
+    promote: bool = typer.Option(False, "--promote", help="Promote the candidate when it passes."),
+    registry: Optional[Path] = typer.Option(None, help=REGISTRY_HELP),
+) -> None:
+    """Replay the candidate and the serving model on the same seeds; record the verdict (exit 1 if refused)."""
+    from td3sched.lifecycle.gate import GateConfig, run_gate
+    from td3sched.lifecycle.registry import Registry
+
+    try:
+        reg = Registry(registry)
+        version = reg.register(candidate) if Path(candidate).is_dir() else candidate
+        folder = reg.folder(version)
+        if against is None:
+            serving = reg.serving()
+            against = str(reg.folder(serving)) if serving else "k8s-default"
+        elif not Path(against).is_dir() and (reg.versions_dir / against).is_dir():
+            against = str(reg.folder(against))
+        config = GateConfig(scenario, span, tuple(range(1, seeds + 1)), tuple(set_), margin, safety_tolerance)
+        result = run_gate(folder, against, config, progress=lambda line: console.print(escape(line)))
+        reg.record_gate(version, result)
+        if promote and result["promote"]:
+            previous = reg.promote(version)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    o = result["objective"]
+    out.print(f"{o['metric']}: current {o['current_mean']:.4f}, candidate {o['candidate_mean']:.4f}, improvement "
+              f"{o['improvement_mean']:.4f} [{o['improvement_low']}, {o['improvement_high']}] (margin {o['margin_needed']:.4f})")
+    for metric, m in result["safety"].items():
+        out.print(f"{metric}: current {m['current']:.4g}, candidate {m['candidate']:.4g}{' WORSE' if m['worse'] else ''}")
+    if not result["promote"]:
+        out.print(f"gate: {version} refused: " + "; ".join(result["reasons"]))
+        raise typer.Exit(1)
+    out.print(f"gate: {version} passed" + (f"; promoted (replacing {previous or 'none'})" if promote else
+                                           f": td3sched promote {version}"))
+
+
+@app.command("promote")
+def promote_cmd(
+    version: str = typer.Argument(..., help="A registered version (or a model folder, registered first)."),
+    force: bool = typer.Option(False, "--force", help="Promote without a passed gate (the first model, or an "
+                                                      "operator's override)."),
+    registry: Optional[Path] = typer.Option(None, help=REGISTRY_HELP),
+) -> None:
+    """Make a version the serving one (atomic; a running engine reloads it)."""
+    from td3sched.lifecycle.registry import Registry
+
+    try:
+        reg = Registry(registry)
+        version = reg.register(version) if Path(version).is_dir() else version
+        previous = reg.promote(version, require_gate=not force)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print(f"serving {version} (was {previous or 'none'}); the engine's model: {reg.serving_link}")
+
+
+@app.command("rollback")
+def rollback_cmd(registry: Optional[Path] = typer.Option(None, help=REGISTRY_HELP)) -> None:
+    """Serve the version the serving one replaced (atomic; a running engine reloads it)."""
+    from td3sched.lifecycle.registry import Registry
+
+    try:
+        was, now = Registry(registry).rollback()
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print(f"serving {now} (rolled back from {was})")
+
+
+@app.command("models")
+def models_cmd(
+    registry: Optional[Path] = typer.Option(None, help=REGISTRY_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print every version's card and gate result as JSON."),
+) -> None:
+    """The registry's versions, their cards and gate results; the serving one marked."""
+    from td3sched.lifecycle.registry import Registry
+
+    try:
+        versions = Registry(registry).list()
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    if json_out:
+        out.print_json(data=[{"version": v.version, "serving": v.serving, "card": v.card, "gate": v.gate,
+                              "promotion": v.promotion} for v in versions])
+        return
+    table = Table(title=f"models in {Registry(registry).root}")
+    for column in ("version", "serving", "created", "kind", "parent", "scenario", "gate", "cost vs current"):
+        table.add_column(column, no_wrap=column in ("version", "parent"))
+    for v in versions:
+        t = v.card.get("training") or {}
+        gate = "-" if v.gate is None else ("passed" if v.gate["promote"] else "refused")
+        o = (v.gate or {}).get("objective") or {}
+        cost = f"{o['candidate_mean']:.3f} vs {o['current_mean']:.3f}" if o.get("candidate_mean") is not None else "-"
+        table.add_row(v.version, "*" if v.serving else "", str(v.card.get("created") or "-")[:16],
+                      str(t.get("kind") or "td3-train"), str(t.get("parent") or "-"), str(v.card.get("scenario") or "-"),
+                      gate, cost)
+    out.print(table)
+
+
 @app.command("inspect-model")
 def inspect_model(
     folder: Path = typer.Argument(..., help="Model folder (td3sched train's run folder), or a shipped model's "

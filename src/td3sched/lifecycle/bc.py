@@ -335,16 +335,19 @@ def mean_score_arguments(result: BCResult, d: Decisions) -> tuple[np.ndarray, fl
     return np.mean([w for w, _ in pairs], axis=0), float(np.mean([t for _, t in pairs]))
 
 
-def save_bc_model(folder, result: BCResult, card: dict) -> None:
-    """Write the cloned actor as a model folder (``rl.model``), its critics fresh, with the card
-    fields given (scenario, ...) and ``training`` describing the cloning."""
+def save_bc_model(folder, result: BCResult, card: dict, critic_state: dict | None = None) -> None:
+    """Write the cloned actor as a model folder (``rl.model``) with the card fields given (scenario, ...)
+    and ``training`` describing the cloning. The critics are ``critic_state`` (a fine-tuned model keeps
+    its parent's), or fresh."""
     from td3sched.rl.model import save_model
     from td3sched.rl.td3 import TD3, TD3Config
 
     hidden = tuple(m.out_features for m in result.actor.net if isinstance(m, torch.nn.Linear))[:-1]
-    agent = TD3(OBSERVATION_SIZE, TD3Config(hidden=hidden), seed=result.config.seed,
-                action_mode=result.config.action_mode)
+    config = TD3Config.from_json(card.pop("config")) if "config" in card else TD3Config(hidden=hidden)
+    agent = TD3(OBSERVATION_SIZE, config, seed=result.config.seed, action_mode=result.config.action_mode)
     agent.actor.load_state_dict(result.actor.state_dict())
+    if critic_state is not None:
+        agent.critic.load_state_dict(critic_state)
     agent.normalizer = result.normalizer
     save_model(folder, agent, card)
 
