@@ -17,7 +17,7 @@ DEFAULT_SCENARIO = "tiny"
 MEASURE_SPAN, LEARN_SPAN = "test", "train"
 CONVENTIONS = (
     "Every command's --scenario defaults to tiny (it ships with the package: no traces needed). --span "
-    "defaults to test in commands that measure a policy (simulate, evaluate, inspect-model) and to train in "
+    "defaults to test in commands that measure a policy (simulate, evaluate, inspect-model, gate) and to train in "
     "those that learn or search one (train, search-static, overestimation); full is the whole scenario. "
     "Outputs go to --out.")
 app = typer.Typer(add_completion=False, no_args_is_help=True,
