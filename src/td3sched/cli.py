@@ -840,8 +840,10 @@ def gate_cmd(
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
     o = result["objective"]
+    interval = ("no interval" if o["improvement_low"] is None else
+                f"95% interval [{o['improvement_low']:.4f}, {o['improvement_high']:.4f}]")
     out.print(f"{o['metric']}: current {o['current_mean']:.4f}, candidate {o['candidate_mean']:.4f}, improvement "
-              f"{o['improvement_mean']:.4f} [{o['improvement_low']}, {o['improvement_high']}] (margin {o['margin_needed']:.4f})")
+              f"{o['improvement_mean']:.4f}, {interval} (margin {o['margin_needed']:.4f})")
     for metric, m in result["safety"].items():
         out.print(f"{metric}: current {m['current']:.4g}, candidate {m['candidate']:.4g}{' WORSE' if m['worse'] else ''}")
     if not result["promote"]:
