@@ -766,6 +766,34 @@ def history_from_log_cmd(
                   f"skipped) -> {escape(str(path))}")
 
 
+@app.command("import-history")
+def import_history_cmd(
+    pods: str = typer.Option(..., "--pods", metavar="FILE|URL", help="A v1.PodList: `kubectl get pods -A -o json` "
+                             "output, or the API server's /api/v1/pods URL."),
+    prometheus: str = typer.Option(..., "--prometheus", metavar="URL", help="Prometheus scraping node_exporter on "
+                                   "every node (the engine's queries, docs/engine.md)."),
+    out_path: Path = typer.Option(..., "--out", help="Parquet file to write, e.g. history/cluster.parquet."),
+    step_s: float = typer.Option(15.0, "--step", help="Range queries' step in seconds (the scrape interval)."),
+    token_file: Optional[Path] = typer.Option(None, help="A bearer token for the API server URL."),
+    node_label: str = typer.Option("", help="A label holding the node name; \"\" uses the instance without its port."),
+) -> None:
+    """Scheduling history of a cluster that never ran td3-scheduler: its pods' bindings, node metrics at
+    bind time (docs/lifecycle.md)."""
+    from td3sched.lifecycle.importer import import_history, read_pod_list
+    from td3sched.outputs import check_file
+
+    try:
+        check_file(out_path, "--out")
+        token = token_file.read_text().strip() if token_file else None
+        path, counts = import_history(read_pod_list(pods, token), prometheus, out_path, step_s, node_label=node_label,
+                                      progress=lambda line: console.print(escape(line)))
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        _fail(str(exc))
+    console.print(f"{counts['decisions']:,} decisions from {counts['bindings']:,} bindings ({counts['pods_skipped']:,} "
+                  f"pods without a binding time, {counts['no_metrics']:,} bindings without metrics) -> "
+                  f"{escape(str(path))}")
+
+
 @app.command("finetune")
 def finetune_cmd(
     history: Path = typer.Option(..., "--history", metavar="DIR", help="Scheduling history (folder or file)."),
