@@ -928,17 +928,18 @@ def models_cmd(
         out.print_json(data=[{"version": v.version, "serving": v.serving, "card": v.card, "gate": v.gate,
                               "promotion": v.promotion} for v in versions])
         return
-    table = Table(title=f"models in {Registry(registry).root}")
-    for column in ("version", "serving", "created", "kind", "parent", "scenario", "gate", "cost vs current"):
-        table.add_column(column, no_wrap=column in ("version", "parent"))
+    table = Table(title=f"models in {Registry(registry).root} (* serving; --json: cards and gate results)")
+    for column in ("version", "", "kind", "parent", "gate", "cost", "vs"):
+        table.add_column(column, no_wrap=True)
     for v in versions:
         t = v.card.get("training") or {}
         gate = "-" if v.gate is None else ("passed" if v.gate["promote"] else "refused")
         o = (v.gate or {}).get("objective") or {}
-        cost = f"{o['candidate_mean']:.3f} vs {o['current_mean']:.3f}" if o.get("candidate_mean") is not None else "-"
-        table.add_row(v.version, "*" if v.serving else "", str(v.card.get("created") or "-")[:16],
-                      str(t.get("kind") or "td3-train"), str(t.get("parent") or "-"), str(v.card.get("scenario") or "-"),
-                      gate, cost)
+        cost = (f"{o['candidate_mean']:.2f}", f"{o['current_mean']:.2f}") if o.get("candidate_mean") is not None \
+            else ("-", "-")
+        kind = {"behaviour-cloning": "bc", None: "td3"}.get(t.get("kind"), str(t.get("kind")))
+        table.add_row(v.version, "*" if v.serving else "", kind, str(t.get("parent") or "-"),
+                      gate, *cost)
     out.print(table)
 
 
