@@ -845,13 +845,20 @@ def gate_cmd(
     margin: float = typer.Option(0.01, help="Least mean improvement of the cost, a share of the current's (1%)."),
     safety_tolerance: float = typer.Option(0.02, help="Share by which a safety metric's mean may exceed the current's."),
     promote: bool = typer.Option(False, "--promote", help="Promote the candidate when it passes."),
+    history: Optional[Path] = typer.Option(None, "--history", metavar="DIR", help="Replay the newest --window of this "
+                                           "simulator history (its scenario) instead of --scenario and --span."),
+    window: str = typer.Option("7d", help="With --history: the window replayed, before its last decision."),
     registry: Optional[Path] = typer.Option(None, help=REGISTRY_HELP),
 ) -> None:
     """Replay the candidate and the serving model on the same seeds; record the verdict (exit 1 if refused)."""
-    from td3sched.lifecycle.gate import GateConfig, run_gate
+    from td3sched.lifecycle.finetune import parse_window
+    from td3sched.lifecycle.gate import RECENT_SPAN, GateConfig, recent_span, run_gate
     from td3sched.lifecycle.registry import Registry
 
     try:
+        if history is not None:
+            scenario, recent = recent_span(history, parse_window(window))
+            span, set_ = RECENT_SPAN, [*set_, *recent]
         reg = Registry(registry)
         version = reg.register(candidate) if Path(candidate).is_dir() else candidate
         folder = reg.folder(version)

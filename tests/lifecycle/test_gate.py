@@ -14,6 +14,7 @@ pytest.importorskip("torch")
 from td3sched.cli import app  # noqa: E402
 from td3sched.lifecycle.bc import static_model  # noqa: E402
 from td3sched.lifecycle.gate import GateConfig, decide, run_gate  # noqa: E402
+from td3sched.lifecycle.history import read_history  # noqa: E402
 from td3sched.lifecycle.registry import Registry  # noqa: E402
 
 runner = CliRunner()
@@ -94,3 +95,19 @@ def test_one_seed_gives_no_interval_and_is_refused():
 def test_run_gate_replays_a_policy_spec_as_the_current_one(models):
     result = run_gate(models / "good", "k8s-default", GateConfig(seeds=(1, 2)))
     assert result["current"] == "k8s-default" and set(result["runs"]["current"]) == {"1", "2"}
+
+
+def test_the_gate_replays_the_recent_window_of_a_simulator_history(models, tmp_path):
+    from td3sched.lifecycle.gate import recent_span
+    from td3sched.lifecycle.record import record_simulation
+
+    _, _, n = record_simulation("tiny", "k8s-default", 1, "train", tmp_path / "history")
+    scenario, overrides = recent_span(tmp_path / "history", 6 * 3600.0)
+    last = max(read_history(tmp_path / "history").column("time_s").to_pylist())
+    assert scenario == "tiny" and overrides == [f"spans.recent=[{(last - 21600) / 86400!r},{(int(last) + 1) / 86400!r}]"]
+    reg = tmp_path / "registry"
+    result = runner.invoke(app, ["gate", str(models / "good"), "--against", "k8s-default", "--history",
+                                 str(tmp_path / "history"), "--window", "6h", "--seeds", "2", "--registry", str(reg)])
+    assert result.exit_code in (0, 1) and "cost_node_hours: current" in result.output, result.output
+    gate = next(v.gate for v in Registry(reg).list())
+    assert gate["config"]["span"] == "recent" and gate["config"]["overrides"] == overrides

@@ -17,8 +17,11 @@ The candidate passes only when, over the seeds,
 Every number, the per-seed records and the reasons for a refusal are in the gate's result (written to
 the version's ``gate.json`` in the registry). With fewer than 2 seeds there is no interval: refused.
 
-The replay runs the scenario span given (default: tiny's test span), not a window rebuilt from the
-cluster's own history (docs/lifecycle.md: not done yet).
+The replay runs a scenario span: the one given (default: tiny's test span), or the **recent window of
+a history** (``recent_span``): for a history recorded in the simulator, its scenario from the newest
+``window`` before its last decision to that decision, as a span ``recent`` (``--set
+spans.recent=[a,b]``, in days). A history from the engine or a cluster names no scenario: rebuilding a
+scenario from a cluster's history is not done (docs/lifecycle.md).
 """
 
 from __future__ import annotations
@@ -106,6 +109,30 @@ def decide(current: dict[int, dict], candidate: dict[int, dict], config: GateCon
         if worse:
             reasons.append(f"{metric} is worse: {b:.4g} against {a:.4g} ({rule})")
     return {"promote": not reasons, "reasons": reasons, "objective": objective, "safety": safety}
+
+
+RECENT_SPAN = "recent"
+
+
+def recent_span(history, window_s: float) -> tuple[str, list[str]]:
+    """(scenario, overrides) that replay the newest ``window_s`` of a simulator history as the span
+    ``recent``; a ``HistoryError`` when the history names no single scenario."""
+    import math
+
+    import numpy as np
+
+    from td3sched.lifecycle.history import HistoryError, read_history
+
+    table = read_history(history)
+    scenarios = sorted({s for s in table.column("scenario").to_pylist() if s})
+    if len(scenarios) != 1 or table.column("scenario").null_count:
+        raise HistoryError(f"history {history}: scenarios {scenarios} (and {table.column('scenario').null_count} "
+                           "decisions without one): expected the decisions of one simulated scenario to replay its "
+                           "recent window (a cluster's history cannot be replayed yet)")
+    last = float(np.max(table.column("time_s").to_numpy()))
+    start_day = max(0.0, last - window_s) / 86400.0
+    end_day = (math.floor(last) + 1.0) / 86400.0  # the first whole second after the last decision
+    return scenarios[0], [f"spans.{RECENT_SPAN}=[{start_day!r},{end_day!r}]"]
 
 
 def _spec(model) -> str:
