@@ -121,3 +121,24 @@ def test_a_k8s_default_history_records_its_own_scores_and_the_product_features(t
     row = table.slice(0, 1).to_pylist()[0]
     assert row["weights"] is None and row["tau"] is None and row["policy"] == "k8s-default"
     assert all(0 <= c["score"] <= 200 and not math.isnan(c["u_cpu"]) for c in row["candidates"])
+
+
+def test_a_recorded_run_frees_its_world(tmp_path):
+    """The recorder holds the world's pod names, not the world: only reference counting frees it."""
+    import gc
+
+    from td3sched.simulator.engine import Simulation, World
+
+    def alive() -> tuple[int, int]:
+        objects = gc.get_objects()
+        return sum(isinstance(o, Simulation) for o in objects), sum(isinstance(o, World) for o in objects)
+
+    gc.collect()
+    before = alive()
+    gc.disable()
+    try:
+        record_simulation("tiny", SPEC, 1, "test", tmp_path)
+        after = alive()
+    finally:
+        gc.enable()
+    assert after == before
