@@ -768,8 +768,10 @@ def history_from_log_cmd(
 
 @app.command("import-history")
 def import_history_cmd(
-    pods: str = typer.Option(..., "--pods", metavar="FILE|URL", help="A v1.PodList: `kubectl get pods -A -o json` "
-                             "output, or the API server's /api/v1/pods URL."),
+    pods: Optional[str] = typer.Option(None, "--pods", metavar="FILE|URL", help="A v1.PodList: `kubectl get pods -A "
+                                       "-o json` output, or the API server's /api/v1/pods URL."),
+    audit_log: Optional[Path] = typer.Option(None, "--audit-log", help="Instead of --pods: the API server's audit log "
+                                             "(pods and pods/binding at level Request or more)."),
     prometheus: str = typer.Option(..., "--prometheus", metavar="URL", help="Prometheus scraping node_exporter on "
                                    "every node (the engine's queries, docs/engine.md)."),
     out_path: Path = typer.Option(..., "--out", help="Parquet file to write, e.g. history/cluster.parquet."),
@@ -784,13 +786,17 @@ def import_history_cmd(
 
     try:
         check_file(out_path, "--out")
+        if (pods is None) == (audit_log is None):
+            raise ValueError("expected one source of bindings: --pods FILE|URL or --audit-log FILE")
         token = token_file.read_text().strip() if token_file else None
-        path, counts = import_history(read_pod_list(pods, token), prometheus, out_path, step_s, node_label=node_label,
-                                      progress=lambda line: console.print(escape(line)))
+        pod_list = read_pod_list(pods, token) if pods is not None else None
+        path, counts = import_history(pod_list, prometheus, out_path, step_s, node_label=node_label,
+                                      progress=lambda line: console.print(escape(line)), audit_log=audit_log)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         _fail(str(exc))
     console.print(f"{counts['decisions']:,} decisions from {counts['bindings']:,} bindings ({counts['pods_skipped']:,} "
-                  f"pods without a binding time, {counts['no_metrics']:,} bindings without metrics) -> "
+                  f"skipped: pods without a binding time or bindings without their pod; {counts['no_metrics']:,} "
+                  "bindings without metrics) -> "
                   f"{escape(str(path))}")
 
 

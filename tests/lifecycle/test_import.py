@@ -106,3 +106,50 @@ def test_a_pod_list_without_items_is_refused():
 
     with pytest.raises(HistoryError, match=r"expected a v1.PodList"):
         bindings_from_pod_list(json.loads('{"kind": "Pod"}'))
+
+
+def _stamp(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _audit(verb_ref: dict, t: float, request=None, response=None, code=201) -> str:
+    """One audit.k8s.io/v1 Event as the API server writes it (level RequestResponse)."""
+    event = {"kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "RequestResponse", "auditID": f"id-{t}",
+             "stage": "ResponseComplete", "verb": "create", "user": {"username": "system:kube-scheduler"},
+             "objectRef": {"apiVersion": "v1", **verb_ref}, "responseStatus": {"metadata": {}, "code": code},
+             "requestReceivedTimestamp": _stamp(t - 0.001), "stageTimestamp": _stamp(t)}
+    if request is not None:
+        event["requestObject"] = request
+    if response is not None:
+        event["responseObject"] = response
+    return json.dumps(event)
+
+
+def test_an_audit_log_gives_the_decisions_of_the_same_bindings_as_the_pod_list(recorded, tmp_path):
+    url, change_s, _, _ = recorded
+    times = [int(change_s) - 3, int(change_s) - 2, int(change_s) + 8]
+    lines, listed = [], []
+    for i, t in enumerate(times):
+        pod = _pod(f"api-{i}", None, None, cpu=f"{100 * (i + 1)}m")
+        pod["status"] = {}
+        ref = {"resource": "pods", "namespace": "shop", "name": f"api-{i}"}
+        lines.append(_audit(ref, t - 1.0, request=pod, response=pod))
+        binding = {"kind": "Binding", "apiVersion": "v1", "metadata": {"name": f"api-{i}", "namespace": "shop"},
+                   "target": {"kind": "Node", "name": "node-b"}}
+        lines.append(_audit({**ref, "subresource": "binding"}, float(t), request=binding))
+        listed.append(_pod(f"api-{i}", "node-b", t, cpu=f"{100 * (i + 1)}m"))
+    lines.append(_audit({"resource": "pods", "namespace": "shop", "name": "ghost", "subresource": "binding"},
+                        float(times[-1]), request={"target": {"name": "node-a"}}))  # its creation is not logged
+    lines.append(_audit({"resource": "pods", "namespace": "shop", "name": "api-0", "subresource": "binding"},
+                        float(times[-1]), request={"target": {"name": "node-a"}}, code=409))  # a refused binding
+    log = tmp_path / "audit.log"
+    log.write_text("\n".join(lines) + "\n")
+    path, counts = import_history(None, url, tmp_path / "audit.parquet", step_s=1.0, queries=QUERIES, audit_log=log)
+    assert counts["bindings"] == 3 and counts["pods_skipped"] == 1
+    by_audit = read_history(path).to_pylist()
+    by_list = read_history(import_history({"items": listed}, url, tmp_path / "list.parquet", step_s=1.0,
+                                          queries=QUERIES)[0]).to_pylist()
+    drop = ("decision_id",)
+    for a, b in zip(by_audit, by_list, strict=True):
+        assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
+    assert [r["chosen_node"] for r in by_audit] == ["node-b"] * 3

@@ -2,11 +2,20 @@
 
 Decisions are rebuilt from the pods' bindings and the nodes' metrics at bind time:
 
-- **bindings**: a v1.PodList (``kubectl get pods -A -o json``, or the API's ``/api/v1/pods``): every
-  pod with ``spec.nodeName`` and a ``PodScheduled`` condition that is True; its bind time is that
-  condition's ``lastTransitionTime`` (whole seconds, as the API server keeps it); its requests,
-  limits and QoS are read as the engine's extender reads a v1.Pod (``engine.kubernetes_objects``).
-  Pods without a bind time are counted and skipped;
+- **bindings**, from one of
+  - a v1.PodList (``kubectl get pods -A -o json``, or the API's ``/api/v1/pods``): every pod with
+    ``spec.nodeName`` and a ``PodScheduled`` condition that is True; its bind time is that
+    condition's ``lastTransitionTime`` (whole seconds, as the API server keeps it). Pods without a
+    bind time are counted and skipped;
+  - an API server audit log (JSON lines of ``audit.k8s.io/v1`` Events, an audit policy of level
+    Request or RequestResponse for pods and pods/binding): each successful ``create`` of a
+    ``pods/binding`` (stage ResponseComplete) is a binding to its ``requestObject.target.name``, at its
+    ``stageTimestamp`` (microseconds); the pod is the one of the latest successful pod ``create``
+    before it (``responseObject``, else ``requestObject``). Bindings of pods whose creation is not in
+    the log are counted and skipped;
+
+  requests, limits and QoS are read as the engine's extender reads a v1.Pod
+  (``engine.kubernetes_objects``);
 - **metrics**: the engine's Prometheus queries (``engine.prometheus_source``, the same PromQL) as
   range queries (``/api/v1/query_range``) over the bindings' span, step ``step_s``; a binding at time t
   sees each series' latest point at or before t (what an instant query at that grid time returns).
@@ -64,7 +73,7 @@ def _time(text: str, where: str) -> float:
     try:
         return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
     except ValueError:
-        raise HistoryError(f"{where}: lastTransitionTime {text!r}: expected an RFC 3339 time") from None
+        raise HistoryError(f"{where}: time {text!r}: expected an RFC 3339 time") from None
 
 
 def bindings_from_pod_list(pod_list, where: str = "PodList") -> tuple[list[Binding], int]:
@@ -87,6 +96,57 @@ def bindings_from_pod_list(pod_list, where: str = "PodList") -> tuple[list[Bindi
             raise HistoryError(str(exc)) from None
         out.append(Binding(spec_pod, str(node), _time(cond["lastTransitionTime"], at),
                            str(spec.get("schedulerName") or "default-scheduler")))
+    out.sort(key=lambda b: b.time_s)
+    return out, skipped
+
+
+def bindings_from_audit_log(path) -> tuple[list[Binding], int]:
+    """(bindings in time order, bindings skipped: their pod's creation is not in the log) of an API
+    server audit log (see the module's docstring)."""
+    pods: dict[tuple[str, str], dict] = {}
+    out, skipped = [], 0
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise HistoryError(f"audit log {path}: not found: expected the API server's --audit-log-path file") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise HistoryError(f"{where}: not a JSON audit event ({exc})") from None
+        if event.get("kind") != "Event" or event.get("stage") != "ResponseComplete" or event.get("verb") != "create":
+            continue
+        ref = event.get("objectRef") or {}
+        code = (event.get("responseStatus") or {}).get("code", 0)
+        if ref.get("resource") != "pods" or not 200 <= int(code) < 300:
+            continue
+        key = (str(ref.get("namespace") or ""), str(ref.get("name") or ""))
+        if not ref.get("subresource"):
+            pod = event.get("responseObject") or event.get("requestObject")
+            if not isinstance(pod, dict):
+                raise HistoryError(f"{where}: pod create without a request or response object: expected an audit "
+                                   "policy of level Request or RequestResponse for pods")
+            name = (pod.get("metadata") or {}).get("name") or key[1]
+            pods[(key[0] or str((pod.get("metadata") or {}).get("namespace") or ""), name)] = pod
+        elif ref.get("subresource") == "binding":
+            target = ((event.get("requestObject") or {}).get("target") or {}).get("name")
+            if not target:
+                raise HistoryError(f"{where}: binding without requestObject.target.name: expected an audit policy "
+                                   "of level Request or RequestResponse for pods/binding")
+            pod = pods.get(key)
+            if pod is None:
+                skipped += 1
+                continue
+            try:
+                spec_pod = pod_from_k8s(pod, where)
+            except ValueError as exc:
+                raise HistoryError(str(exc)) from None
+            stamp = event.get("stageTimestamp") or event.get("requestReceivedTimestamp")
+            out.append(Binding(spec_pod, str(target), _time(stamp, where),
+                               str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")))
     out.sort(key=lambda b: b.time_s)
     return out, skipped
 
@@ -162,13 +222,15 @@ class MetricsHistory:
 
 def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_STEP_S, max_age_s: float = 60.0,
                    queries: dict[str, str] | None = None, node_label: str = "", node_names: dict | None = None,
-                   progress: Callable[[str], None] | None = None) -> tuple[Path, dict]:
-    """Rebuild the decisions of ``pod_list`` (a v1.PodList) on the metrics of ``prometheus_url`` and
-    write them to the Parquet file ``out``: (the file, counts)."""
+                   progress: Callable[[str], None] | None = None, audit_log=None) -> tuple[Path, dict]:
+    """Rebuild the decisions of ``pod_list`` (a v1.PodList), or of the API server audit log ``audit_log``
+    (``pod_list`` None), on the metrics of ``prometheus_url`` and write them to the Parquet file ``out``:
+    (the file, counts)."""
     say = progress or (lambda line: None)
-    bindings, skipped = bindings_from_pod_list(pod_list)
+    bindings, skipped = bindings_from_pod_list(pod_list) if audit_log is None else bindings_from_audit_log(audit_log)
     if not bindings:
-        raise HistoryError(f"pod list: no bound pod with a PodScheduled time ({skipped} pods skipped)")
+        raise HistoryError(f"{'pod list' if audit_log is None else f'audit log {audit_log}'}: no binding to import "
+                           f"({skipped} skipped)")
     start_s, end_s = bindings[0].time_s, bindings[-1].time_s
     clock = [start_s]
     state = ShadowState(lambda: clock[0], Staleness(max_age_s, "fail-open"))
