@@ -16,11 +16,12 @@ from td3sched.version import code_version  # noqa: F401 (imported from here by o
 def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = "full",
                    overrides: list[str] | None = None, events_path: Path | None = None,
                    progress: bool = False, lenient: bool = False, events_detail: bool = False,
-                   wrap_policy: Callable | None = None) -> dict:
+                   wrap_policy: Callable | None = None, on_simulation: Callable | None = None) -> dict:
     """Run ``policy_name`` on a scenario span; return the JSON-ready record of the run. With
     ``lenient``, malformed trace rows are skipped and counted in the record's ``skipped_rows``.
     ``wrap_policy(policy, world, spec)``: the policy the simulator consults instead (a wrapper that
-    delegates to it, e.g. ``lifecycle.record.HistoryRecorder``); called once the world is built."""
+    delegates to it, e.g. ``lifecycle.record.HistoryRecorder``); called once the world is built.
+    ``on_simulation(sim)``: told of the ``Simulation`` before it runs (the recorder reads its reward)."""
     from td3sched.search.best_static import resolve_policy
 
     if events_path is not None:
@@ -50,9 +51,14 @@ def run_simulation(scenario_name: str, policy_name: str, seed: int, span: str = 
                 task = bar.add_task(f"{scenario_name} {span} {policy_name}", total=(end_s - max(0.0, start_s - warmup_s)) / 3600)
                 sim = Simulation(world, policy, seed, start_s, end_s, events,
                                  progress=lambda dt: bar.advance(task, dt / 3600), warmup_s=warmup_s)
+                if on_simulation is not None:
+                    on_simulation(sim)
                 record = sim.run()
         else:
-            record = Simulation(world, policy, seed, start_s, end_s, events, warmup_s=warmup_s).run()
+            sim = Simulation(world, policy, seed, start_s, end_s, events, warmup_s=warmup_s)
+            if on_simulation is not None:
+                on_simulation(sim)
+            record = sim.run()
     except BaseException:
         if stream:
             stream.close()

@@ -49,7 +49,8 @@ def rows(draw):
         "model_version": draw(st.one_of(st.none(), st.text(max_size=12))),
         "action": draw(st.one_of(st.none(), st.lists(finite, min_size=5, max_size=5))),
         "weights": draw(st.one_of(st.none(), st.lists(finite, min_size=4, max_size=4))),
-        "tau": draw(maybe_float), "outcome_left_s": draw(maybe_float),
+        "tau": draw(maybe_float), "outcome_left_s": draw(maybe_float), "reward": draw(maybe_float),
+        "elapsed_s": draw(maybe_float),
     }
 
 
@@ -71,7 +72,7 @@ def _one_row() -> dict:
             "candidates": [{"node": "a", "u_cpu": 0.1, "u_mem": 0.2, "u_io": 0.0, "u_net": 0.0, "stale": False,
                             "score": 50.0}],
             "chosen_node": "a", "chosen_index": 0, "model_version": None, "action": None, "weights": None,
-            "tau": None, "outcome_left_s": None}
+            "tau": None, "outcome_left_s": None, "reward": None, "elapsed_s": None}
 
 
 def test_another_schema_version_is_refused_naming_the_file(tmp_path):
@@ -113,6 +114,13 @@ def test_the_simulators_recording_changes_nothing_and_records_what_was_scored(tm
         assert row["outcome_left_s"] is None or row["outcome_left_s"] >= row["time_s"]
     d = Decisions.from_table(table)
     assert len(d) == n and d.dropped == 0 and d.offsets[-1] == len(d.u)
+    # the rewards are the run's: the measured decisions' sum to its episode reward (no cycle is held
+    # back by static-weights without a ceiling), the warm-up's are null
+    rewards = [r["reward"] for r in table.to_pylist() if r["reward"] is not None]
+    assert 100 < len(rewards) < n and math.isclose(sum(rewards), record["metrics"]["episode_reward"], rel_tol=1e-9)
+    measured = [r for r in table.to_pylist() if r["reward"] is not None]
+    assert all(r["elapsed_s"] >= 0 for r in measured)
+    assert max(r["time_s"] + r["elapsed_s"] for r in measured) == record["span"]["end_s"]
 
 
 def test_a_k8s_default_history_records_its_own_scores_and_the_product_features(tmp_path):

@@ -10,7 +10,7 @@ the decision keeps ``chosen_index`` null.
 Columns from the log: time (Unix seconds), pod, observation, action, weights, tau, model version,
 candidates (score 0-100 as logged, ``u`` with the pod included, null when stale). ``policy`` is
 ``engine`` (``engine:fallback:<reason>`` for a fallback decision). No outcome is in the log:
-``outcome_left_s`` is null.
+``outcome_left_s``, ``reward`` and ``elapsed_s`` are null.
 
 A log is the file and its rotated files (``.N`` ... ``.1``, oldest first, then the file): all read.
 Records cut by a crash are skipped and counted.
@@ -84,7 +84,7 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
                 "cpu_limit_milli": pod.get("cpu_limit_milli"), "mem_limit_mib": pod.get("mem_limit_mib"),
                 "observation": r.get("observation"), "candidates": cands, "chosen_node": None, "chosen_index": None,
                 "model_version": r.get("model_version") or None, "action": r.get("action"), "weights": r.get("weights"),
-                "tau": r.get("tau"), "outcome_left_s": None,
+                "tau": r.get("tau"), "outcome_left_s": None, "reward": None, "elapsed_s": None,
             }
             if row["observation"] is not None and None in row["observation"]:
                 row["observation"] = None  # a non-finite value was logged as null: no usable observation

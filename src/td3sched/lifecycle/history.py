@@ -31,6 +31,10 @@ Schema ``SCHEMA_VERSION`` 1 (docs/lifecycle.md has the table with units and mean
     tau             float64   the score's target utilisation, null when the policy has none
     outcome_left_s  float64   when the pod left the node (departure, eviction, kill); null: still
                               there when the record ended, or not known (filled after the decision)
+    reward          float64   the decision's reward (reward.py: minus the cluster's cost until the next
+                              decision, over the maximum node count); null when not known
+    elapsed_s       float64   seconds from the decision to the next one (the reward's period); null
+                              when not known
 
 The file's Arrow schema metadata holds ``td3sched.history.schema_version``; a reader refuses a file
 of another version, or one missing a column, naming the file and what was expected. A history is a
@@ -90,6 +94,8 @@ SCHEMA = pa.schema([
     pa.field("weights", pa.list_(pa.float64())),
     pa.field("tau", pa.float64()),
     pa.field("outcome_left_s", pa.float64()),
+    pa.field("reward", pa.float64()),
+    pa.field("elapsed_s", pa.float64()),
 ], metadata={VERSION_KEY: str(SCHEMA_VERSION).encode()})
 
 COLUMNS = tuple(SCHEMA.names)

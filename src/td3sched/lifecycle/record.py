@@ -12,7 +12,14 @@ bit), and each scored decision becomes a row of the history schema (``lifecycle.
 - ``score`` is the wrapped policy's own score of each candidate; ``weights`` and ``tau`` are recorded
   for the policies of the product's score (static-weights, best-static, td3), ``action`` and
   ``model_version`` for td3;
-- ``outcome_left_s`` is filled when the pod leaves the node (departure, eviction, kill).
+- ``outcome_left_s`` is filled when the pod leaves the node (departure, eviction, kill);
+- ``reward`` and ``elapsed_s``: the decision's reward as TD3 learns it (``reward.py``: the cluster's
+  cost from this decision to the next, its events included, over the maximum node count; with any
+  held-back cycle in between, as the env's steps count them) and the seconds to the next decision
+  (or to the span's end), read from the simulation's reward tracker (``reward.StepRewardTracker``,
+  installed by ``watch``). Null in the warm-up, whose cost the run does not count.
+
+A row is written once its pod has left its node and its reward is known, or at ``close``.
 
 A pod the policy held back (its own Filter left no node) is no decision here: no node was chosen.
 """
@@ -20,6 +27,7 @@ A pod the policy held back (its own Filter left no node) is no decision here: no
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -28,6 +36,7 @@ from td3sched.policy.assign_cache import AssignCache
 from td3sched.policy.base import Policy, PodRequest
 from td3sched.policy.features import utilisation
 from td3sched.policy.static_weights import StaticWeights
+from td3sched.reward import StepRewardTracker
 from td3sched.rl.observation import OomWindow, observe
 from td3sched.simulator.cluster import Cluster
 
@@ -53,8 +62,52 @@ class HistoryRecorder(Policy):
         self.oom_window = OomWindow()
         self._open: dict | None = None
         self._rows: dict[int, dict] = {}
-        """Rows whose pod is still on its node, by pod index: written when it leaves, or at ``close``."""
+        """Rows not written yet, by decision number: written once the pod has left and the reward is known."""
+        self._left: set[int] = set()
+        self._rewarded: set[int] = set()
+        self._on_node: dict[int, int] = {}
+        """Pod index -> the decision that bound it, while it is on its node."""
         self._decisions = 0
+        self._sim = None
+        self._tracker: StepRewardTracker | None = None
+        self._end_s = math.nan
+        self._last: tuple[dict, StepRewardTracker | None, int] | None = None
+        """The latest row, the tracker and its settled count when it was bound (None in the warm-up): its
+        reward is what that tracker settles after that."""
+
+    def watch(self, sim) -> None:
+        """Read each decision's reward from ``sim`` (held weakly: the recorder outlives the run)."""
+        sim.reward = StepRewardTracker(sim.reward.cfg, sim.reward.max_nodes)
+        self._sim = weakref.ref(sim)
+        self._tracker = sim.reward
+        self._end_s = float(sim.end_s)
+
+    def _claim(self, t: float) -> None:
+        """Give the latest row its reward, settled since it was bound (it is the decision's when the
+        tracker is the one that was open then, and settled it)."""
+        if self._last is None:
+            return
+        row, tracker, count = self._last
+        self._last = None
+        sim = self._sim() if self._sim is not None else None
+        now = sim.reward if sim is not None else self._tracker
+        self._tracker = now
+        r = now.take() if isinstance(now, StepRewardTracker) else 0.0
+        if now is tracker and tracker.count > count:
+            row["reward"], row["elapsed_s"] = float(r), float(t) - row["time_s"]
+        self._done(self._rewarded, self._seq(row))
+
+    @staticmethod
+    def _seq(row: dict) -> int:
+        return int(row["decision_id"].rsplit("-", 1)[1])
+
+    def _done(self, part: set, seq: int) -> None:
+        """Mark one of a row's two awaited parts done; write the row when both are."""
+        part.add(seq)
+        if seq in self._left and seq in self._rewarded:
+            self._left.discard(seq)
+            self._rewarded.discard(seq)
+            self.writer.append(self._rows.pop(seq))
 
     @property
     def fingerprint(self) -> str:
@@ -70,6 +123,7 @@ class HistoryRecorder(Policy):
         return self.inner.filter(pod, nodes, cluster)
 
     def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        self._claim(pod.time_s)  # this cycle settled the decision before it
         u = utilisation(pod, nodes, cluster, self.cache.usage_since(cluster.last_scrape_s))
         oom = self.context.oom_kills() if self.context.oom_kills is not None else 0
         obs = observe(pod, nodes, cluster, u, self.oom_window.kills(pod.time_s, oom))
@@ -105,33 +159,43 @@ class HistoryRecorder(Policy):
             "observation": [float(x) for x in d["obs"]], "candidates": candidates,
             "chosen_node": str(cluster.names[node]), "chosen_index": int(where[0]) if len(where) else None,
             "model_version": version, "action": action, "weights": weights, "tau": tau, "outcome_left_s": None,
+            "reward": None, "elapsed_s": None,
         }
 
     def bound(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
         if self._open is not None and self._open["pod"] is pod:
             row = self._row(pod, node, cluster)
-            previous = self._rows.pop(pod.index, None)
-            if previous is not None:  # a pod bound again (after an eviction) without a release seen
-                self.writer.append(previous)
-            self._rows[pod.index] = row
+            seq = self._seq(row)
+            self._rows[seq] = row
+            before = self._on_node.pop(pod.index, None)
+            if before is not None:  # bound again without a release seen: the earlier row's outcome is unknown
+                self._done(self._left, before)
+            self._on_node[pod.index] = seq
+            sim = self._sim() if self._sim is not None else None
+            if sim is not None:  # a warm-up decision's cost is not the run's: its reward stays null
+                self._last = (row, sim.reward if sim.measuring else None, sim.reward.count)
+            else:
+                self._done(self._rewarded, seq)  # no simulation watched: no reward to wait for
         self._open = None
         self.cache.add(node, pod.time_s, pod.nonzero_cpu_mem)
         self.inner.bound(pod, node, cluster)
 
     def released(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
-        row = self._rows.pop(pod.index, None)
-        if row is not None:
-            row["outcome_left_s"] = float(pod.time_s)
-            self.writer.append(row)
+        seq = self._on_node.pop(pod.index, None)
+        if seq is not None:
+            self._rows[seq]["outcome_left_s"] = float(pod.time_s)
+            self._done(self._left, seq)
         self.inner.released(pod, node, cluster)
 
     def choose_gpus(self, pod: PodRequest, node: int, cluster: Cluster) -> np.ndarray | None:
         return self.inner.choose_gpus(pod, node, cluster)
 
     def close(self) -> int:
-        """Write the rows of pods still on their nodes and close the file; the decisions recorded."""
-        for row in sorted(self._rows.values(), key=lambda r: int(r["decision_id"].rsplit("-", 1)[1])):
-            self.writer.append(row)
+        """Give the last decision its reward (the run settled it at the span's end), write every row
+        left and close the file; the decisions recorded."""
+        self._claim(self._end_s)
+        for seq in sorted(self._rows):
+            self.writer.append(self._rows[seq])
         self._rows.clear()
         self.writer.close()
         return self._decisions
@@ -165,7 +229,7 @@ def record_simulation(scenario: str, policy: str, seed: int, span: str, out_dir,
 
     try:
         record = run_simulation(scenario, policy, seed, span, overrides or [], progress=progress, wrap_policy=wrap,
-                                **run_kwargs)
+                                on_simulation=lambda sim: state["recorder"].watch(sim), **run_kwargs)
     except BaseException:
         if "recorder" in state:
             state["recorder"].writer.abort()
