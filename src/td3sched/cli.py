@@ -800,6 +800,36 @@ def import_history_cmd(
                   f"{escape(str(path))}")
 
 
+@app.command("offline-rl")
+def offline_rl_cmd(
+    history: Path = typer.Option(..., "--history", metavar="DIR", help="Simulator history of a policy of the "
+                                 "product's score, with rewards (simulate --record-history)."),
+    out_dir: Path = typer.Option(..., "--out", metavar="MODEL", help="Model folder to write."),
+    steps: int = typer.Option(20_000, min=1, help="Gradient steps."),
+    alpha: float = typer.Option(2.5, min=0.0, help="TD3+BC's alpha: the Q term's weight against the behaviour term."),
+    init: Optional[Path] = typer.Option(None, help="Start from this model folder (e.g. td3sched bc's); default: a new one."),
+    gamma_per_hour: Optional[float] = typer.Option(None, help="Semi-MDP discount per simulated hour (a new model)."),
+    seed: int = typer.Option(1, min=0, help="Seed of a new agent and of the replay sampling."),
+    threads: int = typer.Option(1, min=1, help="torch threads."),
+) -> None:
+    """TD3+BC on scheduling history: offline RL from the history's rewards (docs/lifecycle.md)."""
+    from td3sched.lifecycle.offline import offline_td3bc
+    from td3sched.outputs import check_folder
+
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        check_folder(out_dir, "--out")
+        training = offline_td3bc(history, out_dir, steps, alpha, init, seed, gamma_per_hour,
+                                 progress=lambda line: console.print(escape(line)))
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print(f"{training['transitions']:,} transitions, {steps:,} steps; mean |action - history's| "
+              f"{training['mean_abs_action_gap']:.4f}")
+    console.print(f"model: {escape(str(out_dir))} (use --policy td3:{escape(str(out_dir))})")
+
+
 @app.command("finetune")
 def finetune_cmd(
     history: Path = typer.Option(..., "--history", metavar="DIR", help="Scheduling history (folder or file)."),

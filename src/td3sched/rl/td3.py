@@ -70,6 +70,10 @@ class TD3Config:
     """Hidden layer widths of the actor and of each critic (ReLU)."""
     log_every: int = 100
     """Steps between two logs of losses, Q values and steps per second."""
+    bc_alpha: float | None = None
+    """TD3+BC (Fujimoto and Gu 2021, offline RL): the actor minimises
+    -lambda * Q1(s, pi(s)) + (pi(s) - a)^2 with lambda = bc_alpha / mean |Q1(s, pi(s))|, a the replayed
+    action (pre-activations). None: plain TD3 (no behaviour term). The paper's value is 2.5."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -89,6 +93,7 @@ class TD3Config:
         checks.append(("learning_starts", isinstance(self.learning_starts, int) and self.learning_starts >= 0,
                        "a whole number >= 0"))
         checks.append(("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "positive layer widths"))
+        checks.append(("bc_alpha", self.bc_alpha is None or self.bc_alpha >= 0, "a weight >= 0, or None (plain TD3)"))
         for name, ok, expected in checks:
             value = getattr(self, name)
             if not ok or (isinstance(value, float) and not math.isfinite(value)):
@@ -107,7 +112,7 @@ class TD3Config:
         return cls(**{**{k: v for k, v in LATER_FIELDS.items() if k not in d}, **d})
 
 
-LATER_FIELDS = {"gamma_per_hour": None}
+LATER_FIELDS = {"gamma_per_hour": None, "bc_alpha": None}
 """Fields added after models were shipped, with the value that reproduces those models' training."""
 
 
@@ -215,7 +220,13 @@ class TD3:
 
         # Delayed policy updates: the actor, then the soft target updates, every policy_frequency steps.
         if global_step % self.policy_frequency == 0:
-            actor_loss = -self.critic.q1(obs, self.actor(obs)).mean()
+            pi = self.actor(obs)
+            q = self.critic.q1(obs, pi)
+            if cfg.bc_alpha is None:
+                actor_loss = -q.mean()
+            else:  # TD3+BC: the Q term scaled to the behaviour term, which keeps pi near the data's actions
+                lam = cfg.bc_alpha / q.abs().mean().detach().clamp_min(1e-8)
+                actor_loss = -lam * q.mean() + F.mse_loss(pi, actions)
             self.actor_optimizer.zero_grad()
             actor_loss.backward(inputs=list(self.actor.parameters()))  # none for the critic's weights
             self.actor_optimizer.step()
