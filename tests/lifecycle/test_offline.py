@@ -66,3 +66,36 @@ def test_td3bc_learns_the_histories_action_by_its_alpha(history, tmp_path):
     model = load_model(tmp_path / "m0.1")
     w, tau = action_to_weights(model.act(t.obs[0]))
     np.testing.assert_allclose(w, [0.5, 0.3, 0.1, 0.1], atol=0.05)
+
+
+def test_the_behaviour_term_decays_to_nothing_over_bc_decay_steps():
+    from td3sched.rl.observation import OBSERVATION_SIZE
+    from td3sched.rl.td3 import TD3, TD3Config
+
+    torch.set_num_threads(1)
+    agent = TD3(OBSERVATION_SIZE, TD3Config(hidden=(16,), batch_size=32, bc_alpha=1.0, bc_decay_steps=10,
+                                            policy_frequency=1, learning_starts=0), seed=3)
+    rng = np.random.default_rng(0)
+    far = np.full(5, 4.5, dtype=np.float32)  # the history's action, far from a new actor's (near 0)
+    for _ in range(64):
+        agent.buffer.add(rng.normal(size=OBSERVATION_SIZE).astype(np.float32), far, -1.0,
+                         rng.normal(size=OBSERVATION_SIZE).astype(np.float32), False, 60.0)
+    agent.train_step(0)
+    assert agent.actor_loss > 1.0 + 10.0  # |lambda Q| <= alpha = 1, plus the behaviour term (~20)
+    agent.train_step(5)
+    assert agent.actor_loss > 1.0 + 5.0  # weight 0.5
+    agent.train_step(10)
+    assert abs(agent.actor_loss) <= 1.0 + 1e-6  # weight 0: -alpha mean(Q) / mean|Q| only
+
+
+def test_online_after_offline_runs_from_the_offline_model_and_measures_its_return(history, tmp_path):
+    from td3sched.lifecycle.offline import offline_td3bc, online_after_offline
+
+    torch.set_num_threads(1)
+    folder, _ = history
+    offline_td3bc(folder, tmp_path / "offline", 50, alpha=2.5)
+    result = online_after_offline(tmp_path / "offline", folder, tmp_path / "online", 40, 20, episode_hours=2.0,
+                                  eval_every=20)
+    assert [s for s, _ in result["returns"]] == [0, 20, 40] and all(np.isfinite(r) for _, r in result["returns"])
+    card = json.loads((tmp_path / "online" / "model.json").read_text())
+    assert card["training"]["kind"] == "td3+bc-online" and card["config"]["bc_decay_steps"] == 20

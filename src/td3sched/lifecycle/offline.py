@@ -164,3 +164,52 @@ def agent_card(folder) -> dict:
 
     card, content = folder_content_sha256(Path(folder))
     return {"version": content[:12], "scenario": card.get("scenario")}
+
+
+def online_after_offline(model, history, out, steps: int, decay_steps: int | None, scenario: str = "tiny",
+                         episode_hours: float = 12.0, eval_every: int = 500, eval_episode: dict | None = None,
+                         seed: int = 1, progress: Callable[[str], None] | None = None) -> dict:
+    """Online TD3 on the simulator from an offline TD3+BC model (``offline_td3bc``'s): the replay buffer
+    starts with the history's transitions, the behaviour term's weight decays linearly to 0 over
+    ``decay_steps`` (None: it is dropped at once, the naive switch), ``learning_starts`` is 0 (the
+    model acts from the first step). Every ``eval_every`` steps (and at step 0) the deterministic actor's
+    return on one fixed window (``eval_episode``, default: world 2, the span's first ``episode_hours``) is
+    measured; the returns are in the result, with the model written to ``out``."""
+    import dataclasses
+
+    from td3sched.rl.env import ClusterSchedulingEnv, episode_return
+    from td3sched.rl.td3 import TD3
+    from td3sched.rl.train import TrainSettings, learn
+
+    say = progress or (lambda line: None)
+    agent = TD3.load(model)
+    alpha = agent.config.bc_alpha if agent.config.bc_alpha is not None else DEFAULT_ALPHA
+    agent.config = dataclasses.replace(agent.config, learning_starts=0, bc_alpha=alpha if decay_steps else None,
+                                       bc_decay_steps=decay_steps)
+    agent.seed, agent.rng = seed, np.random.default_rng(seed)
+    data = transitions_from_history(history, agent.action_mode)
+    for i in range(len(data)):
+        agent.buffer.add(data.obs[i], data.actions[i], float(data.rewards[i]), data.next_obs[i], False,
+                         float(data.elapsed_s[i]))
+    settings = TrainSettings(scenario=scenario, seed=seed, span="train", episode_hours=episode_hours,
+                             action_mode=agent.action_mode)
+    env = settings.make_env()
+    eval_env = ClusterSchedulingEnv(scenario, "train", episode_hours, agent.action_mode)
+    if eval_episode is None:
+        start = eval_env.span_s[0]
+        eval_episode = {"world_seed": 2, "start_s": start, "end_s": start + eval_env.episode_s, "sim_seed": 7}
+    returns = [(0, episode_return(eval_env, eval_episode, agent.predict))]
+    say(f"step 0: evaluation return {returns[-1][1]:.4f} ({len(data):,} history transitions in the buffer)")
+
+    def evaluate(done: int, a) -> None:
+        if done % eval_every == 0:
+            returns.append((done, episode_return(eval_env, eval_episode, a.predict)))
+            say(f"step {done:,}: evaluation return {returns[-1][1]:.4f}")
+
+    result = learn(agent, env, steps, settings=settings, callback=evaluate)
+    agent.save(Path(out), {**settings.to_json(), "training": {
+        "kind": "td3+bc-online", "parent": agent_card(model)["version"], "steps": steps, "decay_steps": decay_steps,
+        "history_transitions": len(data), "evaluation_returns": returns, "eval_episode": eval_episode}})
+    env.close()
+    eval_env.close()
+    return {"returns": returns, "episodes": result.episodes}

@@ -74,6 +74,10 @@ class TD3Config:
     """TD3+BC (Fujimoto and Gu 2021, offline RL): the actor minimises
     -lambda * Q1(s, pi(s)) + (pi(s) - a)^2 with lambda = bc_alpha / mean |Q1(s, pi(s))|, a the replayed
     action (pre-activations). None: plain TD3 (no behaviour term). The paper's value is 2.5."""
+    bc_decay_steps: int | None = None
+    """With bc_alpha, online after offline: the behaviour term's weight falls linearly from 1 at step 0
+    to 0 at this step (then plain TD3's actor objective, with the Q term still scaled by lambda). None:
+    the weight stays 1."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -94,6 +98,9 @@ class TD3Config:
                        "a whole number >= 0"))
         checks.append(("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "positive layer widths"))
         checks.append(("bc_alpha", self.bc_alpha is None or self.bc_alpha >= 0, "a weight >= 0, or None (plain TD3)"))
+        checks.append(("bc_decay_steps", self.bc_decay_steps is None or (isinstance(self.bc_decay_steps, int)
+                                                                        and self.bc_decay_steps >= 1),
+                       "a whole number of steps >= 1, or None"))
         for name, ok, expected in checks:
             value = getattr(self, name)
             if not ok or (isinstance(value, float) and not math.isfinite(value)):
@@ -112,7 +119,7 @@ class TD3Config:
         return cls(**{**{k: v for k, v in LATER_FIELDS.items() if k not in d}, **d})
 
 
-LATER_FIELDS = {"gamma_per_hour": None, "bc_alpha": None}
+LATER_FIELDS = {"gamma_per_hour": None, "bc_alpha": None, "bc_decay_steps": None}
 """Fields added after models were shipped, with the value that reproduces those models' training."""
 
 
@@ -226,7 +233,8 @@ class TD3:
                 actor_loss = -q.mean()
             else:  # TD3+BC: the Q term scaled to the behaviour term, which keeps pi near the data's actions
                 lam = cfg.bc_alpha / q.abs().mean().detach().clamp_min(1e-8)
-                actor_loss = -lam * q.mean() + F.mse_loss(pi, actions)
+                bc_weight = 1.0 if cfg.bc_decay_steps is None else max(0.0, 1.0 - global_step / cfg.bc_decay_steps)
+                actor_loss = -lam * q.mean() + bc_weight * F.mse_loss(pi, actions)
             self.actor_optimizer.zero_grad()
             actor_loss.backward(inputs=list(self.actor.parameters()))  # none for the critic's weights
             self.actor_optimizer.step()
