@@ -830,6 +830,40 @@ def offline_rl_cmd(
     console.print(f"model: {escape(str(out_dir))} (use --policy td3:{escape(str(out_dir))})")
 
 
+@app.command("online-rl")
+def online_rl_cmd(
+    model: Path = typer.Option(..., help="The offline TD3+BC model (td3sched offline-rl)."),
+    history: Path = typer.Option(..., "--history", metavar="DIR", help="The history it learnt from: its transitions "
+                                 "start the replay buffer."),
+    out_dir: Path = typer.Option(..., "--out", metavar="MODEL", help="Model folder to write."),
+    steps: int = typer.Option(10_000, min=1, help="Online steps (decisions) on the simulator."),
+    decay_steps: Optional[int] = typer.Option(5_000, min=1, help="Steps over which the behaviour term's weight falls "
+                                              "linearly to 0 (TD3Config.bc_decay_steps)."),
+    naive: bool = typer.Option(False, "--naive", help="Drop the behaviour term at once (the naive switch)."),
+    scenario: str = typer.Option(DEFAULT_SCENARIO, help=_scenario_help("Scenario whose train span is the online env")),
+    episode_hours: float = typer.Option(12.0, help="Episode window in simulated hours."),
+    eval_every: int = typer.Option(500, min=1, help="Steps between two evaluations on one fixed window."),
+    seed: int = typer.Option(1, min=0, help="Seed of the env's windows and of the noise."),
+    threads: int = typer.Option(1, min=1, help="torch threads."),
+) -> None:
+    """Online TD3 from an offline TD3+BC model, the behaviour term decayed (docs/lifecycle.md)."""
+    from td3sched.lifecycle.offline import online_after_offline
+    from td3sched.outputs import check_folder
+
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        check_folder(out_dir, "--out")
+        result = online_after_offline(model, history, out_dir, steps, None if naive else decay_steps, scenario,
+                                      episode_hours, eval_every, seed=seed,
+                                      progress=lambda line: console.print(escape(line)))
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print("evaluation returns: " + ", ".join(f"{s:,}: {r:.4f}" for s, r in result["returns"]))
+    console.print(f"model: {escape(str(out_dir))} (use --policy td3:{escape(str(out_dir))})")
+
+
 @app.command("finetune")
 def finetune_cmd(
     history: Path = typer.Option(..., "--history", metavar="DIR", help="Scheduling history (folder or file)."),

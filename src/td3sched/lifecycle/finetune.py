@@ -8,8 +8,8 @@ window, the learning rate and the agreement with the window's decisions before a
 critics are the parent's. A candidate serves nothing until the gate passes it (``lifecycle.gate``).
 
 What it learns is to rank the window's chosen nodes first: from a history of the cluster's own
-scheduler, of an operator's choices or of a better policy. Fine-tuning on rewards (TD3+BC on the
-history's outcomes) is not done yet (docs/lifecycle.md).
+scheduler, of an operator's choices or of a better policy. Learning from the history's rewards is
+TD3+BC (``lifecycle.offline``).
 """
 
 from __future__ import annotations
