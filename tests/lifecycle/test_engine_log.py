@@ -13,10 +13,18 @@ from td3sched.engine.decision_log import DecisionLog  # noqa: E402
 from td3sched.lifecycle.engine_log import convert_log  # noqa: E402
 from td3sched.lifecycle.history import Decisions, HistoryError, read_history  # noqa: E402
 
-from tests.engine.conftest import actor, make_service, snapshot  # noqa: E402,F401
+from tests.engine.conftest import make_service, snapshot  # noqa: E402
 
 
-def test_a_decision_log_becomes_history_with_its_bound_nodes(tmp_path, actor):  # noqa: F811
+@pytest.fixture(scope="module")
+def actor():
+    from td3sched.rl.onnx_actor import load_actor
+    from tests.engine.conftest import MODEL
+
+    return load_actor(MODEL)
+
+
+def test_a_decision_log_becomes_history_with_its_bound_nodes(tmp_path, actor):
     log = DecisionLog(tmp_path / "decisions.jsonl", fsync_interval_s=0.05)
     snap = snapshot(6, age_s=[0, 0, 500, 0, 0, 0])
     service, clock = make_service(actor, snap, max_age_s=60, log=log)

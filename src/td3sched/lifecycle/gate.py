@@ -27,7 +27,7 @@ scenario from a cluster's history is not done (docs/lifecycle.md).
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from td3sched.evaluate.stats import paired_difference

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from pathlib import Path
 
 import numpy as np
 
@@ -208,12 +209,10 @@ def history_file_name(scenario: str, span: str, seed: int, label: str) -> str:
 
 
 def record_simulation(scenario: str, policy: str, seed: int, span: str, out_dir, overrides: list[str] | None = None,
-                      progress: bool = False, **run_kwargs) -> tuple[dict, "Path", int]:
+                      progress: bool = False, **run_kwargs) -> tuple[dict, Path, int]:
     """Run ``policy`` on a scenario span, its decisions recorded into a new file of the history folder
     ``out_dir``: (the run's record, the file, decisions recorded). The file appears whole when the
     run succeeded, and not at all otherwise."""
-    from pathlib import Path
-
     from td3sched.run import run_simulation
 
     out_dir = Path(out_dir)
