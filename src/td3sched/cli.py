@@ -777,6 +777,7 @@ def import_history_cmd(
     out_path: Path = typer.Option(..., "--out", help="Parquet file to write, e.g. history/cluster.parquet."),
     step_s: float = typer.Option(15.0, "--step", help="Range queries' step in seconds (the scrape interval)."),
     token_file: Optional[Path] = typer.Option(None, help="A bearer token for the API server URL."),
+    ca_file: Optional[Path] = typer.Option(None, help="The API server's CA certificate (default: the system's)."),
     node_label: str = typer.Option("", help="A label holding the node name; \"\" uses the instance without its port."),
 ) -> None:
     """Scheduling history of a cluster that never ran td3-scheduler: its pods' bindings, node metrics at
@@ -789,7 +790,7 @@ def import_history_cmd(
         if (pods is None) == (audit_log is None):
             raise ValueError("expected one source of bindings: --pods FILE|URL or --audit-log FILE")
         token = token_file.read_text().strip() if token_file else None
-        pod_list = read_pod_list(pods, token) if pods is not None else None
+        pod_list = read_pod_list(pods, token, ca_file=ca_file) if pods is not None else None
         path, counts = import_history(pod_list, prometheus, out_path, step_s, node_label=node_label,
                                       progress=lambda line: console.print(escape(line)), audit_log=audit_log)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:

@@ -151,12 +151,17 @@ def bindings_from_audit_log(path) -> tuple[list[Binding], int]:
     return out, skipped
 
 
-def read_pod_list(source: str, token: str | None = None, timeout_s: float = 30.0) -> dict:
-    """A v1.PodList from a file, or from an API server URL (``https://host:6443/api/v1/pods``)."""
+def read_pod_list(source: str, token: str | None = None, timeout_s: float = 30.0, ca_file=None) -> dict:
+    """A v1.PodList from a file, or from an API server URL (``https://host:6443/api/v1/pods``), with a
+    bearer ``token`` and the server's CA certificate ``ca_file`` (default: the system's)."""
     if source.startswith(("http://", "https://")):
-        request = urllib.request.Request(source, headers={"Authorization": f"Bearer {token}"} if token else {})
+        import ssl
+
+        context = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
+        request = urllib.request.Request(source, headers={"Accept": "application/json",
+                                                          **({"Authorization": f"Bearer {token}"} if token else {})})
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+            with urllib.request.urlopen(request, timeout=timeout_s, context=context) as resp:
                 return json.loads(resp.read())
         except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
             raise HistoryError(f"pod list {source}: {exc}") from None
