@@ -1,6 +1,7 @@
 """import-history on a real control plane: a stock kube-scheduler (no td3-scheduler anywhere) binds pods
 to the harness's fake nodes; the history rebuilt from the API server's pods and the real Prometheus
-names each pod's node, at its PodScheduled time, with every node's metrics of that moment."""
+names each pod's node, at its PodScheduled time, with every node's metrics of that moment; the API
+server's own audit log gives the same decisions."""
 
 from __future__ import annotations
 
@@ -49,3 +50,15 @@ def test_history_imported_from_a_real_api_server_and_prometheus(cluster, prometh
     expected = np.array([nodes[c["node"]][3] + first["mem_mib"] / (nodes[c["node"]][2] * 1024)
                          for c in first["candidates"]])
     np.testing.assert_allclose(u_mem, expected, atol=1e-9)
+    # the API server's audit log of the same run: the same bindings, to the microsecond
+    path2, counts2 = import_history(None, prometheus.url, tmp_path / "audit.parquet", step_s=1.0, queries=QUERIES,
+                                    audit_log=cluster.audit_log)
+    assert counts2["pods_skipped"] == 0
+    mine = [r for r in read_history(path2).to_pylist() if r["pod_namespace"] == namespace]
+    assert len(mine) == 10
+    by_pod = {r["pod_name"]: r for r in rows}
+    for r in mine:
+        other = by_pod[r["pod_name"]]
+        assert r["chosen_node"] == other["chosen_node"] and 0 <= r["time_s"] - other["time_s"] < 1.5
+        assert (r["cpu_milli"], r["mem_mib"], r["qos"]) == (other["cpu_milli"], other["mem_mib"], other["qos"])
+        assert sorted(c["node"] for c in r["candidates"]) == sorted(nodes)
