@@ -150,3 +150,41 @@ def test_a_recorded_run_frees_its_world(tmp_path):
     finally:
         gc.enable()
     assert after == before
+
+
+def _decisions_by_rows(table):
+    """The plain reading of Decisions (one Python object per candidate): the vectorised one must agree."""
+    obs, us, offsets, chosen, times, dropped = [], [], [0], [], [], 0
+    for row in table.to_pylist():
+        i, cands = row["chosen_index"], row["candidates"]
+        if row["observation"] is None or i is None or cands[i]["stale"] or cands[i]["u_cpu"] is None:
+            dropped += 1
+            continue
+        fresh = [not c["stale"] and c["u_cpu"] is not None for c in cands]
+        obs.append(row["observation"])
+        us.extend([c[f] for f in ("u_cpu", "u_mem", "u_io", "u_net")] for c, ok in zip(cands, fresh) if ok)
+        chosen.append(sum(fresh[:i]))
+        offsets.append(offsets[-1] + sum(fresh))
+        times.append(row["time_s"])
+    return (np.asarray(obs, dtype=np.float32).reshape(-1, 35), np.asarray(us, dtype=np.float64).reshape(-1, 4),
+            np.asarray(offsets), np.asarray(chosen), np.asarray(times), dropped)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(rows(), min_size=1, max_size=8))
+def test_the_vectorised_reading_of_decisions_is_the_plain_one(tmp_path, batch):
+    for row in batch:  # stale candidates carry no features; the chosen one sometimes is stale
+        for c in row["candidates"]:
+            if c["u_cpu"] is None:
+                c["stale"] = True
+    table = read_history(write_history(tmp_path / "h.parquet", batch))
+    obs, u, offsets, chosen, times, dropped = _decisions_by_rows(table)
+    if len(chosen) == 0:
+        with pytest.raises(HistoryError, match="none to learn from"):
+            Decisions.from_table(table)
+        return
+    d = Decisions.from_table(table)
+    np.testing.assert_array_equal(d.obs, obs)
+    np.testing.assert_array_equal(d.u, u)
+    assert d.offsets.tolist() == offsets.tolist() and d.chosen.tolist() == chosen.tolist()
+    assert d.time_s.tolist() == times.tolist() and d.dropped == dropped
