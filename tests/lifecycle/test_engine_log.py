@@ -59,3 +59,22 @@ def test_a_decision_log_becomes_history_with_its_bound_nodes(tmp_path, actor):
 def test_a_missing_log_is_named(tmp_path):
     with pytest.raises(HistoryError, match=r"nope.jsonl: not found"):
         convert_log(tmp_path / "nope.jsonl", tmp_path / "h.parquet")
+
+
+def test_history_from_log_on_the_command_line(tmp_path, actor):
+    from typer.testing import CliRunner
+
+    from td3sched.cli import app
+
+    log = DecisionLog(tmp_path / "decisions.jsonl", fsync_interval_s=0.05)
+    snap = snapshot(4)
+    service, _ = make_service(actor, snap, log=log)
+    decision_id, _ = service.score_nodes(PodSpec("web", cpu_milli=100, mem_mib=64), list(snap.names))
+    service.report_binding(PodSpec("web", cpu_milli=100, mem_mib=64), "node-2", decision_id)
+    log.close()
+    result = CliRunner().invoke(app, ["history-from-log", str(tmp_path / "decisions.jsonl"), "--out",
+                                      str(tmp_path / "h" / "engine.parquet")])
+    assert result.exit_code == 0 and "1 decisions (1 with their bound node" in " ".join(result.output.split())
+    assert read_history(tmp_path / "h").column("chosen_node").to_pylist() == ["node-2"]
+    bad = CliRunner().invoke(app, ["history-from-log", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x.parquet")])
+    assert bad.exit_code == 2 and "missing.jsonl: not found" in " ".join(bad.output.split())
