@@ -58,7 +58,7 @@ def _commands(group, prefix=""):
 
 
 #: What each command is for: the span it defaults to follows from it.
-MEASURE = {"simulate", "evaluate", "inspect-model"}
+MEASURE = {"simulate", "evaluate", "inspect-model", "gate"}
 LEARN = {"train", "search-static", "overestimation"}
 
 
@@ -83,7 +83,7 @@ def test_every_command_follows_one_scenario_and_span_rule():
             assert f"default {params['span'].default or 'train'}" in params["span"].help, name
         outputs = [o for p in command.params for o in getattr(p, "opts", []) if o.startswith("--out")]
         assert outputs in ([], ["--out"]), (name, outputs)
-    assert spans == {"simulate": "test", "evaluate": "test", "inspect-model": "test", "train": None}
+    assert spans == {"simulate": "test", "evaluate": "test", "inspect-model": "test", "gate": "test", "train": None}
     assert (TrainSettings().scenario, TrainSettings().span) == ("tiny", "train")  # train's defaults
     assert set(spans) <= MEASURE | LEARN
     text = _flat(runner.invoke(app, ["--help"]).output)

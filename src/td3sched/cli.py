@@ -17,7 +17,7 @@ DEFAULT_SCENARIO = "tiny"
 MEASURE_SPAN, LEARN_SPAN = "test", "train"
 CONVENTIONS = (
     "Every command's --scenario defaults to tiny (it ships with the package: no traces needed). --span "
-    "defaults to test in commands that measure a policy (simulate, evaluate, inspect-model) and to train in "
+    "defaults to test in commands that measure a policy (simulate, evaluate, inspect-model, gate) and to train in "
     "those that learn or search one (train, search-static, overestimation); full is the whole scenario. "
     "Outputs go to --out.")
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -73,9 +73,13 @@ def simulate(
                                        help="With --events: each tick also writes every node's delivered CPU and memory."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
     lenient: bool = typer.Option(False, help="Skip malformed trace rows (and report them) instead of failing."),
+    record_history: Optional[Path] = typer.Option(None, "--record-history", metavar="DIR",
+                                                  help="Record every decision (pod, candidates and their features, "
+                                                       "chosen node) as a Parquet file of the history folder DIR "
+                                                       "(docs/lifecycle.md)."),
 ) -> None:
     """Run one policy over a scenario span and print its metrics."""
-    from td3sched.outputs import check_file, write_json_atomic
+    from td3sched.outputs import check_file, check_folder, write_json_atomic
     from td3sched.run import run_simulation
 
     try:
@@ -84,10 +88,20 @@ def simulate(
                 check_file(path, option)
         if out_path and events and out_path.resolve() == events.resolve():
             raise ValueError(f"--out and --events are the same file {out_path}: expected two files")
-        result = run_simulation(scenario, policy, seed, span, list(set_), events_path=events, progress=progress,
-                                lenient=lenient, events_detail=events_detail)
+        if record_history is not None:
+            from td3sched.lifecycle.record import record_simulation
+
+            check_folder(record_history, "--record-history")
+            result, history_path, recorded = record_simulation(
+                scenario, policy, seed, span, record_history, list(set_), progress=progress, events_path=events,
+                lenient=lenient, events_detail=events_detail)
+        else:
+            result = run_simulation(scenario, policy, seed, span, list(set_), events_path=events, progress=progress,
+                                    lenient=lenient, events_detail=events_detail)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
+    if record_history is not None:
+        console.print(f"recorded {recorded:,} decisions in {escape(str(history_path))}")
     for line in result["skipped_rows"]:
         console.print(f"[yellow]{escape(line)}[/yellow]")
     print_metrics(result)
@@ -720,6 +734,320 @@ def serve(
         run_engine(load_config(config), ready_file)
     except (ValueError, OSError) as exc:
         _fail(str(exc))
+
+
+@app.command("bc")
+def bc_cmd(
+    history: Path = typer.Option(..., "--history", metavar="DIR", help="Scheduling history: a folder of Parquet "
+                                 "files (simulate --record-history, history-from-log) or one file."),
+    out_dir: Path = typer.Option(..., "--out", metavar="MODEL", help="Model folder to write (then --policy td3:MODEL)."),
+    epochs: int = typer.Option(40, help="Passes of the actor stage over the decisions (BCConfig.epochs)."),
+    learning_rate: float = typer.Option(1e-4, "--lr", help="Adam's learning rate of the actor stage."),
+    action: str = typer.Option("full", help="full: weights and tau; seed: weights, tau fixed at 0."),
+    validation_share: float = typer.Option(0.1, help="Newest share of decisions held out for the agreement."),
+    seed: int = typer.Option(1, min=0, help="torch's seed (initialisation, batch order)."),
+    threads: int = typer.Option(1, min=1, help="torch threads (more can be far slower on a busy machine)."),
+) -> None:
+    """Behaviour cloning: an actor whose action ranks the history's chosen nodes first, through the
+    product's score (docs/lifecycle.md); prints the top-1 agreement with the history."""
+    from td3sched.lifecycle.bc import BCConfig, clone_history
+    from td3sched.outputs import check_folder
+
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        check_folder(out_dir, "--out")
+        config = BCConfig(epochs=epochs, learning_rate=learning_rate, action_mode=action,
+                          validation_share=validation_share, seed=seed)
+        training = clone_history(history, out_dir, config, progress=lambda line: console.print(escape(line)))
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    _print_agreement(training)
+    console.print(f"model: {escape(str(out_dir))} (use --policy td3:{escape(str(out_dir))})")
+
+
+def _print_agreement(training: dict) -> None:
+    val = training.get("validation")
+    out.print(f"top-1 agreement with the history: {training['train']['agreement']:.3f} on {training['train']['decisions']:,} "
+              f"decisions trained on" + (f", {val['agreement']:.3f} on {val['decisions']:,} held out" if val else ""))
+
+
+REGISTRY_HELP = "Model registry folder (default: $TD3SCHED_REGISTRY, else ./registry; docs/lifecycle.md)."
+
+
+@app.command("history-from-log")
+def history_from_log_cmd(
+    log: Path = typer.Argument(..., help="The engine's decision log (decision_log.path; its rotated files are read too)."),
+    out_path: Path = typer.Option(..., "--out", help="Parquet file to write, e.g. history/engine-2026-12-01.parquet."),
+) -> None:
+    """The engine's decision log as scheduling history (the schema of simulate --record-history)."""
+    from td3sched.lifecycle.engine_log import convert_log
+    from td3sched.outputs import check_file
+
+    try:
+        check_file(out_path, "--out")
+        path, counts = convert_log(log, out_path)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    console.print(f"{counts['decisions']:,} decisions ({counts['bound']:,} with their bound node; "
+                  f"{counts['bindings_unmatched']:,} bindings matched no decision; {counts['lines_skipped']:,} lines "
+                  f"skipped) -> {escape(str(path))}")
+
+
+@app.command("import-history")
+def import_history_cmd(
+    pods: Optional[str] = typer.Option(None, "--pods", metavar="FILE|URL", help="A v1.PodList: `kubectl get pods -A "
+                                       "-o json` output, or the API server's /api/v1/pods URL."),
+    audit_log: Optional[Path] = typer.Option(None, "--audit-log", help="Instead of --pods: the API server's audit log "
+                                             "(pods and pods/binding at level Request or more)."),
+    prometheus: str = typer.Option(..., "--prometheus", metavar="URL", help="Prometheus scraping node_exporter on "
+                                   "every node (the engine's queries, docs/engine.md)."),
+    out_path: Path = typer.Option(..., "--out", help="Parquet file to write, e.g. history/cluster.parquet."),
+    step_s: float = typer.Option(15.0, "--step", help="Range queries' step in seconds (the scrape interval)."),
+    token_file: Optional[Path] = typer.Option(None, help="A bearer token for the API server URL."),
+    ca_file: Optional[Path] = typer.Option(None, help="The API server's CA certificate (default: the system's)."),
+    node_label: str = typer.Option("", help="A label holding the node name; \"\" uses the instance without its port."),
+) -> None:
+    """Scheduling history of a cluster that never ran td3-scheduler: its pods' bindings, node metrics at
+    bind time (docs/lifecycle.md)."""
+    from td3sched.lifecycle.importer import import_history, read_pod_list
+    from td3sched.outputs import check_file
+
+    try:
+        check_file(out_path, "--out")
+        if (pods is None) == (audit_log is None):
+            raise ValueError("expected one source of bindings: --pods FILE|URL or --audit-log FILE")
+        token = token_file.read_text().strip() if token_file else None
+        pod_list = read_pod_list(pods, token, ca_file=ca_file) if pods is not None else None
+        path, counts = import_history(pod_list, prometheus, out_path, step_s, node_label=node_label,
+                                      progress=lambda line: console.print(escape(line)), audit_log=audit_log)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        _fail(str(exc))
+    console.print(f"{counts['decisions']:,} decisions from {counts['bindings']:,} bindings ({counts['pods_skipped']:,} "
+                  f"skipped: pods without a binding time or bindings without their pod; {counts['no_metrics']:,} "
+                  "bindings without metrics) -> "
+                  f"{escape(str(path))}")
+
+
+@app.command("offline-rl")
+def offline_rl_cmd(
+    history: Path = typer.Option(..., "--history", metavar="DIR", help="Simulator history of a policy of the "
+                                 "product's score, with rewards (simulate --record-history)."),
+    out_dir: Path = typer.Option(..., "--out", metavar="MODEL", help="Model folder to write."),
+    steps: int = typer.Option(20_000, min=1, help="Gradient steps."),
+    alpha: float = typer.Option(2.5, min=0.0, help="TD3+BC's alpha: the Q term's weight against the behaviour term."),
+    init: Optional[Path] = typer.Option(None, help="Start from this model folder (e.g. td3sched bc's); default: a new one."),
+    gamma_per_hour: Optional[float] = typer.Option(None, help="Semi-MDP discount per simulated hour (a new model)."),
+    seed: int = typer.Option(1, min=0, help="Seed of a new agent and of the replay sampling."),
+    threads: int = typer.Option(1, min=1, help="torch threads."),
+) -> None:
+    """TD3+BC on scheduling history: offline RL from the history's rewards (docs/lifecycle.md)."""
+    from td3sched.lifecycle.offline import offline_td3bc
+    from td3sched.outputs import check_folder
+
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        check_folder(out_dir, "--out")
+        training = offline_td3bc(history, out_dir, steps, alpha, init, seed, gamma_per_hour,
+                                 progress=lambda line: console.print(escape(line)))
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print(f"{training['transitions']:,} transitions, {steps:,} steps; mean |action - history's| "
+              f"{training['mean_abs_action_gap']:.4f}")
+    console.print(f"model: {escape(str(out_dir))} (use --policy td3:{escape(str(out_dir))})")
+
+
+@app.command("online-rl")
+def online_rl_cmd(
+    model: Path = typer.Option(..., help="The offline TD3+BC model (td3sched offline-rl)."),
+    history: Path = typer.Option(..., "--history", metavar="DIR", help="The history it learnt from: its transitions "
+                                 "start the replay buffer."),
+    out_dir: Path = typer.Option(..., "--out", metavar="MODEL", help="Model folder to write."),
+    steps: int = typer.Option(10_000, min=1, help="Online steps (decisions) on the simulator."),
+    decay_steps: Optional[int] = typer.Option(5_000, min=1, help="Steps over which the behaviour term's weight falls "
+                                              "linearly to 0 (TD3Config.bc_decay_steps)."),
+    naive: bool = typer.Option(False, "--naive", help="Drop the behaviour term at once (the naive switch)."),
+    scenario: str = typer.Option(DEFAULT_SCENARIO, help=_scenario_help("Scenario whose train span is the online env")),
+    episode_hours: float = typer.Option(12.0, help="Episode window in simulated hours."),
+    eval_every: int = typer.Option(500, min=1, help="Steps between two evaluations on one fixed window."),
+    seed: int = typer.Option(1, min=0, help="Seed of the env's windows and of the noise."),
+    threads: int = typer.Option(1, min=1, help="torch threads."),
+) -> None:
+    """Online TD3 from an offline TD3+BC model, the behaviour term decayed (docs/lifecycle.md)."""
+    from td3sched.lifecycle.offline import online_after_offline
+    from td3sched.outputs import check_folder
+
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        check_folder(out_dir, "--out")
+        result = online_after_offline(model, history, out_dir, steps, None if naive else decay_steps, scenario,
+                                      episode_hours, eval_every, seed=seed,
+                                      progress=lambda line: console.print(escape(line)))
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print("evaluation returns: " + ", ".join(f"{s:,}: {r:.4f}" for s, r in result["returns"]))
+    console.print(f"model: {escape(str(out_dir))} (use --policy td3:{escape(str(out_dir))})")
+
+
+@app.command("finetune")
+def finetune_cmd(
+    history: Path = typer.Option(..., "--history", metavar="DIR", help="Scheduling history (folder or file)."),
+    window: str = typer.Option("7d", help="The newest window of the history to learn from: 7d, 12h, 30m, 3600s."),
+    learning_rate: float = typer.Option(1e-5, "--lr", help="Adam's learning rate (small: the model moves a little a day)."),
+    epochs: int = typer.Option(5, help="Passes over the window's decisions."),
+    model: Optional[Path] = typer.Option(None, help="Model folder to fine-tune (default: the registry's serving one)."),
+    out_dir: Path = typer.Option(..., "--out", metavar="CANDIDATE", help="Model folder to write the candidate to."),
+    registry: Optional[Path] = typer.Option(None, help=REGISTRY_HELP),
+    seed: int = typer.Option(1, min=0, help="torch's seed (batch order)."),
+    threads: int = typer.Option(1, min=1, help="torch threads."),
+) -> None:
+    """Fine-tune the serving model on the newest window of history; write and register a candidate."""
+    from td3sched.lifecycle.finetune import finetune
+    from td3sched.lifecycle.registry import Registry, RegistryError
+    from td3sched.outputs import check_folder
+
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        reg = Registry(registry)
+        if model is None:
+            serving = reg.serving()
+            if serving is None:
+                raise RegistryError(f"registry {reg.root}: nothing is serving: expected --model FOLDER or a promoted "
+                                    "version (td3sched promote)")
+            model = reg.folder(serving)
+        check_folder(out_dir, "--out")
+        training = finetune(history, model, out_dir, window, learning_rate, epochs, seed,
+                            progress=lambda line: console.print(escape(line)))
+        version = reg.register(out_dir)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print(f"agreement with the window: {training['initial_train']['agreement']:.3f} before, "
+              f"{training['train']['agreement']:.3f} after")
+    out.print(f"candidate {version} registered in {reg.root} (parent {training['parent']}): td3sched gate {version}")
+
+
+@app.command("gate")
+def gate_cmd(
+    candidate: str = typer.Argument(..., help="A registered version, or a model folder (registered first)."),
+    against: Optional[str] = typer.Option(None, help="What the candidate must beat: a version, a model folder or a "
+                                          "policy spec (default: the serving version; k8s-default when none serves)."),
+    scenario: str = typer.Option(DEFAULT_SCENARIO, help=_scenario_help("Scenario of the replays")),
+    span: str = typer.Option(MEASURE_SPAN, help=_span_help(MEASURE_SPAN, "Span of the replays")),
+    seeds: int = typer.Option(5, min=1, help="Seeds 1..N, each replayed by both (paired)."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    margin: float = typer.Option(0.01, help="Least mean improvement of the cost, a share of the current's (1%)."),
+    safety_tolerance: float = typer.Option(0.02, help="Share by which a safety metric's mean may exceed the current's."),
+    promote: bool = typer.Option(False, "--promote", help="Promote the candidate when it passes."),
+    history: Optional[Path] = typer.Option(None, "--history", metavar="DIR", help="Replay the newest --window of this "
+                                           "simulator history (its scenario) instead of --scenario and --span."),
+    window: str = typer.Option("7d", help="With --history: the window replayed, before its last decision."),
+    registry: Optional[Path] = typer.Option(None, help=REGISTRY_HELP),
+) -> None:
+    """Replay the candidate and the serving model on the same seeds; record the verdict (exit 1 if refused)."""
+    from td3sched.lifecycle.finetune import parse_window
+    from td3sched.lifecycle.gate import RECENT_SPAN, GateConfig, recent_span, run_gate
+    from td3sched.lifecycle.registry import Registry
+
+    try:
+        if history is not None:
+            scenario, recent = recent_span(history, parse_window(window))
+            span, set_ = RECENT_SPAN, [*set_, *recent]
+        reg = Registry(registry)
+        version = reg.register(candidate) if Path(candidate).is_dir() else candidate
+        folder = reg.folder(version)
+        if against is None:
+            serving = reg.serving()
+            against = str(reg.folder(serving)) if serving else "k8s-default"
+        elif not Path(against).is_dir() and (reg.versions_dir / against).is_dir():
+            against = str(reg.folder(against))
+        config = GateConfig(scenario, span, tuple(range(1, seeds + 1)), tuple(set_), margin, safety_tolerance)
+        result = run_gate(folder, against, config, progress=lambda line: console.print(escape(line)))
+        reg.record_gate(version, result)
+        if promote and result["promote"]:
+            previous = reg.promote(version)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    o = result["objective"]
+    interval = ("no interval" if o["improvement_low"] is None else
+                f"95% interval [{o['improvement_low']:.4f}, {o['improvement_high']:.4f}]")
+    out.print(f"{o['metric']}: current {o['current_mean']:.4f}, candidate {o['candidate_mean']:.4f}, improvement "
+              f"{o['improvement_mean']:.4f}, {interval} (margin {o['margin_needed']:.4f})")
+    for metric, m in result["safety"].items():
+        out.print(f"{metric}: current {m['current']:.4g}, candidate {m['candidate']:.4g}{' WORSE' if m['worse'] else ''}")
+    if not result["promote"]:
+        out.print(f"gate: {version} refused: " + "; ".join(result["reasons"]))
+        raise typer.Exit(1)
+    out.print(f"gate: {version} passed" + (f"; promoted (replacing {previous or 'none'})" if promote else
+                                           f": td3sched promote {version}"))
+
+
+@app.command("promote")
+def promote_cmd(
+    version: str = typer.Argument(..., help="A registered version (or a model folder, registered first)."),
+    force: bool = typer.Option(False, "--force", help="Promote without a passed gate (the first model, or an "
+                                                      "operator's override)."),
+    registry: Optional[Path] = typer.Option(None, help=REGISTRY_HELP),
+) -> None:
+    """Make a version the serving one (atomic; a running engine reloads it)."""
+    from td3sched.lifecycle.registry import Registry
+
+    try:
+        reg = Registry(registry)
+        version = reg.register(version) if Path(version).is_dir() else version
+        previous = reg.promote(version, require_gate=not force)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print(f"serving {version} (was {previous or 'none'}); the engine's model: {reg.serving_link}")
+
+
+@app.command("rollback")
+def rollback_cmd(registry: Optional[Path] = typer.Option(None, help=REGISTRY_HELP)) -> None:
+    """Serve the version the serving one replaced (atomic; a running engine reloads it)."""
+    from td3sched.lifecycle.registry import Registry
+
+    try:
+        was, now = Registry(registry).rollback()
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print(f"serving {now} (rolled back from {was})")
+
+
+@app.command("models")
+def models_cmd(
+    registry: Optional[Path] = typer.Option(None, help=REGISTRY_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print every version's card and gate result as JSON."),
+) -> None:
+    """The registry's versions, their cards and gate results; the serving one marked."""
+    from td3sched.lifecycle.registry import Registry
+
+    try:
+        versions = Registry(registry).list()
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    if json_out:
+        out.print_json(data=[{"version": v.version, "serving": v.serving, "card": v.card, "gate": v.gate,
+                              "promotion": v.promotion} for v in versions])
+        return
+    table = Table(title=f"models in {Registry(registry).root} (* serving; --json: cards and gate results)")
+    for column in ("version", "", "kind", "parent", "gate", "cost", "vs"):
+        table.add_column(column, no_wrap=True)
+    for v in versions:
+        t = v.card.get("training") or {}
+        gate = "-" if v.gate is None else ("passed" if v.gate["promote"] else "refused")
+        o = (v.gate or {}).get("objective") or {}
+        cost = (f"{o['candidate_mean']:.2f}", f"{o['current_mean']:.2f}") if o.get("candidate_mean") is not None \
+            else ("-", "-")
+        kind = {"behaviour-cloning": "bc", None: "td3"}.get(t.get("kind"), str(t.get("kind")))
+        table.add_row(v.version, "*" if v.serving else "", kind, str(t.get("parent") or "-"),
+                      gate, *cost)
+    out.print(table)
 
 
 @app.command("inspect-model")

@@ -140,6 +140,24 @@ class RewardTracker:
         return out
 
 
+class StepRewardTracker(RewardTracker):
+    """The engine's reward tracker, also keeping what was charged since the reader last took it, so
+    each decision's reward can be read on its own (and any cycle's in between: a pod the policy held
+    back is charged as a decision too). The env's steps (rl.env) and the recorded history's
+    ``reward`` column (lifecycle.record) read it."""
+
+    unclaimed = 0.0
+
+    def settle(self, t: float, events) -> float:
+        r = super().settle(t, events)
+        self.unclaimed += r
+        return r
+
+    def take(self) -> float:
+        r, self.unclaimed = self.unclaimed, 0.0
+        return r
+
+
 @njit(cache=True, nogil=True)
 def settle_decision(scalars, flags, rates, baseline, components, rate_w, event_w, t, oom, slo):
     """``RewardTracker.settle`` on its arrays: the open decision's rate terms over the hours since

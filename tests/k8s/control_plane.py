@@ -161,6 +161,13 @@ class ControlPlane:
         if not wait_for(lambda: _http_ok(f"http://127.0.0.1:{client}/health"), deadline_s=60, every_s=0.2):
             raise RuntimeError(f"etcd not healthy within 60 s:\n{self.etcd.tail()}")
         (f / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
+        # the audit log of pod creations and bindings (import-history reads it), nothing else
+        self.audit_log = f / "audit.log"
+        (f / "audit-policy.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Request", "verbs": ["create"],
+                       "resources": [{"group": "", "resources": ["pods", "pods/binding"]}]},
+                      {"level": "None"}]}))
         key = f / "service-account.key"
         subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True, timeout=60)
         self.apiserver = self.processes.start("kube-apiserver", [
@@ -173,7 +180,9 @@ class ControlPlane:
             # taints new nodes not-ready until a kubelet (there is none) reports them Ready
             "--disable-admission-plugins=ServiceAccount,DefaultStorageClass,StorageObjectInUseProtection,"
             "PersistentVolumeClaimResize,DefaultIngressClass,ResourceQuota,TaintNodesByCondition",
-            "--enable-priority-and-fairness=false", "--v=1", *self.apiserver_args], f / "kube-apiserver.log")
+            "--enable-priority-and-fairness=false", f"--audit-policy-file={f / 'audit-policy.yaml'}",
+            f"--audit-log-path={self.audit_log}", "--audit-log-mode=blocking", "--v=1", *self.apiserver_args],
+            f / "kube-apiserver.log")
         self._wait_apiserver()
         self.kubeconfig = f / "kubeconfig"
         self.kubeconfig.write_text(yaml.safe_dump({

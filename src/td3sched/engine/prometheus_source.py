@@ -99,34 +99,19 @@ class PrometheusSource:
         result = self._get(name, self.queries[name])
         if name == "oom_kills_5m":
             return float(result[0]["value"][1]) if result else 0.0
-        out = {}
-        for series in result:
-            labels = series["metric"]
-            key = labels.get(self.node_label) if self.node_label else re.sub(r":\d+$", "", labels.get("instance", ""))
-            if key:
-                out[self.node_names.get(key, key)] = float(series["value"][1])
-        return out
+        return {self.node_of(series["metric"]): float(series["value"][1]) for series in result
+                if self.node_of(series["metric"])}
+
+    def node_of(self, labels: dict) -> str:
+        """The node a series belongs to: ``node_label``'s value, else the instance without its port,
+        through ``node_names``; "" when neither is there."""
+        key = labels.get(self.node_label) if self.node_label else re.sub(r":\d+$", "", labels.get("instance", ""))
+        return self.node_names.get(key, key) if key else ""
 
     def snapshot(self) -> NodeSnapshot:
         """One refresh: every query, joined by node (``PrometheusError`` on a failed query)."""
         values = {name: self._query(name) for name in self.queries}
-        names = tuple(sorted(set(values["cpu_cores"]) & set(values["mem_total_bytes"])))
-
-        def col(name: str) -> np.ndarray:
-            return np.array([values[name].get(n, math.nan) for n in names], dtype=float)
-
-        cores, mem_total = col("cpu_cores"), col("mem_total_bytes")
-        speed = col("net_speed_bytes")
-        speed_mbit = np.where(np.isfinite(speed) & (speed > 0), speed * 8 / 1e6, 10_000.0)  # no speed: 10 Gbit/s
-        allocatable = np.column_stack([cores * 1000, mem_total / MIB, np.full(len(names), self.disk_gib),
-                                       np.full(len(names), self.rdma_pct)])
-        capacity = np.column_stack([cores * 1000, mem_total / MIB, np.ones(len(names)), speed_mbit])
-        observed = np.column_stack([col("cpu_busy_cores") * 1000, (mem_total - col("mem_available_bytes")) / MIB,
-                                    col("disk_busy"), col("net_bytes_per_s") * 8 / 1e6])
-        scraped = col("sample_time_s")
-        scraped = np.where(np.isfinite(scraped), scraped, -np.inf)
-        return NodeSnapshot(names, allocatable.reshape(-1, 4), capacity.reshape(-1, 4), observed.reshape(-1, 4),
-                            scraped, oom_kills_recent=float(values["oom_kills_5m"]), taken_at_s=time.time())
+        return snapshot_from_values(values, self.disk_gib, self.rdma_pct, time.time())
 
     def refresh(self) -> bool:
         """Publish a new snapshot; on failure keep the old one and record the error."""
@@ -157,3 +142,26 @@ class PrometheusSource:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+
+
+def snapshot_from_values(values: dict, disk_gib: float, rdma_pct: float, taken_at_s: float) -> NodeSnapshot:
+    """The snapshot of one value per node of every query (``oom_kills_5m``: one for the cluster), in the
+    units of the module's docstring: the engine's refresh and ``lifecycle.importer``'s replay of past
+    metrics (Prometheus range queries) both build it here."""
+    names = tuple(sorted(set(values["cpu_cores"]) & set(values["mem_total_bytes"])))
+
+    def col(name: str) -> np.ndarray:
+        return np.array([values[name].get(n, math.nan) for n in names], dtype=float)
+
+    cores, mem_total = col("cpu_cores"), col("mem_total_bytes")
+    speed = col("net_speed_bytes")
+    speed_mbit = np.where(np.isfinite(speed) & (speed > 0), speed * 8 / 1e6, 10_000.0)  # no speed: 10 Gbit/s
+    allocatable = np.column_stack([cores * 1000, mem_total / MIB, np.full(len(names), disk_gib),
+                                   np.full(len(names), rdma_pct)])
+    capacity = np.column_stack([cores * 1000, mem_total / MIB, np.ones(len(names)), speed_mbit])
+    observed = np.column_stack([col("cpu_busy_cores") * 1000, (mem_total - col("mem_available_bytes")) / MIB,
+                                col("disk_busy"), col("net_bytes_per_s") * 8 / 1e6])
+    scraped = col("sample_time_s")
+    scraped = np.where(np.isfinite(scraped), scraped, -np.inf)
+    return NodeSnapshot(names, allocatable.reshape(-1, 4), capacity.reshape(-1, 4), observed.reshape(-1, 4),
+                        scraped, oom_kills_recent=float(values["oom_kills_5m"]), taken_at_s=taken_at_s)

@@ -59,14 +59,15 @@ def resolve_fallback(config: EngineConfig, actor) -> tuple[np.ndarray, float, st
 
 
 def model_files_stamp(folder: Path) -> tuple:
-    """What a change of model looks like from outside: each file's size and modification time."""
+    """What a change of model looks like from outside: each file's size, modification time and inode (a
+    registry's ``serving`` link moved to another version names other files, even of the same size and time)."""
     stamp = []
     for name in (CARD_FILE, MODEL_FILE, ONNX_FILE):
         try:
             st = (Path(folder) / name).stat()
-            stamp.append((name, st.st_size, st.st_mtime_ns))
+            stamp.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
         except FileNotFoundError:
-            stamp.append((name, None, None))
+            stamp.append((name, None, None, None))
     return tuple(stamp)
 
 

@@ -45,7 +45,7 @@ import numpy as np
 
 from td3sched.envs import ENV_ID  # noqa: F401 (registers it; re-exported)
 from td3sched.policy.base import PodRequest
-from td3sched.reward import RewardTracker
+from td3sched.reward import StepRewardTracker
 from td3sched.rl.actions import LOGIT_LIMIT, action_size, check_action_mode, decode
 from td3sched.rl.observation import OBSERVATION_SIZE
 from td3sched.rl.policy import ActionPolicy
@@ -67,23 +67,6 @@ class Episode:
     start_s: float
     end_s: float
     sim_seed: int
-
-
-class StepRewardTracker(RewardTracker):
-    """The engine's reward tracker, also keeping what was charged since the env last took it, so
-    each step returns exactly its decision's reward (and any cycle's in between: a pod the policy
-    held back is charged as a decision too)."""
-
-    unclaimed = 0.0
-
-    def settle(self, t: float, events) -> float:
-        r = super().settle(t, events)
-        self.unclaimed += r
-        return r
-
-    def take(self) -> float:
-        r, self.unclaimed = self.unclaimed, 0.0
-        return r
 
 
 class _Abandoned(BaseException):

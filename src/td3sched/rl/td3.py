@@ -91,6 +91,14 @@ class TD3Config:
     0.08 (0.08); the action ablation on tiny (docs/td3.md) measures both on the same budget."""
     log_every: int = 100
     """Steps between two logs of losses, Q values and steps per second."""
+    bc_alpha: float | None = None
+    """TD3+BC (Fujimoto and Gu 2021, offline RL): the actor minimises
+    -lambda * Q1(s, pi(s)) + (pi(s) - a)^2 with lambda = bc_alpha / mean |Q1(s, pi(s))|, a the replayed
+    action (pre-activations). None: plain TD3 (no behaviour term). The paper's value is 2.5."""
+    bc_decay_steps: int | None = None
+    """With bc_alpha, online after offline: the behaviour term's weight falls linearly from 1 at step 0
+    to 0 at this step (then plain TD3's actor objective, with the Q term still scaled by lambda). None:
+    the weight stays 1."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -111,6 +119,10 @@ class TD3Config:
         checks.append(("learning_starts", isinstance(self.learning_starts, int) and self.learning_starts >= 0,
                        "a whole number >= 0"))
         checks.append(("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "positive layer widths"))
+        checks.append(("bc_alpha", self.bc_alpha is None or self.bc_alpha >= 0, "a weight >= 0, or None (plain TD3)"))
+        checks.append(("bc_decay_steps", self.bc_decay_steps is None or (isinstance(self.bc_decay_steps, int)
+                                                                        and self.bc_decay_steps >= 1),
+                       "a whole number of steps >= 1, or None"))
         for name, ok, expected in checks:
             value = getattr(self, name)
             if not ok or (isinstance(value, float) and not math.isfinite(value)):
@@ -129,7 +141,7 @@ class TD3Config:
         return cls(**{**{k: v for k, v in LATER_FIELDS.items() if k not in d}, **d})
 
 
-LATER_FIELDS = {"gamma_per_hour": None, "preactivation_penalty": 0.0}
+LATER_FIELDS = {"gamma_per_hour": None, "preactivation_penalty": 0.0, "bc_alpha": None, "bc_decay_steps": None}
 """Fields added after models were shipped, with the value that reproduces those models' training."""
 
 
@@ -242,7 +254,14 @@ class TD3:
         # The actor's loss: -Q1(s, pi(s)), plus the pre-activation penalty that keeps pi off the bound.
         if global_step % self.policy_frequency == 0:
             raw = self.actor.raw(obs)
-            actor_loss = -self.critic.q1(obs, self.actor.bound(raw)).mean()
+            pi = self.actor.bound(raw)
+            q = self.critic.q1(obs, pi)
+            if cfg.bc_alpha is None:
+                actor_loss = -q.mean()
+            else:  # TD3+BC: the Q term scaled to the behaviour term, which keeps pi near the data's actions
+                lam = cfg.bc_alpha / q.abs().mean().detach().clamp_min(1e-8)
+                bc_weight = 1.0 if cfg.bc_decay_steps is None else max(0.0, 1.0 - global_step / cfg.bc_decay_steps)
+                actor_loss = -lam * q.mean() + bc_weight * F.mse_loss(pi, actions)
             if cfg.preactivation_penalty:
                 beyond = (raw.abs() - RAW_FREE).clamp(min=0.0)
                 actor_loss = actor_loss + cfg.preactivation_penalty * beyond.square().sum(dim=-1).mean()

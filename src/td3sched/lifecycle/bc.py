@@ -1,0 +1,402 @@
+"""Behaviour cloning from chosen nodes: an actor whose action ranks the history's chosen node first.
+
+History records chosen nodes, not weights. For a decision with observation o, candidates with
+features u_1..u_k (the product's score features, ``policy.features``) and chosen node c:
+
+    a           = actor(normalise(o))                       pre-activations (rl.networks.Actor)
+    w, tau      = softmax(a[0:4]), sigmoid(a[4])            (tau = 0 in the seed mode; rl.actions)
+    s_n         = sum_r w_r * f(u_nr, tau)                  the product's score (lifecycle.score_torch)
+    loss        = -log softmax(beta * s)[c]                 listwise: the chosen node against the others
+
+averaged over a batch of decisions. ``beta`` (the inverse temperature of the softmax; scores lie in
+[0, 1] and differ by hundredths) is learned with the actor, from ``BCConfig.inverse_temperature``; it
+does not change which node scores best, and is not part of the model.
+
+Two stages (a new actor):
+
+1. **static**: one action for every decision (5 free pre-activations), full batch, from several tau
+   starts (the score is piecewise linear in tau, the loss not convex in it); its weights and tau are
+   what a static-weights policy would have to be to make the history's choices (reported in the card);
+2. **actor**: the actor network, made to output that action whatever the observation (last layer's
+   weights 0, bias the action), then trained by minibatches so that the action may depend on the
+   state. If the actor stage agrees less with the held-out decisions than its start, the start is kept
+   (``kept`` in the card says which).
+
+Fine-tuning (``lifecycle.finetune``) runs the actor stage alone, from the serving model.
+
+**Agreement** (reported, never optimised directly) is measured with the product's NumPy code: the
+actor's action decoded by ``rl.actions.action_to_weights``, the candidates scored by
+``policy.static_weights.weighted_closeness``; a decision agrees when its chosen node has the top score
+(ties are exact float equality, as the simulator's Select; the simulator breaks them at random).
+``expected_top1`` counts a tie of m nodes as 1/m: the share of choices a run would repeat. Both are
+reported on the decisions trained on and on the held-out newest ``validation_share``.
+
+The result is a model folder (``rl.model``: ``model.pt`` + ``model.json``) that ``td3:FOLDER``, the
+engine and ``td3sched train``'s critics read as any other; its critics are untrained (fresh), its
+normaliser is fitted on the history's observations, and its card's ``training`` says how it was made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from td3sched.lifecycle import score_torch
+from td3sched.lifecycle.history import Decisions
+from td3sched.policy.static_weights import weighted_closeness
+from td3sched.rl.actions import ACTION_SIZE, LOGIT_LIMIT, action_to_weights, check_action_mode
+from td3sched.rl.networks import Actor, squash
+from td3sched.rl.normalizer import ObservationNormalizer
+from td3sched.rl.observation import OBSERVATION_SIZE
+
+
+@dataclass(frozen=True)
+class BCConfig:
+    epochs: int = 40
+    """Passes over the decisions trained on."""
+    batch_size: int = 128
+    """Decisions per gradient step."""
+    learning_rate: float = 1e-4
+    """Adam's learning rate of the actor stage (it starts from the static stage's action; fine-tuning a
+    serving model uses a smaller one still: ``td3sched finetune``)."""
+    inverse_temperature: float = 100.0
+    """Initial beta of softmax(beta * scores); learned (log-parametrised)."""
+    hidden: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of a new actor (a fine-tuned actor keeps its own)."""
+    action_mode: str = "full"
+    """full: weights and tau; seed: weights, tau fixed at 0 (rl.actions)."""
+    static_steps: int = 300
+    """Full-batch steps of the static stage (one action for every decision) from each tau start."""
+    static_tau_starts: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)
+    """Initial tau values of the static stage (the score is piecewise linear in tau: several starts);
+    ignored in the seed mode."""
+    static_sample: int = 20_000
+    """Decisions the static stage reads at most (a random sample of the training ones)."""
+    validation_share: float = 0.1
+    """The newest share of decisions (by time) held out: agreement is reported on it too; 0 trains on all."""
+    seed: int = 1
+    """torch's seed (actor initialisation, batch order)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        object.__setattr__(self, "static_tau_starts", tuple(float(t) for t in self.static_tau_starts))
+        check_action_mode(self.action_mode)
+        if not self.static_tau_starts or not all(0 < t < 1 for t in self.static_tau_starts):
+            raise ValueError(f"BCConfig.static_tau_starts={self.static_tau_starts!r}: expected values in (0, 1)")
+        checks = [("epochs", isinstance(self.epochs, int) and self.epochs >= 0, "a whole number >= 0"),
+                  ("static_steps", isinstance(self.static_steps, int) and self.static_steps >= 0,
+                   "a whole number >= 0"),
+                  ("static_sample", isinstance(self.static_sample, int) and self.static_sample >= 1,
+                   "a whole number >= 1"),
+                  ("batch_size", isinstance(self.batch_size, int) and self.batch_size >= 1, "a whole number >= 1"),
+                  ("learning_rate", self.learning_rate > 0, "a positive number"),
+                  ("inverse_temperature", self.inverse_temperature > 0, "a positive number"),
+                  ("validation_share", 0 <= self.validation_share < 1, "a share in [0, 1)")]
+        for name, ok, expected in checks:
+            value = getattr(self, name)
+            if not ok or (isinstance(value, float) and not math.isfinite(value)):
+                raise ValueError(f"BCConfig.{name}={value!r}: expected {expected}")
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "hidden": list(self.hidden)}
+
+
+@dataclass
+class Agreement:
+    decisions: int
+    agreement: float
+    """Share of decisions whose chosen node has the top score."""
+    expected_top1: float
+    """The same, a tie of m nodes counted 1/m."""
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def agreement(act: Callable[[np.ndarray], np.ndarray], d: Decisions, action_mode: str = "full") -> Agreement:
+    """How often the product's score, with the weights and tau ``act`` (raw observations [n, 35] ->
+    pre-activations [n, 5]) chooses, puts the history's chosen node on top (see the module's docstring)."""
+    if len(d) == 0:
+        raise ValueError("agreement of no decision: expected at least one")
+    actions = np.asarray(act(d.obs))
+    hits, expected = 0, 0.0
+    for i in range(len(d)):
+        w, tau = action_to_weights(actions[i], action_mode)
+        s = weighted_closeness(d.u[d.offsets[i]:d.offsets[i + 1]], w, tau)
+        top = s.max()
+        if s[d.chosen[i]] == top:
+            hits += 1
+            expected += 1.0 / np.count_nonzero(s == top)
+    return Agreement(len(d), hits / len(d), expected / len(d))
+
+
+def static_agreement(weights, tau: float, d: Decisions) -> Agreement:
+    """The agreement of fixed weights and tau (a static-weights policy) with a history."""
+    w = np.asarray(weights, dtype=float)
+    hits, expected = 0, 0.0
+    for i in range(len(d)):
+        s = weighted_closeness(d.u[d.offsets[i]:d.offsets[i + 1]], w, tau)
+        if s[d.chosen[i]] == s.max():
+            hits += 1
+            expected += 1.0 / np.count_nonzero(s == s.max())
+    return Agreement(len(d), hits / len(d), expected / len(d))
+
+
+def split(d: Decisions, validation_share: float) -> tuple[Decisions, Decisions | None]:
+    """(train, held out): the newest ``validation_share`` of decisions by time are held out."""
+    n_val = int(round(len(d) * validation_share))
+    if n_val == 0 or n_val >= len(d):
+        return d, None
+    order = np.argsort(d.time_s, kind="stable")
+    return d.subset(np.sort(order[:-n_val])), d.subset(np.sort(order[-n_val:]))
+
+
+def _batch(d: Decisions, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(obs [B, 35], u [B, K, 4] padded, mask [B, K], chosen [B]) of decisions ``idx``."""
+    sizes = d.sizes[idx]
+    k = int(sizes.max())
+    cols = np.arange(k)
+    mask = cols[None, :] < sizes[:, None]
+    rows = np.minimum(d.offsets[idx][:, None] + cols[None, :], len(d.u) - 1)
+    u = np.where(mask[..., None], d.u[rows], 0.0)
+    return (torch.from_numpy(d.obs[idx]), torch.from_numpy(u), torch.from_numpy(mask),
+            torch.from_numpy(d.chosen[idx]))
+
+
+class ListwiseLoss(torch.nn.Module):
+    """-log softmax(beta * score(candidates))[chosen], the mean over a batch; beta learned."""
+
+    def __init__(self, inverse_temperature: float, action_mode: str = "full"):
+        super().__init__()
+        self.log_beta = torch.nn.Parameter(torch.tensor(math.log(inverse_temperature), dtype=torch.float64))
+        self.seed_mode = action_mode == "seed"
+
+    def forward(self, pre_activations: torch.Tensor, u: torch.Tensor, mask: torch.Tensor,
+                chosen: torch.Tensor) -> torch.Tensor:
+        weights, tau = squash(pre_activations.double(), self.seed_mode)
+        scores = score_torch.weighted_closeness(u, weights, tau)
+        logits = (self.log_beta.exp() * scores).masked_fill(~mask, -math.inf)
+        return -torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None]).mean()
+
+
+@dataclass
+class BCResult:
+    actor: Actor
+    normalizer: ObservationNormalizer
+    config: BCConfig
+    train: Agreement
+    validation: Agreement | None
+    initial_train: Agreement
+    """The agreement before training (a fresh actor, or the model fine-tuned)."""
+    losses: list[float]
+    """Mean loss of each epoch."""
+    inverse_temperature: float
+    wall_s: float
+    static: dict | None = None
+    """The static stage's action, weights, tau and loss (None when fine-tuning a given actor)."""
+    kept: str = "actor"
+    """actor: the actor stage's result; start: its starting point, kept because the actor stage agreed
+    less with the held-out decisions."""
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return self.actor(torch.from_numpy(self.normalizer.normalize(obs))).numpy()
+
+    def summary(self) -> dict:
+        return {"train": self.train.to_json(), "validation": self.validation.to_json() if self.validation else None,
+                "initial_train": self.initial_train.to_json(), "final_loss": self.losses[-1] if self.losses else None,
+                "epochs": len(self.losses), "inverse_temperature": self.inverse_temperature,
+                "static": self.static, "kept": self.kept,
+                "wall_s": round(self.wall_s, 1)}
+
+
+def fit_normalizer(obs: np.ndarray) -> ObservationNormalizer:
+    normalizer = ObservationNormalizer(OBSERVATION_SIZE)
+    normalizer.update(obs)
+    return normalizer
+
+
+def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator) -> tuple[np.ndarray, float, float]:
+    """The static stage: one action (5 pre-activations) for every decision, minimising the listwise
+    loss full-batch from each of ``config.static_tau_starts``; (the best action, its loss, its beta)."""
+    idx = np.arange(len(d)) if len(d) <= config.static_sample else np.sort(
+        rng.choice(len(d), config.static_sample, replace=False))
+    _, u, mask, chosen = _batch(d, idx)
+    limit = LOGIT_LIMIT * (1 - 1e-3)  # inside the actor's tanh range
+    best = (None, math.inf, config.inverse_temperature)
+    starts = config.static_tau_starts if config.action_mode == "full" else (0.5,)
+    for tau0 in starts:
+        a = torch.zeros(ACTION_SIZE, dtype=torch.float64)
+        a[4] = math.log(tau0 / (1 - tau0))
+        a.requires_grad_(True)
+        loss_fn = ListwiseLoss(config.inverse_temperature, config.action_mode)
+        optimiser = torch.optim.Adam([a, loss_fn.log_beta], lr=0.05)
+        for _ in range(config.static_steps):
+            loss = loss_fn(a.expand(len(idx), ACTION_SIZE), u, mask, chosen)
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            with torch.no_grad():
+                a.clamp_(-limit, limit)
+        with torch.no_grad():
+            final = loss_fn(a.expand(len(idx), ACTION_SIZE), u, mask, chosen).item()
+        if final < best[1]:
+            best = (a.detach().numpy().copy(), final, loss_fn.log_beta.exp().item())
+    return best
+
+
+def set_constant(actor: Actor, action: np.ndarray) -> None:
+    """Make ``actor`` output ``action`` whatever the observation: its last layer's weights 0, its bias
+    the pre-tanh value of the action."""
+    last = [m for m in actor.net if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.copy_(torch.atanh(torch.as_tensor(action / LOGIT_LIMIT, dtype=torch.float32)))
+
+
+def behaviour_clone(d: Decisions, config: BCConfig = BCConfig(), actor: Actor | None = None,
+                    normalizer: ObservationNormalizer | None = None,
+                    progress: Callable[[str], None] | None = None) -> BCResult:
+    """Behaviour cloning on ``d`` in two stages (see the module's docstring): a new actor (``actor``
+    None) starts from the static stage's action; a given actor (fine-tuning) starts from itself.
+    ``normalizer``: the actor's own (fine-tuning keeps it); None fits one on the decisions trained on.
+    ``progress(line)`` is told of each stage and epoch."""
+    start = time.perf_counter()
+    say = progress or (lambda line: None)
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    train_d, val_d = split(d, config.validation_share)
+    say(f"{len(train_d):,} decisions to train on, {len(val_d) if val_d else 0:,} held out, "
+        f"{train_d.sizes.mean():.1f} candidates each on average")
+    static = None
+    beta = config.inverse_temperature
+    if normalizer is None:
+        normalizer = fit_normalizer(train_d.obs)
+    if actor is None:
+        actor = Actor(OBSERVATION_SIZE, config.hidden)
+        action, loss, beta = fit_static(train_d, config, rng)
+        set_constant(actor, action)
+        w, tau = action_to_weights(action, config.action_mode)
+        static = {"action": action.tolist(), "weights": w.tolist(), "tau": tau, "loss": loss,
+                  "inverse_temperature": beta}
+        say(f"static stage: weights {np.round(w, 3).tolist()}, tau {tau:.3f}, loss {loss:.4f}")
+    act = lambda obs: _act(actor, normalizer, obs)  # noqa: E731
+    initial = agreement(act, train_d, config.action_mode)
+    initial_val = agreement(act, val_d, config.action_mode) if val_d is not None else None
+    say(f"agreement before the actor stage: {initial.agreement:.3f} (train)"
+        + (f", {initial_val.agreement:.3f} (held out)" if initial_val else ""))
+    before = {k: v.clone() for k, v in actor.state_dict().items()}
+    loss_fn = ListwiseLoss(beta, config.action_mode)  # the actor stage goes on from the static stage's beta
+    optimiser = torch.optim.Adam([*actor.parameters(), loss_fn.log_beta], lr=config.learning_rate)
+    normed = Decisions(normalizer.normalize(train_d.obs), train_d.u, train_d.offsets, train_d.chosen, train_d.time_s)
+    losses = []
+    actor.train()
+    for epoch in range(config.epochs):
+        t0 = time.perf_counter()
+        order = rng.permutation(len(normed))
+        total, batches = 0.0, 0
+        for lo in range(0, len(order), config.batch_size):
+            obs, u, mask, chosen = _batch(normed, order[lo:lo + config.batch_size])
+            loss = loss_fn(actor(obs), u, mask, chosen)
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            total += loss.item()
+            batches += 1
+        losses.append(total / max(batches, 1))
+        say(f"epoch {epoch + 1}/{config.epochs}: loss {losses[-1]:.4f}, "
+            f"{len(order) / max(time.perf_counter() - t0, 1e-9):,.0f} decisions/s")
+    actor.eval()
+    kept = "actor"
+    val_agree = agreement(act, val_d, config.action_mode) if val_d is not None else None
+    if val_agree is not None and initial_val is not None and val_agree.agreement < initial_val.agreement:
+        actor.load_state_dict(before)  # the actor stage generalised worse than where it started
+        val_agree, kept = initial_val, "start"
+        say("the actor stage agreed less on the held-out decisions than its start: the start is kept")
+    train_agree = agreement(act, train_d, config.action_mode)
+    return BCResult(actor, normalizer, config, train_agree, val_agree, initial, losses,
+                    loss_fn.log_beta.exp().item(), time.perf_counter() - start, static, kept)
+
+
+def _act(actor: Actor, normalizer: ObservationNormalizer, obs: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return actor(torch.from_numpy(normalizer.normalize(obs))).numpy()
+
+
+def mean_score_arguments(result: BCResult, d: Decisions) -> tuple[np.ndarray, float]:
+    """The mean weights and tau the cloned actor chooses over the decisions ``d``."""
+    pairs = [action_to_weights(a, result.config.action_mode) for a in result.act(d.obs)]
+    return np.mean([w for w, _ in pairs], axis=0), float(np.mean([t for _, t in pairs]))
+
+
+def save_bc_model(folder, result: BCResult, card: dict, critic_state: dict | None = None) -> None:
+    """Write the cloned actor as a model folder (``rl.model``) with the card fields given (scenario, ...)
+    and ``training`` describing the cloning. The critics are ``critic_state`` (a fine-tuned model keeps
+    its parent's), or fresh."""
+    from td3sched.rl.model import save_model
+    from td3sched.rl.td3 import TD3, TD3Config
+
+    hidden = tuple(m.out_features for m in result.actor.net if isinstance(m, torch.nn.Linear))[:-1]
+    config = TD3Config.from_json(card.pop("config")) if "config" in card else TD3Config(hidden=hidden)
+    agent = TD3(OBSERVATION_SIZE, config, seed=result.config.seed, action_mode=result.config.action_mode)
+    agent.actor.load_state_dict(result.actor.state_dict())
+    if critic_state is not None:
+        agent.critic.load_state_dict(critic_state)
+    agent.normalizer = result.normalizer
+    save_model(folder, agent, card)
+
+
+def history_card(table) -> dict:
+    """Card fields a history implies: its scenario and overrides-free label when it has one scenario."""
+    scenarios = {s for s in table.column("scenario").to_pylist() if s is not None}
+    return {"scenario": scenarios.pop() if len(scenarios) == 1 else None, "overrides": [], "span": None,
+            "episode_hours": None}
+
+
+def clone_history(history, out, config: BCConfig = BCConfig(), progress: Callable[[str], None] | None = None) -> dict:
+    """``td3sched bc``: behaviour-clone the history (a folder or file) into the model folder ``out``;
+    returns the card's ``training`` entry (agreements, static stage, settings)."""
+    from pathlib import Path
+
+    from td3sched.lifecycle.history import read_history
+
+    table = read_history(history)
+    d = Decisions.from_table(table)
+    result = behaviour_clone(d, config, progress=progress)
+    training = {"kind": "behaviour-cloning", "history": str(history), "decisions": len(d),
+                "decisions_dropped": d.dropped, "history_time_s": [float(d.time_s.min()), float(d.time_s.max())],
+                "policies": sorted({p for p in table.column("policy").to_pylist() if p}),
+                "bc_config": config.to_json(), **result.summary()}
+    save_bc_model(Path(out), result, {**history_card(table), "seed": config.seed, "training": training})
+    return training
+
+
+def static_model(folder, weights, tau: float, card: dict | None = None) -> None:
+    """A model folder whose actor outputs the action of fixed ``weights`` and ``tau`` whatever it sees:
+    ``static-weights`` as a model (to register a static policy, e.g. the one serving before the first
+    cloned or trained model). tau = 0 gives a seed-mode model (tau fixed at 0). The weights must be
+    positive with log-ratios within the action box (rl.actions.LOGIT_LIMIT)."""
+    from td3sched.policy.static_weights import validate_weights
+
+    w, tau = validate_weights(weights, tau)
+    if np.any(w <= 0):
+        raise ValueError(f"weights {w.tolist()}: expected positive weights (a softmax cannot reach 0)")
+    logits = np.log(w) - np.log(w).mean()
+    mode = "seed" if tau == 0 else "full"
+    tau_pre = 0.0 if tau == 0 else math.log(tau / (1 - tau)) if tau < 1 else LOGIT_LIMIT
+    action = np.append(logits, tau_pre)
+    if np.any(np.abs(action) >= LOGIT_LIMIT):
+        raise ValueError(f"weights {w.tolist()}, tau {tau}: pre-activations {np.round(action, 3).tolist()} reach the "
+                         f"action box (+-{LOGIT_LIMIT}): expected less extreme weights or tau")
+    config = BCConfig(epochs=0, action_mode=mode)
+    actor = Actor(OBSERVATION_SIZE, config.hidden)
+    set_constant(actor, action)
+    result = BCResult(actor, ObservationNormalizer(OBSERVATION_SIZE), config, None, None, None, [], 0.0, 0.0)
+    training = {"kind": "static", "weights": w.tolist(), "tau": tau}
+    save_bc_model(folder, result, {"scenario": None, "overrides": [], **(card or {}), "training": training})

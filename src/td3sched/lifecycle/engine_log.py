@@ -1,0 +1,122 @@
+"""The engine's decision log (``engine.decision_log``, schema 1) as scheduling history.
+
+Each ``decision`` record becomes one row; its chosen node comes from the ``binding`` record that
+names the same ``decision_id`` (gRPC ReportBinding carries it), or, for a binding without one (the
+HTTP extender path), from the pod's latest decision before the binding that has no binding yet
+(pods matched by namespace and name). A decision never bound keeps ``chosen_node`` null (the pod
+was bound elsewhere unseen, or not yet): learning skips it. A bound node that was no candidate of
+the decision keeps ``chosen_index`` null.
+
+Columns from the log: time (Unix seconds), pod, observation, action, weights, tau, model version,
+candidates (score 0-100 as logged, ``u`` with the pod included, null when stale). ``policy`` is
+``engine`` (``engine:fallback:<reason>`` for a fallback decision). No outcome is in the log:
+``outcome_left_s``, ``reward`` and ``elapsed_s`` are null.
+
+A log is the file and its rotated files (``.N`` ... ``.1``, oldest first, then the file): all read.
+Records cut by a crash are skipped and counted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from td3sched.engine.decision_log import SCHEMA_VERSION as LOG_SCHEMA, read_log
+from td3sched.lifecycle.history import HistoryError
+
+LOG_POD_FIELDS = ("name", "cpu_milli", "mem_mib", "disk_gib", "rdma_pct", "gpu_count", "gpu_milli", "qos")
+
+
+def log_files(path) -> list[Path]:
+    """The log's rotated files, oldest first, then the log itself."""
+    path = Path(path)
+    if not path.is_file():
+        raise HistoryError(f"decision log {path}: not found: expected the engine's decision_log.path")
+    rotated = []
+    i = 1
+    while path.with_name(f"{path.name}.{i}").is_file():
+        rotated.append(path.with_name(f"{path.name}.{i}"))
+        i += 1
+    return [*reversed(rotated), path]
+
+
+def _pod(record: dict, where: str) -> dict:
+    pod = record.get("pod")
+    if not isinstance(pod, dict) or any(k not in pod for k in LOG_POD_FIELDS):
+        raise HistoryError(f"{where}: decision {record.get('decision_id')!r}: pod {pod!r}: expected an object with "
+                           f"{', '.join(LOG_POD_FIELDS)}")
+    return pod
+
+
+def decisions_from_log(path) -> tuple[list[dict], dict]:
+    """(history rows, counts) of a decision log: counts of decisions, bindings matched, bindings with no
+    decision, and lines skipped (cut or unparseable)."""
+    records, skipped = [], 0
+    for file in log_files(path):
+        recs, bad = read_log(file)
+        records += [(file, r) for r in recs]
+        skipped += bad
+    rows: list[dict] = []
+    by_id: dict[str, dict] = {}
+    unbound_by_pod: dict[tuple, list[dict]] = {}
+    counts = {"decisions": 0, "bound": 0, "bindings_unmatched": 0, "lines_skipped": skipped, "other": 0}
+    for file, r in records:
+        where = str(file)
+        if r.get("schema") != LOG_SCHEMA:
+            raise HistoryError(f"{where}: record seq {r.get('seq')}: log schema {r.get('schema')!r}: expected {LOG_SCHEMA}")
+        kind = r.get("kind")
+        if kind == "decision":
+            pod = _pod(r, where)
+            cands = []
+            for c in r.get("candidates") or []:
+                u = c.get("u")
+                fresh = (not c.get("stale")) and isinstance(u, list) and len(u) == 4 and None not in u
+                cands.append({"node": str(c["node"]), "u_cpu": u[0] if fresh else None, "u_mem": u[1] if fresh else None,
+                              "u_io": u[2] if fresh else None, "u_net": u[3] if fresh else None,
+                              "stale": not fresh, "score": None if c.get("score") is None else float(c["score"])})
+            reason = r.get("fallback_reason") or ""
+            row = {
+                "source": "engine", "decision_id": str(r["decision_id"]), "time_s": float(r["time_s"]),
+                "scenario": None, "seed": None, "policy": f"engine:fallback:{reason}" if reason else "engine",
+                "pod_name": str(pod["name"]), "pod_namespace": pod.get("namespace"), "workload": None,
+                "qos": int(pod["qos"]), "cpu_milli": float(pod["cpu_milli"]), "mem_mib": float(pod["mem_mib"]),
+                "disk_gib": float(pod["disk_gib"]), "rdma_pct": float(pod["rdma_pct"]),
+                "gpu_count": int(pod["gpu_count"]), "gpu_milli": int(pod["gpu_milli"]),
+                "cpu_limit_milli": pod.get("cpu_limit_milli"), "mem_limit_mib": pod.get("mem_limit_mib"),
+                "observation": r.get("observation"), "candidates": cands, "chosen_node": None, "chosen_index": None,
+                "model_version": r.get("model_version") or None, "action": r.get("action"), "weights": r.get("weights"),
+                "tau": r.get("tau"), "outcome_left_s": None, "reward": None, "elapsed_s": None,
+            }
+            if row["observation"] is not None and None in row["observation"]:
+                row["observation"] = None  # a non-finite value was logged as null: no usable observation
+            rows.append(row)
+            by_id[row["decision_id"]] = row
+            unbound_by_pod.setdefault((row["pod_namespace"], row["pod_name"]), []).append(row)
+            counts["decisions"] += 1
+        elif kind == "binding":
+            row = by_id.get(r.get("decision_id") or "")
+            if row is None or row["chosen_node"] is not None:
+                pod = r.get("pod") or {}
+                waiting = [x for x in unbound_by_pod.get((pod.get("namespace"), pod.get("name")), [])
+                           if x["chosen_node"] is None and x["time_s"] <= float(r.get("time_s", 0.0))]
+                row = waiting[-1] if waiting else None
+            if row is None:
+                counts["bindings_unmatched"] += 1
+                continue
+            node = str(r["node"])
+            row["chosen_node"] = node
+            names = [c["node"] for c in row["candidates"]]
+            row["chosen_index"] = names.index(node) if node in names else None
+            counts["bound"] += 1
+        else:
+            counts["other"] += 1
+    return rows, counts
+
+
+def convert_log(log_path, out_path) -> tuple[Path, dict]:
+    """Write the history of a decision log to the Parquet file ``out_path``: (the file, counts)."""
+    from td3sched.lifecycle.history import write_history
+
+    rows, counts = decisions_from_log(log_path)
+    if not rows:
+        raise HistoryError(f"decision log {log_path}: no decision record in it ({counts})")
+    return write_history(out_path, rows), counts

@@ -1,0 +1,290 @@
+"""Scheduling history: one row per decision, one versioned Parquet schema for every source.
+
+A decision is a pod, the candidate nodes the scorer saw (with the features the product's score reads),
+and the node the pod went to. Three sources write the same schema: the simulator under any policy
+(``td3sched simulate --record-history DIR``, ``lifecycle.record``), the engine's decision log
+(``lifecycle.engine_log``), and later a cluster's own bindings. The learning lifecycle reads it:
+behaviour cloning (``lifecycle.bc``) and fine-tuning.
+
+Schema ``SCHEMA_VERSION`` 1 (docs/lifecycle.md has the table with units and meanings):
+
+    schema_version  int16     1
+    source          string    simulator | engine | import
+    decision_id     string    unique within its file
+    time_s          float64   simulated seconds (simulator) or Unix seconds (engine)
+    scenario, seed  string, int64 (null outside the simulator)
+    policy          string    the policy spec that decided (the engine: "engine")
+    pod_name, pod_namespace, workload   string (workload: the app; null when unknown)
+    qos             int8      0 Guaranteed, 1 Burstable, 2 BestEffort
+    cpu_milli, mem_mib, disk_gib, rdma_pct   float64   requests
+    gpu_count, gpu_milli                     int32
+    cpu_limit_milli, mem_limit_mib           float64   null: no limit
+    observation     list<float32>   the 35-value observation (rl.observation), null when unknown
+    candidates      list<struct<node string, u_cpu, u_mem, u_io, u_net float64, stale bool, score float64>>
+                    u: utilisation with the pod on the node (policy.features.utilisation), null when stale;
+                    score: what the deciding policy gave the node (its own scale), null when unknown
+    chosen_node     string    the node the pod was bound to, null when not known
+    chosen_index    int32     its index in candidates, null when it is not among them
+    model_version   string    the model's short content hash, null without a model
+    action          list<float64>   the actor's pre-activations, null without a model
+    weights         list<float64>   the score's weights [cpu, mem, io, net], null when the policy has none
+    tau             float64   the score's target utilisation, null when the policy has none
+    outcome_left_s  float64   when the pod left the node (departure, eviction, kill); null: still
+                              there when the record ended, or not known (filled after the decision)
+    reward          float64   the decision's reward (reward.py: minus the cluster's cost until the next
+                              decision, over the maximum node count); null when not known
+    elapsed_s       float64   seconds from the decision to the next one (the reward's period); null
+                              when not known
+
+The file's Arrow schema metadata holds ``td3sched.history.schema_version``; a reader refuses a file
+of another version, or one missing a column, naming the file and what was expected. A history is a
+folder of such files (or one file): ``read_history`` reads them all, in name order.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = 1
+VERSION_KEY = b"td3sched.history.schema_version"
+SOURCES = ("simulator", "engine", "import")
+QOS_NAMES = ("Guaranteed", "Burstable", "BestEffort")
+U_FIELDS = ("u_cpu", "u_mem", "u_io", "u_net")
+ROWS_PER_GROUP = 4096
+"""Decisions per Parquet row group (what a writer holds in memory before it writes)."""
+
+CANDIDATE = pa.struct([
+    ("node", pa.string()),
+    *((name, pa.float64()) for name in U_FIELDS),
+    ("stale", pa.bool_()),
+    ("score", pa.float64()),
+])
+
+SCHEMA = pa.schema([
+    pa.field("schema_version", pa.int16(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("decision_id", pa.string(), nullable=False),
+    pa.field("time_s", pa.float64(), nullable=False),
+    pa.field("scenario", pa.string()),
+    pa.field("seed", pa.int64()),
+    pa.field("policy", pa.string()),
+    pa.field("pod_name", pa.string(), nullable=False),
+    pa.field("pod_namespace", pa.string()),
+    pa.field("workload", pa.string()),
+    pa.field("qos", pa.int8(), nullable=False),
+    pa.field("cpu_milli", pa.float64(), nullable=False),
+    pa.field("mem_mib", pa.float64(), nullable=False),
+    pa.field("disk_gib", pa.float64(), nullable=False),
+    pa.field("rdma_pct", pa.float64(), nullable=False),
+    pa.field("gpu_count", pa.int32(), nullable=False),
+    pa.field("gpu_milli", pa.int32(), nullable=False),
+    pa.field("cpu_limit_milli", pa.float64()),
+    pa.field("mem_limit_mib", pa.float64()),
+    pa.field("observation", pa.list_(pa.float32())),
+    pa.field("candidates", pa.list_(CANDIDATE), nullable=False),
+    pa.field("chosen_node", pa.string()),
+    pa.field("chosen_index", pa.int32()),
+    pa.field("model_version", pa.string()),
+    pa.field("action", pa.list_(pa.float64())),
+    pa.field("weights", pa.list_(pa.float64())),
+    pa.field("tau", pa.float64()),
+    pa.field("outcome_left_s", pa.float64()),
+    pa.field("reward", pa.float64()),
+    pa.field("elapsed_s", pa.float64()),
+], metadata={VERSION_KEY: str(SCHEMA_VERSION).encode()})
+
+COLUMNS = tuple(SCHEMA.names)
+
+
+class HistoryError(ValueError):
+    """A history file or row that cannot be used, naming the file (or row) and what was expected."""
+
+
+def _check_row(row: dict, where: str) -> None:
+    missing = [c for c in COLUMNS if c not in row and c not in ("schema_version",)]
+    if missing:
+        raise HistoryError(f"{where}: decision {row.get('decision_id')!r} lacks {missing}")
+    if row["source"] not in SOURCES:
+        raise HistoryError(f"{where}: source {row['source']!r}: expected one of {', '.join(SOURCES)}")
+    if row["qos"] not in (0, 1, 2):
+        raise HistoryError(f"{where}: decision {row['decision_id']!r}: qos {row['qos']!r}: expected 0, 1 or 2 "
+                           f"({', '.join(QOS_NAMES)})")
+    k = len(row["candidates"])
+    i = row["chosen_index"]
+    if i is not None and not (0 <= i < k and row["candidates"][i]["node"] == row["chosen_node"]):
+        raise HistoryError(f"{where}: decision {row['decision_id']!r}: chosen_index {i} does not name chosen_node "
+                           f"{row['chosen_node']!r} among its {k} candidates")
+
+
+class HistoryWriter:
+    """Writes decisions to one Parquet file: rows are buffered and written a row group at a time to a
+    temporary file beside ``path``, renamed over it by ``close`` (a failed run leaves no file)."""
+
+    def __init__(self, path, rows_per_group: int = ROWS_PER_GROUP):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self.rows_per_group = rows_per_group
+        self._rows: list[dict] = []
+        self._writer = pq.ParquetWriter(self.tmp, SCHEMA)
+        self.written = 0
+
+    def append(self, row: dict) -> None:
+        _check_row(row, str(self.path))
+        self._rows.append({"schema_version": SCHEMA_VERSION, **row})
+        if len(self._rows) >= self.rows_per_group:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._rows:
+            self._writer.write_table(pa.Table.from_pylist(self._rows, schema=SCHEMA))
+            self.written += len(self._rows)
+            self._rows = []
+
+    def close(self) -> None:
+        """Write what is buffered, fsync and rename the file into place."""
+        self.flush()
+        self._writer.close()
+        with open(self.tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        """Drop the file (a failed run)."""
+        try:
+            self._writer.close()
+        finally:
+            self.tmp.unlink(missing_ok=True)
+
+
+def write_history(path, rows: list[dict]) -> Path:
+    """Write ``rows`` (dicts with every column but schema_version) to the Parquet file ``path``."""
+    writer = HistoryWriter(path)
+    try:
+        for row in rows:
+            writer.append(row)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
+    return writer.path
+
+
+def history_files(path) -> list[Path]:
+    """The Parquet files of a history: ``path`` itself, or the ``*.parquet`` files of a folder (name order)."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise HistoryError(f"history {path}: not found: expected a folder of .parquet files (simulate "
+                           "--record-history writes one) or one such file")
+    files = sorted(p for p in path.glob("*.parquet") if not p.name.startswith("."))
+    if not files:
+        raise HistoryError(f"history {path}: no .parquet file in it: expected the files of simulate "
+                           "--record-history or history-from-log")
+    return files
+
+
+def check_schema(schema: pa.Schema, where: str) -> None:
+    """Refuse another schema version or a missing or retyped column (``HistoryError``)."""
+    version = (schema.metadata or {}).get(VERSION_KEY)
+    if version != str(SCHEMA_VERSION).encode():
+        got = version.decode() if version else "none"
+        raise HistoryError(f"{where}: history schema version {got}: expected {SCHEMA_VERSION} "
+                           f"(metadata {VERSION_KEY.decode()})")
+    for field in SCHEMA:
+        if field.name not in schema.names:
+            raise HistoryError(f"{where}: column {field.name!r} missing: expected the columns {', '.join(COLUMNS)}")
+        got = schema.field(field.name).type
+        if got != field.type:
+            raise HistoryError(f"{where}: column {field.name!r} is {got}: expected {field.type}")
+
+
+def read_history(path) -> pa.Table:
+    """Every decision of a history (a file or a folder of files), checked against the schema, in time
+    order (stable: a file's rows are written when the pod's outcome is known, not in decision order)."""
+    tables = []
+    for file in history_files(path):
+        try:
+            table = pq.read_table(file)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise HistoryError(f"{file}: not a readable Parquet file ({exc})") from None
+        check_schema(table.schema, str(file))
+        tables.append(table.select(list(COLUMNS)).cast(SCHEMA))
+    table = pa.concat_tables(tables)
+    order = np.argsort(table.column("time_s").to_numpy(), kind="stable")
+    return table.take(pa.array(order))
+
+
+class Decisions:
+    """A history as arrays for learning: the decisions with an observation, fresh candidates only and
+    a chosen node among them.
+
+    ``obs`` [D, 35] float32; ``u`` [C, 4] float64 (the candidates of every decision, one after
+    another); ``offsets`` [D + 1] (decision d's candidates are ``u[offsets[d]:offsets[d + 1]]``);
+    ``chosen`` [D] (the chosen candidate's index within its decision); ``time_s`` [D]."""
+
+    def __init__(self, obs, u, offsets, chosen, time_s, dropped: int = 0):
+        self.obs, self.u, self.offsets, self.chosen, self.time_s = obs, u, offsets, chosen, time_s
+        self.dropped = dropped
+        """Decisions of the table left out (no observation, no chosen candidate, or a stale one chosen)."""
+
+    def __len__(self) -> int:
+        return len(self.chosen)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def subset(self, keep: np.ndarray) -> "Decisions":
+        """The decisions where ``keep`` (a bool mask or indices) holds."""
+        idx = np.flatnonzero(keep) if np.asarray(keep).dtype == bool else np.asarray(keep, dtype=np.int64)
+        sizes = self.sizes[idx]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        u = np.concatenate([self.u[self.offsets[d]:self.offsets[d + 1]] for d in idx]) if len(idx) else self.u[:0]
+        return Decisions(self.obs[idx], u, offsets, self.chosen[idx], self.time_s[idx], self.dropped)
+
+    @classmethod
+    def from_table(cls, table: pa.Table) -> "Decisions":
+        """Vectorised over the candidates (Arrow to NumPy, no Python object per candidate): a
+        production history has thousands of candidates per decision."""
+        from td3sched.rl.observation import OBSERVATION_SIZE
+
+        n = table.num_rows
+        cands = table.column("candidates").combine_chunks()
+        offs = cands.offsets.to_numpy().astype(np.int64)
+        offs = offs - offs[0]
+        flat = cands.flatten()
+        u = np.column_stack([flat.field(f).to_numpy(zero_copy_only=False).astype(np.float64) for f in U_FIELDS]) \
+            if len(flat) else np.zeros((0, 4))
+        stale = flat.field("stale").to_numpy(zero_copy_only=False).astype(bool) if len(flat) else np.zeros(0, bool)
+        fresh = ~stale & ~np.isnan(u).any(axis=1)
+        before = np.concatenate([[0], np.cumsum(fresh)])  # before[j]: fresh candidates ahead of flat index j
+        chosen = table.column("chosen_index").combine_chunks().fill_null(-1).to_numpy().astype(np.int64)
+        obs_col = table.column("observation").combine_chunks()
+        has_obs = obs_col.is_valid().to_numpy(zero_copy_only=False)
+        lengths = obs_col.value_lengths().fill_null(OBSERVATION_SIZE).to_numpy()
+        if np.any(lengths != OBSERVATION_SIZE):
+            bad = int(np.flatnonzero(lengths != OBSERVATION_SIZE)[0])
+            raise HistoryError(f"decision {table.column('decision_id')[bad].as_py()!r}: observation of "
+                               f"{lengths[bad]} values: expected {OBSERVATION_SIZE}")
+        obs_all = obs_col.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, OBSERVATION_SIZE)
+        at = offs[:-1] + np.maximum(chosen, 0)
+        ok = has_obs & (chosen >= 0) & (chosen < np.diff(offs))
+        ok[ok] &= fresh[at[ok]]
+        rows = np.flatnonzero(ok)
+        if len(rows) == 0:
+            raise HistoryError(f"history of {n} decisions has none to learn from: expected decisions "
+                               "with an observation and a chosen node among fresh candidates")
+        sizes = before[offs[rows + 1]] - before[offs[rows]]
+        row_of = np.repeat(np.arange(n), np.diff(offs))
+        keep = fresh & ok[row_of]
+        obs_row = np.cumsum(has_obs) - 1  # a row's index among the rows with an observation
+        return cls(obs_all[obs_row[rows]], u[keep], np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+                   (before[at[rows]] - before[offs[rows]]).astype(np.int64),
+                   table.column("time_s").to_numpy()[rows].astype(np.float64), int(n - len(rows)))

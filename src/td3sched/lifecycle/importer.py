@@ -1,0 +1,275 @@
+"""``td3sched import-history``: the scheduling history of a cluster that never ran td3-scheduler.
+
+Decisions are rebuilt from the pods' bindings and the nodes' metrics at bind time:
+
+- **bindings**, from one of
+  - a v1.PodList (``kubectl get pods -A -o json``, or the API's ``/api/v1/pods``): every pod with
+    ``spec.nodeName`` and a ``PodScheduled`` condition that is True; its bind time is that
+    condition's ``lastTransitionTime`` (whole seconds, as the API server keeps it). Pods without a
+    bind time are counted and skipped;
+  - an API server audit log (JSON lines of ``audit.k8s.io/v1`` Events, an audit policy of level
+    Request or RequestResponse for pods and pods/binding): each successful ``create`` of a
+    ``pods/binding`` (stage ResponseComplete) is a binding to its ``requestObject.target.name``, at its
+    ``stageTimestamp`` (microseconds); the pod is the one of the latest successful pod ``create``
+    before it (``responseObject``, else ``requestObject``). Bindings of pods whose creation is not in
+    the log are counted and skipped;
+
+  requests, limits and QoS are read as the engine's extender reads a v1.Pod
+  (``engine.kubernetes_objects``);
+- **metrics**: the engine's Prometheus queries (``engine.prometheus_source``, the same PromQL) as
+  range queries (``/api/v1/query_range``) over the bindings' span, step ``step_s``; a binding at time t
+  sees each series' latest point at or before t (what an instant query at that grid time returns).
+
+The bindings are then replayed, in time order, through the decision engine itself
+(``engine.decision`` and ``engine.service``, no model): for each, the snapshot of its time is
+published, the pod is scored over every node with metrics (the cluster's Filter is not replayed:
+every node is a candidate), the decision is logged to a decision log in a temporary folder, and the
+binding is reported (so the assign cache corrects the next decisions as the engine's would). The log
+is converted by ``lifecycle.engine_log``; rows get ``source`` ``import``, ``policy``
+``cluster:<schedulerName>`` and no model, action, weights or tau. The candidates' features and the
+observation are thus the engine's, to the bit, on the metrics the cluster had at bind time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from td3sched.engine.decision import DecisionEngine, ModelSlot, PodSpec
+from td3sched.engine.decision_log import DecisionLog
+from td3sched.engine.kubernetes_objects import pod_from_k8s
+from td3sched.engine.prometheus_source import (DEFAULT_QUERIES, PrometheusError, PrometheusSource,
+                                               snapshot_from_values)
+from td3sched.engine.service import EngineService
+from td3sched.engine.state import ShadowState, Staleness
+from td3sched.lifecycle.engine_log import decisions_from_log
+from td3sched.lifecycle.history import HistoryError, write_history
+
+MAX_POINTS = 10_000
+"""Points per series in one range query (Prometheus refuses more than 11,000): longer spans are split."""
+DEFAULT_STEP_S = 15.0
+
+
+@dataclass(frozen=True)
+class Binding:
+    pod: PodSpec
+    node: str
+    time_s: float
+    scheduler: str
+
+
+def _time(text: str, where: str) -> float:
+    try:
+        return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise HistoryError(f"{where}: time {text!r}: expected an RFC 3339 time") from None
+
+
+def bindings_from_pod_list(pod_list, where: str = "PodList") -> tuple[list[Binding], int]:
+    """(bindings in time order, pods skipped: not bound, or no PodScheduled=True condition)."""
+    if not isinstance(pod_list, dict) or not isinstance(pod_list.get("items"), list):
+        raise HistoryError(f"{where}: expected a v1.PodList (an object with items), got {type(pod_list).__name__}")
+    out, skipped = [], 0
+    for i, pod in enumerate(pod_list["items"]):
+        at = f"{where}.items[{i}]"
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        node = spec.get("nodeName")
+        cond = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"
+                     and c.get("status") == "True" and c.get("lastTransitionTime")), None)
+        if not node or cond is None:
+            skipped += 1
+            continue
+        try:
+            spec_pod = pod_from_k8s(pod, at)
+        except ValueError as exc:
+            raise HistoryError(str(exc)) from None
+        out.append(Binding(spec_pod, str(node), _time(cond["lastTransitionTime"], at),
+                           str(spec.get("schedulerName") or "default-scheduler")))
+    out.sort(key=lambda b: b.time_s)
+    return out, skipped
+
+
+def bindings_from_audit_log(path) -> tuple[list[Binding], int]:
+    """(bindings in time order, bindings skipped: their pod's creation is not in the log) of an API
+    server audit log (see the module's docstring)."""
+    pods: dict[tuple[str, str], dict] = {}
+    out, skipped = [], 0
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise HistoryError(f"audit log {path}: not found: expected the API server's --audit-log-path file") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise HistoryError(f"{where}: not a JSON audit event ({exc})") from None
+        if event.get("kind") != "Event" or event.get("stage") != "ResponseComplete" or event.get("verb") != "create":
+            continue
+        ref = event.get("objectRef") or {}
+        code = (event.get("responseStatus") or {}).get("code", 0)
+        if ref.get("resource") != "pods" or not 200 <= int(code) < 300:
+            continue
+        key = (str(ref.get("namespace") or ""), str(ref.get("name") or ""))
+        if not ref.get("subresource"):
+            pod = event.get("responseObject") or event.get("requestObject")
+            if not isinstance(pod, dict):
+                raise HistoryError(f"{where}: pod create without a request or response object: expected an audit "
+                                   "policy of level Request or RequestResponse for pods")
+            name = (pod.get("metadata") or {}).get("name") or key[1]
+            pods[(key[0] or str((pod.get("metadata") or {}).get("namespace") or ""), name)] = pod
+        elif ref.get("subresource") == "binding":
+            target = ((event.get("requestObject") or {}).get("target") or {}).get("name")
+            if not target:
+                raise HistoryError(f"{where}: binding without requestObject.target.name: expected an audit policy "
+                                   "of level Request or RequestResponse for pods/binding")
+            pod = pods.get(key)
+            if pod is None:
+                skipped += 1
+                continue
+            try:
+                spec_pod = pod_from_k8s(pod, where)
+            except ValueError as exc:
+                raise HistoryError(str(exc)) from None
+            stamp = event.get("stageTimestamp") or event.get("requestReceivedTimestamp")
+            out.append(Binding(spec_pod, str(target), _time(stamp, where),
+                               str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")))
+    out.sort(key=lambda b: b.time_s)
+    return out, skipped
+
+
+def read_pod_list(source: str, token: str | None = None, timeout_s: float = 30.0, ca_file=None) -> dict:
+    """A v1.PodList from a file, or from an API server URL (``https://host:6443/api/v1/pods``), with a
+    bearer ``token`` and the server's CA certificate ``ca_file`` (default: the system's)."""
+    if source.startswith(("http://", "https://")):
+        import ssl
+
+        context = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
+        request = urllib.request.Request(source, headers={"Accept": "application/json",
+                                                          **({"Authorization": f"Bearer {token}"} if token else {})})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s, context=context) as resp:
+                return json.loads(resp.read())
+        except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
+            raise HistoryError(f"pod list {source}: {exc}") from None
+    try:
+        return json.loads(Path(source).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise HistoryError(f"pod list {source}: not found: expected `kubectl get pods -A -o json` output") from None
+    except json.JSONDecodeError as exc:
+        raise HistoryError(f"pod list {source}: not JSON ({exc})") from None
+
+
+class MetricsHistory:
+    """The engine's queries over a past span, as range queries; ``snapshot_at(t)`` the snapshot of each
+    series' latest point at or before t."""
+
+    def __init__(self, source: PrometheusSource, start_s: float, end_s: float, step_s: float = DEFAULT_STEP_S):
+        if not step_s > 0:
+            raise ValueError(f"step_s={step_s!r}: expected seconds > 0")
+        self.source = source
+        self.series: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+        for name, query in source.queries.items():
+            points: dict[str, list] = {}
+            lo = start_s
+            while lo <= end_s:
+                hi = min(end_s, lo + step_s * (MAX_POINTS - 1))
+                for series in self._range(name, query, lo, hi, step_s):
+                    key = "" if name == "oom_kills_5m" else source.node_of(series["metric"])
+                    if name == "oom_kills_5m" or key:
+                        points.setdefault(key, []).extend(series["values"])
+                lo = hi + step_s
+            self.series[name] = {k: (np.array([float(t) for t, _ in v]), np.array([float(x) for _, x in v]))
+                                 for k, v in points.items()}
+
+    def _range(self, name: str, query: str, start_s: float, end_s: float, step_s: float) -> list:
+        params = urllib.parse.urlencode({"query": query, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}",
+                                         "step": f"{step_s:g}"})
+        url = f"{self.source.url.rstrip('/')}/api/v1/query_range?{params}"
+        try:
+            with urllib.request.urlopen(url, timeout=self.source.timeout_s) as resp:
+                body = json.loads(resp.read())
+        except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
+            raise PrometheusError(f"range query {name} at {self.source.url}: {exc}") from None
+        if body.get("status") != "success":
+            raise PrometheusError(f"range query {name}: {body.get('errorType')}: {body.get('error')}")
+        return body["data"]["result"]
+
+    @staticmethod
+    def _at(times: np.ndarray, values: np.ndarray, t: float) -> float:
+        i = int(np.searchsorted(times, t, side="right")) - 1
+        return float(values[i]) if i >= 0 else math.nan
+
+    def snapshot_at(self, t: float):
+        values: dict = {}
+        for name, by_node in self.series.items():
+            if name == "oom_kills_5m":
+                v = self._at(*by_node[""], t) if "" in by_node else math.nan
+                values[name] = 0.0 if math.isnan(v) else v
+            else:
+                at = {node: self._at(times, vals, t) for node, (times, vals) in by_node.items()}
+                values[name] = {node: v for node, v in at.items() if not math.isnan(v)}
+        return snapshot_from_values(values, self.source.disk_gib, self.source.rdma_pct, t)
+
+
+def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_STEP_S, max_age_s: float = 60.0,
+                   queries: dict[str, str] | None = None, node_label: str = "", node_names: dict | None = None,
+                   progress: Callable[[str], None] | None = None, audit_log=None) -> tuple[Path, dict]:
+    """Rebuild the decisions of ``pod_list`` (a v1.PodList), or of the API server audit log ``audit_log``
+    (``pod_list`` None), on the metrics of ``prometheus_url`` and write them to the Parquet file ``out``:
+    (the file, counts)."""
+    say = progress or (lambda line: None)
+    bindings, skipped = bindings_from_pod_list(pod_list) if audit_log is None else bindings_from_audit_log(audit_log)
+    if not bindings:
+        raise HistoryError(f"{'pod list' if audit_log is None else f'audit log {audit_log}'}: no binding to import "
+                           f"({skipped} skipped)")
+    start_s, end_s = bindings[0].time_s, bindings[-1].time_s
+    clock = [start_s]
+    state = ShadowState(lambda: clock[0], Staleness(max_age_s, "fail-open"))
+    source = PrometheusSource(prometheus_url, state, dict(queries or DEFAULT_QUERIES), node_label=node_label,
+                              node_names=dict(node_names or {}))
+    t0 = time.perf_counter()
+    metrics = MetricsHistory(source, start_s - step_s, end_s, step_s)
+    say(f"{len(bindings):,} bindings from {start_s:.0f} to {end_s:.0f} (Unix s); metrics read in "
+        f"{time.perf_counter() - t0:.1f} s")
+    counts = {"bindings": len(bindings), "pods_skipped": skipped, "no_metrics": 0}
+    with tempfile.TemporaryDirectory(prefix="td3sched-import-") as tmp:
+        log = DecisionLog(Path(tmp) / "decisions.jsonl", fsync_interval_s=60.0)
+        service = EngineService(DecisionEngine(state, ModelSlot(None)), log)
+        schedulers = {}
+        for k, b in enumerate(bindings):
+            clock[0] = b.time_s
+            snap = metrics.snapshot_at(b.time_s)
+            if snap.size == 0:
+                counts["no_metrics"] += 1
+                continue
+            state.publish(snap)
+            decision_id, _ = service.score_nodes(b.pod, None)
+            schedulers[decision_id] = b.scheduler
+            if b.node in snap.index:
+                service.report_binding(b.pod, b.node, decision_id)
+            else:  # a node without metrics: the binding is logged, the assign cache cannot hold it
+                log.append({"kind": "binding", "time_s": b.time_s, "decision_id": decision_id,
+                            "pod": {"name": b.pod.name, "namespace": b.pod.namespace}, "node": b.node})
+            if (k + 1) % 1000 == 0:
+                say(f"{k + 1:,} of {len(bindings):,} bindings replayed")
+        log.close()
+        rows, log_counts = decisions_from_log(Path(tmp) / "decisions.jsonl")
+    for row in rows:
+        row.update(source="import", policy=f"cluster:{schedulers[row['decision_id']]}", model_version=None,
+                   action=None, weights=None, tau=None)
+    counts.update(decisions=log_counts["decisions"], bound=log_counts["bound"])
+    return write_history(out, rows), counts

@@ -1,0 +1,25 @@
+"""The product's node score in torch, differentiable in the weights and tau: what behaviour cloning
+trains through. The same formula as ``policy.features.closeness`` and
+``policy.static_weights.weighted_closeness`` (NumPy, which the simulator and the engine score with):
+
+    f(u)    = clip(1 - |u - tau| / max(tau, 1 - tau), 0, 1)
+    score   = sum_r w_r * f(u_r)
+
+tests/lifecycle/test_bc.py holds this mirror to the NumPy score on the same inputs (float64, within
+1e-12 on scores in [0, 1]) and to the same best node.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def closeness(u: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """``u`` [..., k, 4], ``tau`` [...] -> [..., k, 4] closeness of each utilisation to tau."""
+    t = tau[..., None, None]
+    return torch.clamp(1.0 - (u - t).abs() / torch.maximum(t, 1.0 - t), 0.0, 1.0)
+
+
+def weighted_closeness(u: torch.Tensor, weights: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Scores [..., k] of candidates ``u`` [..., k, 4] under ``weights`` [..., 4] and ``tau`` [...]."""
+    return (closeness(u, tau) * weights[..., None, :]).sum(-1)

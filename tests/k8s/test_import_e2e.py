@@ -1,0 +1,64 @@
+"""import-history on a real control plane: a stock kube-scheduler (no td3-scheduler anywhere) binds pods
+to the harness's fake nodes; the history rebuilt from the API server's pods and the real Prometheus
+names each pod's node, at its PodScheduled time, with every node's metrics of that moment; the API
+server's own audit log gives the same decisions."""
+
+from __future__ import annotations
+
+import datetime
+
+import numpy as np
+
+from td3sched.lifecycle.history import read_history
+from td3sched.lifecycle.importer import import_history, read_pod_list
+from tests.k8s.conftest import NODES
+from tests.k8s.control_plane import QUERIES
+from tests.k8s.test_scheduling_e2e import create_pods, wait_bound
+
+PLAIN_SCHEDULER = "plain-scheduler"
+PLAIN_CONFIG = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                "leaderElection": {"leaderElect": False}, "profiles": [{"schedulerName": PLAIN_SCHEDULER}]}
+
+
+def test_history_imported_from_a_real_api_server_and_prometheus(cluster, prometheus, namespace, start_scheduler,
+                                                                 tmp_path):
+    start_scheduler("stock", PLAIN_CONFIG)
+    names = create_pods(cluster, namespace, PLAIN_SCHEDULER, 10)
+    bound = wait_bound(cluster, namespace, names)
+    pods = read_pod_list(f"{cluster.url}/api/v1/namespaces/{namespace}/pods", cluster.token,
+                         ca_file=cluster.cert_dir / "apiserver.crt")
+    path, counts = import_history(pods, prometheus.url, tmp_path / "cluster.parquet", step_s=1.0, queries=QUERIES)
+    assert counts["bindings"] == 10 and counts["bound"] == 10 and counts["pods_skipped"] == 0
+    rows = read_history(path).to_pylist()
+    scheduled = {p["metadata"]["name"]: next(c["lastTransitionTime"] for c in p["status"]["conditions"]
+                                             if c["type"] == "PodScheduled") for p in pods["items"]}
+    nodes = {name: (cores, busy, mem, used) for name, cores, busy, mem, used in NODES}
+    for row in rows:
+        assert row["chosen_node"] == bound[row["pod_name"]] and row["policy"] == f"cluster:{PLAIN_SCHEDULER}"
+        stamp = datetime.datetime.fromisoformat(scheduled[row["pod_name"]].replace("Z", "+00:00")).timestamp()
+        assert row["time_s"] == stamp and row["source"] == "import"
+        assert sorted(c["node"] for c in row["candidates"]) == sorted(nodes)
+        assert row["candidates"][row["chosen_index"]]["node"] == row["chosen_node"]
+        # memory needs no rate: each node's u_mem is its exporter's share plus the pods bound there just
+        # before (the assign cache) plus this pod, over its memory
+        for c in row["candidates"]:
+            cores, busy, mem_gib, used = nodes[c["node"]]
+            assert c["u_mem"] >= used + row["mem_mib"] / (mem_gib * 1024) - 1e-9
+            assert c["u_cpu"] >= busy + row["cpu_milli"] / (cores * 1000) - 0.01  # rate within 1%
+    first = min(rows, key=lambda r: int(r["decision_id"].rsplit("-", 1)[1]))  # replayed first: no assign-cache term
+    u_mem = np.array([c["u_mem"] for c in first["candidates"]])
+    expected = np.array([nodes[c["node"]][3] + first["mem_mib"] / (nodes[c["node"]][2] * 1024)
+                         for c in first["candidates"]])
+    np.testing.assert_allclose(u_mem, expected, atol=1e-9)
+    # the API server's audit log of the same run: the same bindings, to the microsecond
+    path2, counts2 = import_history(None, prometheus.url, tmp_path / "audit.parquet", step_s=1.0, queries=QUERIES,
+                                    audit_log=cluster.audit_log)
+    assert counts2["pods_skipped"] == 0
+    mine = [r for r in read_history(path2).to_pylist() if r["pod_namespace"] == namespace]
+    assert len(mine) == 10
+    by_pod = {r["pod_name"]: r for r in rows}
+    for r in mine:
+        other = by_pod[r["pod_name"]]
+        assert r["chosen_node"] == other["chosen_node"] and 0 <= r["time_s"] - other["time_s"] < 1.5
+        assert (r["cpu_milli"], r["mem_mib"], r["qos"]) == (other["cpu_milli"], other["mem_mib"], other["qos"])
+        assert sorted(c["node"] for c in r["candidates"]) == sorted(nodes)

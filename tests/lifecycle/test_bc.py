@@ -1,0 +1,77 @@
+"""Behaviour cloning: the torch score it trains through is the product's NumPy score; on the history of
+a known static-weights policy it recovers the weights and tau and agrees with >= 95% of the choices
+(where the default weights agree with far fewer, so the bar can fail); the written model is served by
+the product's own inference path (ONNX, td3:FOLDER) with the same agreement."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+torch = pytest.importorskip("torch")
+
+from td3sched.lifecycle import score_torch  # noqa: E402
+from td3sched.lifecycle.bc import BCConfig, agreement, clone_history, static_agreement  # noqa: E402
+from td3sched.lifecycle.history import Decisions, read_history  # noqa: E402
+from td3sched.lifecycle.record import record_simulation  # noqa: E402
+from td3sched.policy.features import closeness  # noqa: E402
+from td3sched.policy.static_weights import weighted_closeness  # noqa: E402
+from td3sched.rl.onnx_actor import load_actor  # noqa: E402
+
+TRUE_W, TRUE_TAU = np.array([0.6, 0.2, 0.1, 0.1]), 0.3
+SPEC = "static-weights:w=0.6/0.2/0.1/0.1:tau=0.3"
+
+
+@st.composite
+def score_inputs(draw):
+    k = draw(st.integers(1, 12))
+    u = np.array(draw(st.lists(st.floats(0, 1.5), min_size=4 * k, max_size=4 * k))).reshape(k, 4)
+    raw = np.array(draw(st.lists(st.floats(0.001, 1), min_size=4, max_size=4)))
+    tau = draw(st.one_of(st.just(0.0), st.just(1.0), st.just(0.5), st.floats(0, 1)))
+    return u, raw / raw.sum(), tau
+
+
+@settings(max_examples=300, deadline=None)
+@given(score_inputs())
+def test_the_torch_score_is_the_products_numpy_score(inputs):
+    u, w, tau = inputs
+    expected = weighted_closeness(u, w, tau)
+    got = score_torch.weighted_closeness(torch.from_numpy(u), torch.from_numpy(w), torch.tensor(tau, dtype=torch.float64))
+    np.testing.assert_allclose(got.numpy(), expected, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(score_torch.closeness(torch.from_numpy(u), torch.tensor(tau, dtype=torch.float64)).numpy(),
+                                  closeness(u, tau))
+    margin = np.sort(expected)[-2:] if len(expected) > 1 else None
+    if margin is None or margin[1] - margin[0] > 1e-9:  # a clear best node: the same one
+        assert int(got.argmax()) == int(np.argmax(expected))
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("history")
+    for seed in (1, 2):  # tiny's train span, two worlds: ~2,000 decisions
+        record_simulation("tiny", SPEC, seed, "train", folder)
+    return folder
+
+
+def test_bc_recovers_known_static_weights(history, tmp_path):
+    torch.set_num_threads(1)
+    d = Decisions.from_table(read_history(history))
+    assert static_agreement(TRUE_W, TRUE_TAU, d).agreement == 1.0  # the history is that policy's, exactly
+    control = static_agreement([0.25] * 4, 0.0, d).agreement  # the default static-weights: the bar can fail
+    assert control < 0.95, control
+    training = clone_history(history, tmp_path / "bc", BCConfig(epochs=3, seed=1))
+    assert training["train"]["agreement"] >= 0.95 and training["validation"]["agreement"] >= 0.95, training
+    w, tau = np.array(training["static"]["weights"]), training["static"]["tau"]
+    # the static stage's weights and tau are the policy's (measured: 0.600/0.200/0.101/0.099, tau 0.300)
+    assert abs(tau - TRUE_TAU) < 0.02, tau
+    np.testing.assert_allclose(w, TRUE_W, atol=0.02)
+    # the written model, served by the product's inference path, makes the same choices
+    actor = load_actor(tmp_path / "bc")
+    served = agreement(actor.act, d, actor.action_mode)
+    assert served.agreement >= 0.95, served
+    card = json.loads((tmp_path / "bc" / "model.json").read_text())
+    assert card["training"]["kind"] == "behaviour-cloning" and card["scenario"] == "tiny"
+    assert card["training"]["policies"] == [SPEC]

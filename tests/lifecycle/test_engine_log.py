@@ -1,0 +1,80 @@
+"""The engine's decision log, written by the real engine service, converts to the history schema:
+observation, features, action and the bound node as the engine decided and logged them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("grpc")
+
+from td3sched.engine.decision import PodSpec  # noqa: E402
+from td3sched.engine.decision_log import DecisionLog  # noqa: E402
+from td3sched.lifecycle.engine_log import convert_log  # noqa: E402
+from td3sched.lifecycle.history import Decisions, HistoryError, read_history  # noqa: E402
+
+from tests.engine.conftest import make_service, snapshot  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def actor():
+    from td3sched.rl.onnx_actor import load_actor
+    from tests.engine.conftest import MODEL
+
+    return load_actor(MODEL)
+
+
+def test_a_decision_log_becomes_history_with_its_bound_nodes(tmp_path, actor):
+    log = DecisionLog(tmp_path / "decisions.jsonl", fsync_interval_s=0.05)
+    snap = snapshot(6, age_s=[0, 0, 500, 0, 0, 0])
+    service, clock = make_service(actor, snap, max_age_s=60, log=log)
+    decided = []
+    for i in range(5):
+        pod = PodSpec(f"web-{i}", namespace="shop", cpu_milli=200 + 100 * i, mem_mib=256)
+        decision_id, d = service.score_nodes(pod, list(snap.names))
+        decided.append((decision_id, d))
+        if i < 3:  # gRPC: the binding names its decision
+            service.report_binding(pod, snap.names[i + 3], decision_id)
+        elif i == 3:  # the extender path: no decision id, matched by pod
+            service.report_binding(pod, "node-1")
+        clock.t += 1.0
+    log.close()
+    path, counts = convert_log(tmp_path / "decisions.jsonl", tmp_path / "history" / "engine.parquet")
+    assert counts["decisions"] == 5 and counts["bound"] == 4 and counts["bindings_unmatched"] == 0
+    rows = read_history(path.parent).to_pylist()
+    assert [r["decision_id"] for r in rows] == [i for i, _ in decided]
+    for (decision_id, d), row in zip(decided, rows):
+        np.testing.assert_array_equal(np.array(row["observation"], dtype=np.float32), d.observation)
+        assert row["model_version"] == actor.version and row["source"] == "engine"
+        fresh = [c for c in row["candidates"] if not c["stale"]]
+        np.testing.assert_allclose([[c[f] for f in ("u_cpu", "u_mem", "u_io", "u_net")] for c in fresh],
+                                   d.utilisation, rtol=0, atol=0)
+        assert [c["stale"] for c in row["candidates"]] == [False, False, True, False, False, False]
+    assert [r["chosen_node"] for r in rows] == ["node-3", "node-4", "node-5", "node-1", None]
+    assert [r["chosen_index"] for r in rows] == [3, 4, 5, 1, None]
+    d = Decisions.from_table(read_history(path))
+    assert len(d) == 4 and d.dropped == 1 and d.chosen.tolist() == [2, 3, 4, 1]  # indices among fresh candidates
+
+
+def test_a_missing_log_is_named(tmp_path):
+    with pytest.raises(HistoryError, match=r"nope.jsonl: not found"):
+        convert_log(tmp_path / "nope.jsonl", tmp_path / "h.parquet")
+
+
+def test_history_from_log_on_the_command_line(tmp_path, actor):
+    from typer.testing import CliRunner
+
+    from td3sched.cli import app
+
+    log = DecisionLog(tmp_path / "decisions.jsonl", fsync_interval_s=0.05)
+    snap = snapshot(4)
+    service, _ = make_service(actor, snap, log=log)
+    decision_id, _ = service.score_nodes(PodSpec("web", cpu_milli=100, mem_mib=64), list(snap.names))
+    service.report_binding(PodSpec("web", cpu_milli=100, mem_mib=64), "node-2", decision_id)
+    log.close()
+    result = CliRunner().invoke(app, ["history-from-log", str(tmp_path / "decisions.jsonl"), "--out",
+                                      str(tmp_path / "h" / "engine.parquet")])
+    assert result.exit_code == 0 and "1 decisions (1 with their bound node" in " ".join(result.output.split())
+    assert read_history(tmp_path / "h").column("chosen_node").to_pylist() == ["node-2"]
+    bad = CliRunner().invoke(app, ["history-from-log", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x.parquet")])
+    assert bad.exit_code == 2 and "missing.jsonl: not found" in " ".join(bad.output.split())

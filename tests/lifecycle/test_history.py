@@ -1,0 +1,190 @@
+"""The history schema: rows survive a Parquet round trip exactly; another schema version or a missing
+column is refused naming the file; the simulator's recording leaves the run unchanged and records what
+the policy scored; the engine's decision log converts to the same schema."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from td3sched.lifecycle.history import (COLUMNS, SCHEMA, SCHEMA_VERSION, VERSION_KEY, Decisions, HistoryError,
+                                        read_history, write_history)
+from td3sched.lifecycle.record import record_simulation
+from td3sched.policy.static_weights import weighted_closeness
+from td3sched.run import run_simulation
+
+SPEC = "static-weights:w=0.5/0.3/0.1/0.1:tau=0.4"
+
+maybe_float = st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False, width=64))
+finite = st.floats(-1e9, 1e9, allow_nan=False)
+
+
+@st.composite
+def rows(draw):
+    k = draw(st.integers(1, 5))
+    cands = []
+    for j in range(k):
+        stale = draw(st.booleans())
+        u = [None] * 4 if stale else [draw(st.floats(0, 2)) for _ in range(4)]
+        cands.append({"node": f"n{j}", "u_cpu": u[0], "u_mem": u[1], "u_io": u[2], "u_net": u[3], "stale": stale,
+                      "score": draw(maybe_float)})
+    chosen = draw(st.one_of(st.none(), st.integers(0, k - 1)))
+    return {
+        "source": draw(st.sampled_from(["simulator", "engine", "import"])), "decision_id": draw(st.text(min_size=1)),
+        "time_s": draw(finite), "scenario": draw(st.one_of(st.none(), st.text())),
+        "seed": draw(st.one_of(st.none(), st.integers(0, 2**62))), "policy": draw(st.one_of(st.none(), st.text())),
+        "pod_name": draw(st.text()), "pod_namespace": draw(st.one_of(st.none(), st.text())),
+        "workload": draw(st.one_of(st.none(), st.text())), "qos": draw(st.integers(0, 2)),
+        "cpu_milli": draw(finite), "mem_mib": draw(finite), "disk_gib": draw(finite), "rdma_pct": draw(finite),
+        "gpu_count": draw(st.integers(0, 8)), "gpu_milli": draw(st.integers(0, 1000)),
+        "cpu_limit_milli": draw(maybe_float), "mem_limit_mib": draw(maybe_float),
+        "observation": draw(st.one_of(st.none(), st.lists(st.floats(width=32, allow_nan=False), min_size=35,
+                                                          max_size=35))),
+        "candidates": cands, "chosen_node": None if chosen is None else f"n{chosen}", "chosen_index": chosen,
+        "model_version": draw(st.one_of(st.none(), st.text(max_size=12))),
+        "action": draw(st.one_of(st.none(), st.lists(finite, min_size=5, max_size=5))),
+        "weights": draw(st.one_of(st.none(), st.lists(finite, min_size=4, max_size=4))),
+        "tau": draw(maybe_float), "outcome_left_s": draw(maybe_float), "reward": draw(maybe_float),
+        "elapsed_s": draw(maybe_float),
+    }
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(rows(), min_size=1, max_size=6))
+def test_rows_survive_the_parquet_round_trip_exactly(tmp_path, batch):
+    batch = sorted(batch, key=lambda r: r["time_s"])  # read_history returns time order (stable)
+    path = write_history(tmp_path / "h.parquet", batch)
+    back = read_history(path).to_pylist()
+    assert back == [{"schema_version": SCHEMA_VERSION, **r} for r in batch]
+    assert list(read_history(path).schema.names) == list(COLUMNS)
+
+
+def _one_row() -> dict:
+    return {"source": "engine", "decision_id": "d0", "time_s": 1.0, "scenario": None, "seed": None, "policy": "engine",
+            "pod_name": "p", "pod_namespace": "ns", "workload": None, "qos": 1, "cpu_milli": 100.0, "mem_mib": 64.0,
+            "disk_gib": 0.0, "rdma_pct": 0.0, "gpu_count": 0, "gpu_milli": 0, "cpu_limit_milli": None,
+            "mem_limit_mib": None, "observation": None,
+            "candidates": [{"node": "a", "u_cpu": 0.1, "u_mem": 0.2, "u_io": 0.0, "u_net": 0.0, "stale": False,
+                            "score": 50.0}],
+            "chosen_node": "a", "chosen_index": 0, "model_version": None, "action": None, "weights": None,
+            "tau": None, "outcome_left_s": None, "reward": None, "elapsed_s": None}
+
+
+def test_another_schema_version_is_refused_naming_the_file(tmp_path):
+    table = pa.Table.from_pylist([{"schema_version": 2, **_one_row()}], schema=SCHEMA)
+    path = tmp_path / "v2.parquet"
+    pq.write_table(table.replace_schema_metadata({VERSION_KEY: b"2"}), path)
+    with pytest.raises(HistoryError, match=r"v2.parquet: history schema version 2: expected 1"):
+        read_history(tmp_path)
+
+
+def test_a_missing_column_is_refused_naming_it(tmp_path):
+    table = pa.Table.from_pylist([{"schema_version": 1, **_one_row()}], schema=SCHEMA).drop_columns(["chosen_node"])
+    pq.write_table(table, tmp_path / "cut.parquet")
+    with pytest.raises(HistoryError, match=r"cut.parquet: column 'chosen_node' missing"):
+        read_history(tmp_path / "cut.parquet")
+
+
+def test_a_chosen_index_that_names_another_node_is_refused(tmp_path):
+    row = {**_one_row(), "chosen_node": "b"}
+    with pytest.raises(HistoryError, match=r"chosen_index 0 does not name chosen_node 'b'"):
+        write_history(tmp_path / "bad.parquet", [row])
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_the_simulators_recording_changes_nothing_and_records_what_was_scored(tmp_path):
+    plain = run_simulation("tiny", SPEC, 1, "test")
+    record, path, n = record_simulation("tiny", SPEC, 1, "test", tmp_path)
+    assert record["metrics"] == plain["metrics"]  # the run is the wrapped policy's, bit for bit
+    table = read_history(tmp_path)
+    assert table.num_rows == n > 100 and path.parent == tmp_path
+    w, tau = np.array([0.5, 0.3, 0.1, 0.1]), 0.4
+    for row in table.to_pylist():
+        u = np.array([[c[f] for f in ("u_cpu", "u_mem", "u_io", "u_net")] for c in row["candidates"]])
+        scores = np.array([c["score"] for c in row["candidates"]])
+        np.testing.assert_array_equal(scores, weighted_closeness(u, w, tau))  # the features the policy scored
+        assert row["weights"] == w.tolist() and row["tau"] == tau and row["policy"] == SPEC
+        assert scores[row["chosen_index"]] == scores.max()  # ties broken at random among the best
+        assert len(row["observation"]) == 35 and row["candidates"][row["chosen_index"]]["node"] == row["chosen_node"]
+        assert row["outcome_left_s"] is None or row["outcome_left_s"] >= row["time_s"]
+    d = Decisions.from_table(table)
+    assert len(d) == n and d.dropped == 0 and d.offsets[-1] == len(d.u)
+    # the rewards are the run's: the measured decisions' sum to its episode reward (no cycle is held
+    # back by static-weights without a ceiling), the warm-up's are null
+    rewards = [r["reward"] for r in table.to_pylist() if r["reward"] is not None]
+    assert 100 < len(rewards) < n and math.isclose(sum(rewards), record["metrics"]["episode_reward"], rel_tol=1e-9)
+    measured = [r for r in table.to_pylist() if r["reward"] is not None]
+    assert all(r["elapsed_s"] >= 0 for r in measured)
+    assert max(r["time_s"] + r["elapsed_s"] for r in measured) == record["span"]["end_s"]
+
+
+def test_a_k8s_default_history_records_its_own_scores_and_the_product_features(tmp_path):
+    _, _, n = record_simulation("tiny", "k8s-default", 1, "test", tmp_path)
+    table = read_history(tmp_path)
+    row = table.slice(0, 1).to_pylist()[0]
+    assert row["weights"] is None and row["tau"] is None and row["policy"] == "k8s-default"
+    assert all(0 <= c["score"] <= 200 and not math.isnan(c["u_cpu"]) for c in row["candidates"])
+
+
+def test_a_recorded_run_frees_its_world(tmp_path):
+    """The recorder holds the world's pod names, not the world: only reference counting frees it."""
+    import gc
+
+    from td3sched.simulator.engine import Simulation, World
+
+    def alive() -> tuple[int, int]:
+        objects = gc.get_objects()
+        return sum(isinstance(o, Simulation) for o in objects), sum(isinstance(o, World) for o in objects)
+
+    gc.collect()
+    before = alive()
+    gc.disable()
+    try:
+        record_simulation("tiny", SPEC, 1, "test", tmp_path)
+        after = alive()
+    finally:
+        gc.enable()
+    assert after == before
+
+
+def _decisions_by_rows(table):
+    """The plain reading of Decisions (one Python object per candidate): the vectorised one must agree."""
+    obs, us, offsets, chosen, times, dropped = [], [], [0], [], [], 0
+    for row in table.to_pylist():
+        i, cands = row["chosen_index"], row["candidates"]
+        if row["observation"] is None or i is None or cands[i]["stale"] or cands[i]["u_cpu"] is None:
+            dropped += 1
+            continue
+        fresh = [not c["stale"] and c["u_cpu"] is not None for c in cands]
+        obs.append(row["observation"])
+        us.extend([c[f] for f in ("u_cpu", "u_mem", "u_io", "u_net")] for c, ok in zip(cands, fresh) if ok)
+        chosen.append(sum(fresh[:i]))
+        offsets.append(offsets[-1] + sum(fresh))
+        times.append(row["time_s"])
+    return (np.asarray(obs, dtype=np.float32).reshape(-1, 35), np.asarray(us, dtype=np.float64).reshape(-1, 4),
+            np.asarray(offsets), np.asarray(chosen), np.asarray(times), dropped)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(rows(), min_size=1, max_size=8))
+def test_the_vectorised_reading_of_decisions_is_the_plain_one(tmp_path, batch):
+    for row in batch:  # stale candidates carry no features; the chosen one sometimes is stale
+        for c in row["candidates"]:
+            if c["u_cpu"] is None:
+                c["stale"] = True
+    table = read_history(write_history(tmp_path / "h.parquet", batch))
+    obs, u, offsets, chosen, times, dropped = _decisions_by_rows(table)
+    if len(chosen) == 0:
+        with pytest.raises(HistoryError, match="none to learn from"):
+            Decisions.from_table(table)
+        return
+    d = Decisions.from_table(table)
+    np.testing.assert_array_equal(d.obs, obs)
+    np.testing.assert_array_equal(d.u, u)
+    assert d.offsets.tolist() == offsets.tolist() and d.chosen.tolist() == chosen.tolist()
+    assert d.time_s.tolist() == times.tolist() and d.dropped == dropped
