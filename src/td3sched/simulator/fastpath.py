@@ -155,7 +155,8 @@ def _known_to_fail(k, t, memo_on, memo_epoch, memo_t, memo_reasons, freed, n_fre
         if freed[i] < 0:
             return False
     pool = class_pool[k]
-    count, milli = class_gpu_count[k], class_gpu_milli[k]
+    if class_gpu_count[k] > 0:
+        return False  # GPU classes never get here: the caller hands GPU pods to Python
     for i in range(epoch, n_freed):
         n = freed[i]
         if not ready[n] or (pool >= 0 and pool_of[n] != pool):
@@ -165,8 +166,6 @@ def _known_to_fail(k, t, memo_on, memo_epoch, memo_t, memo_reasons, freed, n_fre
             if class_request[k, j] > 0 and not free[n, j] >= class_request[k, j]:
                 ok = False
                 break
-        if ok and count > 0:
-            return False  # GPU classes never get here (the caller hands GPU pods to Python)
         if ok:
             return False
     return True
