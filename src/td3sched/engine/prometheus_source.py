@@ -55,6 +55,20 @@ class PrometheusError(RuntimeError):
     """A query that failed: the query's name, the URL and what came back."""
 
 
+def api_result(url: str, endpoint: str, params: dict, timeout_s: float, what: str) -> list:
+    """``data.result`` of a Prometheus HTTP API call (``/api/v1/<endpoint>``); a PrometheusError
+    names ``what``, the server and the fault (unreachable, not JSON, or an error status)."""
+    full = f"{url.rstrip('/')}/api/v1/{endpoint}?" + urllib.parse.urlencode(params)
+    try:
+        with urllib.request.urlopen(full, timeout=timeout_s) as resp:
+            body = json.loads(resp.read())
+    except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
+        raise PrometheusError(f"{what} at {url}: {exc}") from None
+    if body.get("status") != "success":
+        raise PrometheusError(f"{what}: {body.get('errorType')}: {body.get('error')}")
+    return body["data"]["result"]
+
+
 @dataclass
 class PrometheusSource:
     url: str
@@ -80,15 +94,7 @@ class PrometheusSource:
         self._thread: threading.Thread | None = None
 
     def _get(self, name: str, query: str) -> list:
-        url = f"{self.url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": query})
-        try:
-            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
-                body = json.loads(resp.read())
-        except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
-            raise PrometheusError(f"query {name} at {self.url}: {exc}") from None
-        if body.get("status") != "success":
-            raise PrometheusError(f"query {name}: {body.get('errorType')}: {body.get('error')}")
-        return body["data"]["result"]
+        return api_result(self.url, "query", {"query": query}, self.timeout_s, f"query {name}")
 
     def _query_raw(self, query: str) -> float:
         """The first value of an ad-hoc query (NaN when empty)."""

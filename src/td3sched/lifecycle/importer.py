@@ -38,7 +38,6 @@ import math
 import tempfile
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +48,7 @@ import numpy as np
 from td3sched.engine.decision import DecisionEngine, ModelSlot, PodSpec
 from td3sched.engine.decision_log import DecisionLog
 from td3sched.engine.kubernetes_objects import pod_from_k8s
-from td3sched.engine.prometheus_source import (DEFAULT_QUERIES, PrometheusError, PrometheusSource,
+from td3sched.engine.prometheus_source import (DEFAULT_QUERIES, PrometheusSource, api_result,
                                                snapshot_from_values)
 from td3sched.engine.service import EngineService
 from td3sched.engine.state import ShadowState, Staleness
@@ -196,17 +195,9 @@ class MetricsHistory:
                                  for k, v in points.items()}
 
     def _range(self, name: str, query: str, start_s: float, end_s: float, step_s: float) -> list:
-        params = urllib.parse.urlencode({"query": query, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}",
-                                         "step": f"{step_s:g}"})
-        url = f"{self.source.url.rstrip('/')}/api/v1/query_range?{params}"
-        try:
-            with urllib.request.urlopen(url, timeout=self.source.timeout_s) as resp:
-                body = json.loads(resp.read())
-        except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
-            raise PrometheusError(f"range query {name} at {self.source.url}: {exc}") from None
-        if body.get("status") != "success":
-            raise PrometheusError(f"range query {name}: {body.get('errorType')}: {body.get('error')}")
-        return body["data"]["result"]
+        return api_result(self.source.url, "query_range", {"query": query, "start": f"{start_s:.3f}",
+                                                          "end": f"{end_s:.3f}", "step": f"{step_s:g}"},
+                          self.source.timeout_s, f"range query {name}")
 
     @staticmethod
     def _at(times: np.ndarray, values: np.ndarray, t: float) -> float:
