@@ -53,9 +53,10 @@ def test_history_imported_from_a_real_api_server_and_prometheus(cluster, prometh
     # the API server's audit log of the same run: the same bindings, to the microsecond
     path2, counts2 = import_history(None, prometheus.url, tmp_path / "audit.parquet", step_s=1.0, queries=QUERIES,
                                     audit_log=cluster.audit_log)
-    assert counts2["pods_skipped"] == 0
+    # the log is the whole test API server's: other tests' bindings are in it too (some of pods whose
+    # creation it never saw, e.g. across an API server restart, which the importer skips and counts)
     mine = [r for r in read_history(path2).to_pylist() if r["pod_namespace"] == namespace]
-    assert len(mine) == 10
+    assert len(mine) == 10 and counts2["bindings"] >= 10
     by_pod = {r["pod_name"]: r for r in rows}
     for r in mine:
         other = by_pod[r["pod_name"]]
