@@ -14,25 +14,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-from scipy import stats
-
+from td3sched.evaluate.stats import summarize
 from td3sched.reward import RewardConfig
 
 METRICS = ("cpu_util", "fragmentation", "latency_p99_ms", "oom_per_week", "node_hours", "cost_node_hours")
 
 
 def interval(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t interval (0 for one value)."""
-    a = np.asarray(values, dtype=float)
-    if len(a) < 2:
-        return float(a.mean()), 0.0
-    return float(a.mean()), float(stats.t.ppf(0.975, len(a) - 1) * a.std(ddof=1) / math.sqrt(len(a)))
+    """Mean and the half-width of its 95% t interval (evaluate.stats, as the reports; 0 for one value)."""
+    summary = summarize(values)
+    return summary.mean, summary.half or 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
