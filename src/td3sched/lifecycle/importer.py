@@ -68,6 +68,17 @@ class Binding:
     scheduler: str
 
 
+
+def _binding(pod: dict, node, time_s: float, where: str) -> Binding:
+    """The Binding of a Kubernetes pod object to ``node`` at ``time_s`` (a bad pod: HistoryError
+    naming ``where``)."""
+    try:
+        spec_pod = pod_from_k8s(pod, where)
+    except ValueError as exc:
+        raise HistoryError(str(exc)) from None
+    scheduler = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
+    return Binding(spec_pod, str(node), time_s, str(scheduler))
+
 def _time(text: str, where: str) -> float:
     try:
         return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
@@ -89,12 +100,7 @@ def bindings_from_pod_list(pod_list, where: str = "PodList") -> tuple[list[Bindi
         if not node or cond is None:
             skipped += 1
             continue
-        try:
-            spec_pod = pod_from_k8s(pod, at)
-        except ValueError as exc:
-            raise HistoryError(str(exc)) from None
-        out.append(Binding(spec_pod, str(node), _time(cond["lastTransitionTime"], at),
-                           str(spec.get("schedulerName") or "default-scheduler")))
+        out.append(_binding(pod, node, _time(cond["lastTransitionTime"], at), at))
     out.sort(key=lambda b: b.time_s)
     return out, skipped
 
@@ -139,13 +145,8 @@ def bindings_from_audit_log(path) -> tuple[list[Binding], int]:
             if pod is None:
                 skipped += 1
                 continue
-            try:
-                spec_pod = pod_from_k8s(pod, where)
-            except ValueError as exc:
-                raise HistoryError(str(exc)) from None
             stamp = event.get("stageTimestamp") or event.get("requestReceivedTimestamp")
-            out.append(Binding(spec_pod, str(target), _time(stamp, where),
-                               str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")))
+            out.append(_binding(pod, target, _time(stamp, where), where))
     out.sort(key=lambda b: b.time_s)
     return out, skipped
 
