@@ -58,3 +58,28 @@ def test_the_event_heap_pops_in_time_kind_push_order():
     assert len(heap) == 0 and heap.peek_t() == np.inf
     with pytest.raises(IndexError, match="empty"):
         heap.pop()
+
+
+def test_an_edit_of_a_kernel_drops_the_compiled_loops_stale_cache(tmp_path):
+    """numba keys a cached function on its own file: the loop's cache must go when a kernel it inlines
+    changes, and only then."""
+    from td3sched.simulator.fastpath import drop_stale_cache
+
+    module, kernel = tmp_path / "loop.py", tmp_path / "kernel.py"
+    module.write_text("def run(): pass\n")
+    kernel.write_text("def k(): return 1\n")
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    compiled = [cache / "loop.run-1.py311.nbi", cache / "loop.run-1.py311.1.nbc"]
+    other = cache / "kernel.k-1.py311.nbi"
+    for f in compiled + [other]:
+        f.write_bytes(b"x")
+    assert drop_stale_cache(module, [kernel])  # no stamp yet: what is cached cannot be vouched for
+    assert not any(f.exists() for f in compiled) and other.exists()
+    for f in compiled:
+        f.write_bytes(b"x")
+    assert not drop_stale_cache(module, [kernel])  # nothing changed: the cache stays
+    assert all(f.exists() for f in compiled)
+    kernel.write_text("def k(): return 2\n")
+    assert drop_stale_cache(module, [kernel])
+    assert not any(f.exists() for f in compiled)

@@ -246,3 +246,41 @@ def test_room_matrix_counts_how_many_of_a_shape_the_walk_takes(case, node_pool):
         n = walk_room(np.repeat(request[k:k + 1], reps, axis=0), np.repeat(count[k:k + 1], reps),
                       np.repeat(milli[k:k + 1], reps), free, gpu_free, taken)
         assert min(out[0, k], reps) == n
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_tick_cpu_is_the_samples_numpy_rule(seed):
+    """tick_cpu's totals are the tick's NumPy sums, and its pressure is contention.sharing_pressure over
+    the pods of every node that serves a running, not crashed, latency-sensitive pod."""
+    from td3sched.simulator.contention import sharing_pressure
+    from td3sched.simulator.kernels import tick_cpu
+
+    rng = np.random.default_rng(seed)
+    n_pods, n_nodes = int(rng.integers(1, 60)), int(rng.integers(1, 8))
+    running = rng.permutation(n_pods)[: int(rng.integers(0, n_pods + 1))].astype(np.int64)
+    node_of = rng.integers(0, n_nodes, n_pods).astype(np.int64)
+    pod_usage = rng.choice([0.0, 50.0, 400.0, 1500.0], size=(n_pods, 4)) * rng.random((n_pods, 4))
+    shape_cpu = rng.random(5).astype(np.float32)
+    profile = rng.integers(0, 5, n_pods)
+    size_cpu = rng.choice([100.0, 1000.0, 4000.0], n_pods)
+    scale = np.float32(rng.choice([0.4, 1.0, 5.0]))
+    ls = rng.random(n_pods) < 0.4
+    crashed = rng.random(n_pods) < 0.2
+    weight = rng.choice([1, 2, 39, 157], n_pods).astype(np.int64)
+    capacity = rng.choice([0.0, 1000.0, 4000.0], n_nodes)
+    pressure = np.full(n_pods, -1.0)
+    raw, demand, batch = tick_cpu(running, node_of, pod_usage, shape_cpu, profile, size_cpu, scale, ls, crashed,
+                                  weight, capacity, pressure)
+    d = pod_usage[running, 0]
+    want_raw = np.where(d > 0, np.maximum(scale * shape_cpu[profile[running]] * size_cpu[running], d), 0.0)
+    assert np.isclose(raw, want_raw.sum(), rtol=1e-12, atol=1e-9)
+    assert np.isclose(demand, d.sum(), rtol=1e-12, atol=1e-9)
+    assert np.isclose(batch, d[~ls[running]].sum(), rtol=1e-12, atol=1e-9)
+    serving = running[ls[running] & ~crashed[running]]
+    mates = running[np.isin(node_of[running], node_of[serving])]
+    want = sharing_pressure(node_of[mates], pod_usage[mates, 0],
+                            weight[mates], capacity)
+    assert np.allclose(pressure[mates], want, rtol=1e-12, atol=1e-12)
+    others = np.setdiff1d(np.arange(n_pods), mates)
+    assert (pressure[others] == -1.0).all()  # untouched

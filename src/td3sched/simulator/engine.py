@@ -28,12 +28,13 @@ from td3sched.reward import RewardConfig, RewardTracker
 from td3sched.simulator.autoscaler import ClusterAutoscaler
 from td3sched.simulator.cluster import Cluster, Pool
 from td3sched.simulator.config import SimConfig
-from td3sched.simulator.contention import cpu_weight, sharing_pressure
+from td3sched.simulator.contention import cpu_weight
 from td3sched.simulator import fastpath
 from td3sched.simulator.fastpath import EventHeap
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
 from td3sched.simulator.kernels import (best_nodes, filter_nodes, nodes_to_find, overload_sum, padded_typical,
-                                        refresh_fragmentation, reward_state, room_matrix, walk_room, weighted_total)
+                                        refresh_fragmentation, reward_state, room_matrix, tick_cpu, walk_room,
+                                        weighted_total)
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import POLICY, RESOURCES, SHAPE, USAGE, SchedulingQueue
 from td3sched.simulator.usage import Hindsight, pod_usage
@@ -836,28 +837,21 @@ class Simulation(ClusterAutoscaler):
         running = self.running[: self.n_running]
         demand = np.maximum(c.usage[:, 0] - c.overhead[:, 0], 0.0) * prov
         unserved = float(np.maximum(demand - c.allocatable[:, 0], 0.0).sum())
-        raw = self.cfg.usage_scale * self._slot_shape[0, w.profile[running]] * w.size_cpu_milli[running] \
-            if len(running) and self._slot_shape.shape[1] else np.zeros(0)
-        raw = np.where(self.pod_usage[running, 0] > 0, np.maximum(raw, self.pod_usage[running, 0]), 0.0)
-        raw_total = float(raw.sum())
-        pods_demand = self.pod_usage[running, 0]
-        batch_demand = float(pods_demand[~w.latency_sensitive[running]].sum())
-        throttled = raw_total - float(self.pod_usage[running, 0].sum())
+        # per pod: demand before and after the quotas, and the pressure on nodes serving LS pods
+        scale = self._slot_shape.dtype.type(self.cfg.usage_scale)  # the profiles' precision, as pod_usage
+        raw_total, pods_demand, batch_demand = tick_cpu(
+            running, self.node, self.pod_usage, self._slot_shape[0], w.profile, w.size_cpu_milli, scale,
+            w.latency_sensitive, self.crashed, self.cpu_weight, c.allocatable[:, 0], self._pressure)
+        throttled = raw_total - pods_demand
 
         lat = cfg.latency
-        serving = (self.state[self.ls_index] == RUNNING) & ~self.crashed[self.ls_index]
+        ls_state = self.state[self.ls_index]
+        serving = (ls_state == RUNNING) & ~self.crashed[self.ls_index]
         ls = self.ls_index[serving]
-        waiting = self.ls_index[~serving & np.isin(self.state[self.ls_index], (PENDING, RUNNING))]
+        waiting = self.ls_index[~serving & ((ls_state == PENDING) | (ls_state == RUNNING))]
         cap_factor = 1.0 + (1.0 / (1.0 - lat.rho_cap) - 1.0) * (lat.weight_cpu + lat.weight_disk + lat.weight_net)
         if len(ls):
-            # CPU: the pressure each pod meets under weighted processor sharing on its node
-            nodes_of = self.node[running]
-            on_ls_node = np.zeros(c.size, dtype=bool)
-            on_ls_node[self.node[ls]] = True
-            mates = running[on_ls_node[nodes_of]]
-            rho_pod = sharing_pressure(self.node[mates], self.pod_usage[mates, 0], self.cpu_weight[mates],
-                                       c.allocatable[:, 0])
-            self._pressure[mates] = rho_pod
+            # CPU: the pressure each pod meets under weighted processor sharing on its node (tick_cpu)
             rho_cpu = self._pressure[ls]
             rho_cpu = np.minimum(rho_cpu, lat.rho_cap)
             rho_io = np.minimum(c.usage[self.node[ls]][:, 2:] / self._lat_capacity[self.node[ls]], lat.rho_cap)
@@ -883,7 +877,7 @@ class Simulation(ClusterAutoscaler):
                           overloaded=overloaded, latency_ms=latency, breaches=breaches,
                           breach_samples=breach_samples, node_util=node_util,
                           cpu_demand=raw_total, cpu_unserved=unserved, cpu_throttled=throttled,
-                          batch_demand=batch_demand, pods_demand=float(pods_demand.sum()))
+                          batch_demand=batch_demand, pods_demand=pods_demand)
 
     def _evict(self, pod: int, t: float, reason: str = "scale_down") -> None:
         """The pod is evicted (a drain for scale-down, or the kubelet under memory pressure) and

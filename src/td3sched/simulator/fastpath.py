@@ -26,12 +26,42 @@ shared by both paths.
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import numpy as np
 from numba import njit
 
+from td3sched import reward
 from td3sched.reward import open_decision, settle_decision
+from td3sched.simulator import kernels
 from td3sched.simulator.kernels import (best_nodes, filter_nodes, k8s_default_scores, reward_state, room_matrix,
                                         weighted_total)
+
+
+def drop_stale_cache(module: Path, sources: list[Path]) -> bool:
+    """numba's on-disk cache keys a compiled function on its own source file only, so after an edit of
+    ``kernels.py`` or ``reward.py`` the cached ``run_events`` would still run the old kernels it
+    inlined. The ``sources``' contents are stamped next to ``module``'s cache (its ``__pycache__``);
+    when they changed, the module's cached code is dropped so that numba compiles it afresh. Returns
+    whether it dropped it. Nothing happens where the folder is not writable (numba then caches
+    elsewhere, per installed version, and an installed version does not change)."""
+    cache = module.with_name("__pycache__")
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+    stamp = cache / f"{module.stem}.sources-sha256"
+    try:
+        if stamp.is_file() and stamp.read_text() == digest:
+            return False
+        for f in cache.glob(f"{module.stem}.*.nb[ic]"):
+            f.unlink()
+        cache.mkdir(exist_ok=True)
+        stamp.write_text(digest)
+    except OSError:
+        return False
+    return True
+
+
+drop_stale_cache(Path(__file__), [Path(kernels.__file__), Path(reward.__file__)])
 
 STOP, FAILED, MEMORY, FREED = 0, 1, 2, 3
 """Why ``run_events`` returned (module docstring)."""

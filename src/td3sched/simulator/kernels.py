@@ -137,17 +137,32 @@ def best_nodes(scores, ties):
     return count, top
 
 
+LANES = 8
+"""Independent running sums in ``overload_sum`` and ``weighted_total``."""
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _lanes_total(acc):
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+
+
 @njit(cache=True, nogil=True)
 def overload_sum(usage_cpu, cpu_cores, inv_alloc_cpu, provisioned, threshold):
     """sum over provisioned nodes of max(0, delivered CPU / allocatable - threshold), in nodes
-    (reward.overload): delivered = min(demand, cores)."""
-    total = 0.0
-    for n in range(usage_cpu.shape[0]):
-        if provisioned[n] > 0:
-            u = min(usage_cpu[n], cpu_cores[n]) * inv_alloc_cpu[n] - threshold
-            if u > 0:
-                total += u
-    return total
+    (reward.overload): delivered = min(demand, cores). Summed in eight lanes (``weighted_total``)."""
+    acc = np.zeros(LANES)
+    n = usage_cpu.shape[0]
+    whole = n - n % LANES
+    for i in range(0, whole, LANES):
+        for lane in range(LANES):
+            a, c = usage_cpu[i + lane], cpu_cores[i + lane]
+            u = (a if a < c else c) * inv_alloc_cpu[i + lane] - threshold
+            acc[lane] += (u if u > 0.0 else 0.0) * provisioned[i + lane]
+    for k in range(whole, n):
+        a, c = usage_cpu[k], cpu_cores[k]
+        u = (a if a < c else c) * inv_alloc_cpu[k] - threshold
+        acc[k - whole] += (u if u > 0.0 else 0.0) * provisioned[k]
+    return _lanes_total(acc)
 
 
 @njit(cache=True, nogil=True)
@@ -162,11 +177,18 @@ def reward_state(dirty, free, gpu_capacity, gpu_used, pool_of, request, gpu_coun
 
 @njit(cache=True, nogil=True)
 def weighted_total(values, weights):
-    """sum_i values_i x weights_i, summed in order (one rounding order for every caller)."""
-    total = 0.0
-    for i in range(values.shape[0]):
-        total += values[i] * weights[i]
-    return total
+    """sum_i values_i x weights_i in one fixed rounding order for every caller: element i goes to
+    lane i mod 8, the lanes are added pairwise. Eight independent sums let the CPU overlap the
+    additions (a single running sum waits on each one), about twice as fast at dlrm's size."""
+    acc = np.zeros(LANES)
+    n = values.shape[0]
+    whole = n - n % LANES
+    for i in range(0, whole, LANES):
+        for lane in range(LANES):
+            acc[lane] += values[i + lane] * weights[i + lane]
+    for k in range(whole, n):
+        acc[k - whole] += values[k] * weights[k]
+    return _lanes_total(acc)
 
 
 def padded_typical(typical) -> tuple:
@@ -300,3 +322,89 @@ def walk_room(request, gpu_count, gpu_milli, free_row, gpu_free_row, taken):
                         gpu[g] -= gpu_milli[i]
                         left -= 1
     return m
+
+
+@njit(cache=True, nogil=True)
+def tick_cpu(running, node_of, pod_usage, shape_cpu, profile, size_cpu, usage_scale, latency_sensitive, crashed,
+             weight, capacity, pressure):
+    """The per-pod part of a tick's CPU sample, in one pass over the running pods:
+
+    - ``(raw, demand, batch)``: the pods' CPU demand before their CFS quotas (``usage_scale x
+      profile x size``, at least what they use; 0 for a pod that uses nothing), after them
+      (``pod_usage[:, 0]``), and after them for pods that are not latency-sensitive;
+    - ``pressure[p]`` for every running pod p on a node that serves a latency-sensitive pod (one
+      running and not crashed): ``contention.sharing_pressure`` over that node's pods, with
+      ``capacity`` per node (other entries are left as they were).
+
+    ``shape_cpu`` is the CPU row of the profiles' current slot (length 0: no profiles, raw = use).
+    """
+    n_nodes = capacity.shape[0]
+    m = running.shape[0]
+    raw = 0.0
+    demand = 0.0
+    batch = 0.0
+    on_ls = np.zeros(n_nodes, dtype=np.bool_)
+    has_shape = shape_cpu.shape[0] > 0
+    node = np.empty(m, dtype=np.int64)  # the pods' columns gathered once, in running order
+    use = np.empty(m)
+    for i in range(m):
+        p = running[i]
+        d = pod_usage[p, 0]
+        n = node_of[p]
+        node[i], use[i] = n, d
+        if d > 0:
+            r = usage_scale * shape_cpu[profile[p]] * size_cpu[p] if has_shape else 0.0
+            raw += max(r, d)
+        demand += d
+        if latency_sensitive[p]:
+            if not crashed[p]:
+                on_ls[n] = True
+        else:
+            batch += d
+    # the pods of each node that serves a latency-sensitive pod, grouped by node (a counting sort)
+    start = np.zeros(n_nodes + 1, dtype=np.int64)
+    for i in range(m):
+        if on_ls[node[i]]:
+            start[node[i] + 1] += 1
+    for n in range(n_nodes):
+        start[n + 1] += start[n]
+    fill = start[:n_nodes].copy()
+    mates = np.empty(start[n_nodes], dtype=np.int64)  # positions in running
+    key = np.empty(start[n_nodes])
+    wt = np.empty(start[n_nodes])
+    for i in range(m):
+        n = node[i]
+        if on_ls[n]:
+            k = fill[n]
+            mates[k] = i
+            wt[k] = weight[running[i]]
+            key[k] = use[i] / wt[k]
+            fill[n] += 1
+    for n in range(n_nodes):
+        a, b = start[n], start[n + 1]
+        if a == b:
+            continue
+        # the node's pods by d/w (an insertion sort: a node holds tens of pods)
+        for k in range(a + 1, b):
+            kk, ik, wk = key[k], mates[k], wt[k]
+            j = k - 1
+            while j >= a and key[j] > kk:
+                key[j + 1], mates[j + 1], wt[j + 1] = key[j], mates[j], wt[j]
+                j -= 1
+            key[j + 1], mates[j + 1], wt[j + 1] = kk, ik, wk
+        w_total = 0.0
+        for k in range(a, b):
+            w_total += wt[k]
+        d_before = 0.0
+        w_before = 0.0
+        cap = capacity[n]
+        for k in range(a, b):
+            d = use[mates[k]]
+            level = d_before + key[k] * (w_total - w_before)
+            if cap > 0:
+                pressure[running[mates[k]]] = level / cap
+            else:
+                pressure[running[mates[k]]] = np.inf if d > 0 else 0.0
+            d_before += d
+            w_before += wt[k]
+    return raw, demand, batch
