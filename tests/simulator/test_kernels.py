@@ -284,3 +284,21 @@ def test_tick_cpu_is_the_samples_numpy_rule(seed):
     assert np.allclose(pressure[mates], want, rtol=1e-12, atol=1e-12)
     others = np.setdiff1d(np.arange(n_pods), mates)
     assert (pressure[others] == -1.0).all()  # untouched
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_requested_utilisation_is_cluster_autoscalers_rule(seed):
+    from td3sched.simulator.kernels import requested_utilisation
+
+    rng = np.random.default_rng(seed)
+    n, g = int(rng.integers(1, 20)), int(rng.integers(1, 5))
+    allocatable = rng.choice([1000.0, 4000.0, 96000.0], size=(n, 4))
+    requested = allocatable * rng.random((n, 4))
+    gpu_capacity = np.where(rng.random((n, g)) < 0.4, 1000, 0).astype(np.int64)
+    gpu_used = np.minimum(rng.choice([0, 250, 1000], size=(n, g)), gpu_capacity).astype(np.int64)
+    util = np.maximum(requested[:, 0] / allocatable[:, 0], requested[:, 1] / allocatable[:, 1])
+    cap = gpu_capacity.sum(axis=1)
+    want = np.where(cap > 0, gpu_used.sum(axis=1) / np.maximum(cap, 1), util)
+    got = requested_utilisation(requested, allocatable, gpu_capacity, gpu_used, np.empty(n))
+    assert np.array_equal(got, want)

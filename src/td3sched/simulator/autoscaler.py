@@ -13,6 +13,7 @@ import numpy as np
 
 from td3sched.simulator.cluster import GPU_MILLI
 from td3sched.simulator.filter import choose_gpus, fits_one
+from td3sched.simulator.kernels import requested_utilisation
 from td3sched.simulator.queue import RESOURCES
 
 
@@ -70,9 +71,7 @@ class ClusterAutoscaler:
         """cluster-autoscaler's node utilisation: max of requested CPU and memory over allocatable;
         GPU nodes by requested GPUs alone (simulator/cluster/utilization/info.go)."""
         c = self.cluster
-        util = np.maximum(c.requested[:, 0] / c.allocatable[:, 0], c.requested[:, 1] / c.allocatable[:, 1])
-        gpu_cap = c.gpu_capacity.sum(axis=1)
-        return np.where(gpu_cap > 0, c.gpu_used.sum(axis=1) / np.maximum(gpu_cap, 1), util)
+        return requested_utilisation(c.requested, c.allocatable, c.gpu_capacity, c.gpu_used, np.empty(c.size))
 
     def _scale_down(self, t: float) -> None:
         c, a = self.cluster, self.cfg.autoscaler

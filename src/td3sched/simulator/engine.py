@@ -854,9 +854,10 @@ class Simulation(ClusterAutoscaler):
             # CPU: the pressure each pod meets under weighted processor sharing on its node (tick_cpu)
             rho_cpu = self._pressure[ls]
             rho_cpu = np.minimum(rho_cpu, lat.rho_cap)
-            rho_io = np.minimum(c.usage[self.node[ls]][:, 2:] / self._lat_capacity[self.node[ls]], lat.rho_cap)
-            pod_factor = 1.0 + lat.weight_cpu * (1.0 / (1.0 - rho_cpu) - 1.0) \
-                + (1.0 / (1.0 - rho_io) - 1.0) @ np.array([lat.weight_disk, lat.weight_net])
+            # disk and network: the node's utilisation, the same for its pods (computed per node)
+            rho_io = np.minimum(c.usage[:, 2:] / self._lat_capacity, lat.rho_cap)
+            io_factor = (1.0 / (1.0 - rho_io) - 1.0) @ np.array([lat.weight_disk, lat.weight_net])
+            pod_factor = 1.0 + lat.weight_cpu * (1.0 / (1.0 - rho_cpu) - 1.0) + io_factor[self.node[ls]]
             latency = self.base_ms[w.app[ls]] * pod_factor
             above = pod_factor > lat.slo_factor
             breach_samples = int(above.sum())
@@ -1010,6 +1011,8 @@ class Simulation(ClusterAutoscaler):
         a Python step ran (the caller then looks at the next event afresh)."""
         kind, request, best_effort, alloc_mem_bytes, scores, waits, counters, walk, pending = fast
         w, c, q, prof, r = self.w, self.cluster, self.queue, self.world.profiles, self.reward
+        if self._fast_stops_at_once(ai, t_stop):
+            return ai, False
         m = self.metrics
         self.heap.reserve(len(waits))
         if len(self._freed) - self._epoch < len(waits):
@@ -1061,6 +1064,21 @@ class Simulation(ClusterAutoscaler):
         else:  # FREED
             self._capacity_freed(node, t)
         return ai, True
+
+    def _fast_stops_at_once(self, ai: int, t_stop: float) -> bool:
+        """Whether ``fastpath.run_events`` would return STOP before doing anything (its first
+        checks, made here for the price of a few lookups: a call costs tens of microseconds, and
+        most stops of the loop are followed by a Python event)."""
+        w = self.w
+        t_arr = self.arrival_time[ai] if ai < len(self.arrival_order) else math.inf
+        t_heap = self.heap.peek_t()
+        t = min(t_arr, t_heap)
+        if t >= t_stop:
+            return True
+        if t_heap == t:
+            return int(self.heap.ints[0, 0]) != _DEPART
+        pod = self.arrival_order[ai]
+        return bool(w.gpu_count[pod] > 0 or self.app_capped[w.app[pod]] or w.max_per_node[pod] > 0)
 
     def _arrival_failed(self, pod: int, t: float, reasons: int) -> None:
         """An arrival whose Filter pass, run by the compiled loop, found no node: it enters the queue

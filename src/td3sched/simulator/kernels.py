@@ -408,3 +408,21 @@ def tick_cpu(running, node_of, pod_usage, shape_cpu, profile, size_cpu, usage_sc
             d_before += d
             w_before += wt[k]
     return raw, demand, batch
+
+
+@njit(cache=True, nogil=True)
+def requested_utilisation(requested, allocatable, gpu_capacity, gpu_used, out):
+    """cluster-autoscaler's utilisation of each node into ``out``: the larger of requested CPU and
+    memory over allocatable; a node with GPUs, requested GPUs over its GPUs alone
+    (cluster-autoscaler simulator/cluster/utilization/info.go)."""
+    for n in range(requested.shape[0]):
+        cap = 0
+        used = 0
+        for g in range(gpu_capacity.shape[1]):
+            cap += gpu_capacity[n, g]
+            used += gpu_used[n, g]
+        if cap > 0:
+            out[n] = used / cap
+        else:
+            out[n] = max(requested[n, 0] / allocatable[n, 0], requested[n, 1] / allocatable[n, 1])
+    return out
