@@ -13,7 +13,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: setup demo test bench clean k8s-bin k8s-demo go-stubs go-test
+.PHONY: setup lock demo test bench clean k8s-bin k8s-demo go-stubs go-test
 
 # the engine's gRPC stubs, generated from proto/ (build outputs: never edited, never committed)
 STUBS  := src/td3sched/engine/v1/engine_pb2.py
@@ -24,15 +24,21 @@ setup: $(STAMP) $(STUBS)
 $(STUBS): $(PROTOS) $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=src --grpc_python_out=src --pyi_out=src $(PROTOS)
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every package to the versions the tests last passed with (make lock rewrites it)
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
+
+# after upgrading packages in .venv and passing `make test`: pin what is installed
+lock: $(STAMP)
+	{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 # benchmark-only dependencies (Stable-Baselines3), on top of the dev setup
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
 # the shipped dlrm TD3 models (tau chosen; tau fixed at 0; see docs/td3.md) against the default kube-scheduler on tiny's

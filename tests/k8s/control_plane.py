@@ -11,13 +11,11 @@ Every process is started with a parent-death signal, so a test run that is kille
 from __future__ import annotations
 
 import atexit
-import ctypes
 import json
 import os
 import re
 import secrets
 import shutil
-import signal
 import ssl
 import subprocess
 import sys
@@ -37,7 +35,6 @@ MODEL = REPO / "models" / "td3-dlrm"
 QUERIES = {name: q.replace("[1m]", "[5s]") for name, q in DEFAULT_QUERIES.items()}
 """Rate windows that hold several of the tests' 1 s scrapes (docs/engine.md)."""
 SCHEDULER_MODULE = REPO / "scheduler"
-PR_SET_PDEATHSIG = 1
 
 
 def kubernetes_version() -> str:
@@ -68,8 +65,14 @@ def build_binaries(timeout_s: float = 3600) -> tuple[Path, float]:
     return folder, time.monotonic() - start
 
 
-def _die_with_parent():  # runs in the child between fork and exec
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def _dying_with_parent(argv: list[str]) -> list[str]:
+    """``argv`` run so that it is SIGKILLed when this process dies, even by SIGKILL (PR_SET_PDEATHSIG,
+    set by util-linux's setpriv, which every Debian has, just before it execs ``argv``). Not a
+    ``preexec_fn``: Python code between fork and exec in a process with live gRPC threads (the
+    tests' engines) can hang the child before it ever execs; without one, subprocess spawns with
+    vfork and no fork handler runs."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
 
 
 class Process:
@@ -78,16 +81,19 @@ class Process:
     def __init__(self, name: str, argv: list[str], log: Path, env: dict | None = None):
         self.name, self.argv, self.log_path = name, argv, log
         self.log = open(log, "ab")
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                     preexec_fn=_die_with_parent)
+        self.log_start = self.log.tell()  # a log shared with an earlier process of the same name
+        self.proc = subprocess.Popen(_dying_with_parent(argv), stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
     @property
     def running(self) -> bool:
         return self.proc.poll() is None
 
     def tail(self, n: int = 3000) -> str:
+        """The last ``n`` bytes this process wrote, with its exit status when it has exited."""
         self.log.flush()
-        return self.log_path.read_bytes()[-n:].decode(errors="replace")
+        own = self.log_path.read_bytes()[self.log_start:][-n:].decode(errors="replace")
+        code = self.proc.poll()
+        return own + ("" if code is None else f"\n[{self.name} exited with status {code}]")
 
     def stop(self, timeout_s: float = 15) -> None:
         if self.proc.poll() is None:

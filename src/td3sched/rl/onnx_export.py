@@ -11,6 +11,14 @@ The graph, one input and one output:
              ``ObservationNormalizer.normalize`` computes it, then cast to float32
     action = LOGIT_LIMIT * tanh(MLP(z))
 
+Parity is held against the exact actor (``exact_preactivations``: the trained weights evaluated in
+float64), not against torch's float32 answer: two float32 evaluations of this 35-256-256 MLP differ
+by the kernels' summation order, and ONNX Runtime 1.32 and torch 2.13 on the shipped models are
+2.2e-5 and 1.5e-5 off the exact function, so 2.4e-5 and 4.8e-5 apart (1e-5 held with earlier
+ONNX Runtime releases, by the luck of matching kernels). A graph exported wrong (normaliser, clip,
+a layer, the output scale) is off by 1e-3 or more. A float64 graph would hold 1e-6 everywhere at
+twice the inference time (~85 us against ~40 us, batch 1).
+
 The graph's metadata names the model it was exported from (``td3sched.content_sha256``: card and
 state dict, as ``rl.card.content_sha256``), its action mode and observation layout: a served graph
 whose model has changed since the export is refused. Before it is written, the graph is run with
@@ -20,6 +28,7 @@ normaliser's clip edges; a difference above ``PARITY_TOLERANCE`` refuses the exp
 
 from __future__ import annotations
 
+import copy
 import io
 import warnings
 from pathlib import Path
@@ -33,11 +42,21 @@ from td3sched.rl.model import LoadedModel, load_model
 from td3sched.rl.observation import OBSERVATION_FIELDS, OBSERVATION_SIZE
 
 OPSET = 17
-PARITY_TOLERANCE = 1e-5
-"""Largest absolute difference of one pre-activation, ONNX Runtime against torch."""
+PARITY_TOLERANCE = 1e-4
+"""Largest absolute difference of one pre-activation, ONNX Runtime against the exact actor: float32
+rounding (~2e-5 measured on the shipped models) with a 4x margin."""
 INPUT_NAME = "observation"
 OUTPUT_NAME = "action"
 METADATA_PREFIX = "td3sched."
+
+
+def exact_preactivations(model: LoadedModel, obs: np.ndarray) -> np.ndarray:
+    """The actor's pre-activations on raw observations ``obs``: the trained float32 weights evaluated in
+    float64 on the float64 normalised observation (the parity reference)."""
+    z = (np.asarray(obs, dtype=np.float64) - model.normalizer.mean) / model.normalizer.std()
+    z = np.clip(z, -model.normalizer.clip, model.normalizer.clip)
+    with torch.no_grad():
+        return copy.deepcopy(model.actor).double()(torch.from_numpy(z)).numpy()
 
 
 class NormalisedActor(torch.nn.Module):
@@ -90,11 +109,9 @@ def export_bytes(model: LoadedModel) -> bytes:
     data = graph.SerializeToString()
     actor = OnnxActor.from_bytes(data, model.card, model.content_sha256, model.folder)
     obs = probe_observations(model)
-    with torch.no_grad():
-        expected = model.actor(torch.from_numpy(model.normalizer.normalize(obs))).numpy()
-    gap = float(np.abs(actor.act(obs) - expected).max())
+    gap = float(np.abs(actor.act(obs) - exact_preactivations(model, obs)).max())
     if not gap <= PARITY_TOLERANCE:
-        raise ModelError(f"{model.folder}: the ONNX graph differs from torch by {gap:.2e} on probe observations: "
+        raise ModelError(f"{model.folder}: the ONNX graph differs from the exact actor by {gap:.2e} on probe observations: "
                          f"expected at most {PARITY_TOLERANCE:g}")
     return data
 
