@@ -16,7 +16,7 @@ import pytest
 from td3sched.scenario import SCENARIO_DIR
 from td3sched.trace.errors import TraceError
 from td3sched.workload.files import COLUMNS, load_workload, save_workload
-from td3sched.workload.pods import Workload
+from td3sched.workload.pods import PodNames, Workload
 from td3sched.workload.stream import poisson_stream
 
 from tests.simulator.worlds import INF, P, profiles_from, workload
@@ -77,6 +77,33 @@ def test_concat_remaps_apps_and_pools_and_sorts_by_arrival():
     pools = [both.pool_names[i] if i >= 0 else None for i in both.pool]
     assert pools == ["cpu", "gpu", None, "cpu", None, None]
     np.testing.assert_array_equal(both.arrival_s, [0, 10, 20, 20, 30, 40])
+
+
+def test_pod_names_read_as_the_strings_they_stand_for():
+    stream = PodNames.numbered("batch-", 12)
+    given = PodNames.of(["web-1", "batch-3", "db"])
+    both = PodNames.concatenate([stream, given])
+    strings = [f"batch-{i}" for i in range(12)] + ["web-1", "batch-3", "db"]
+    assert both.tolist() == strings and len(both) == 15 and both[12] == "web-1" and isinstance(both[0], str)
+    assert np.asarray(both).tolist() == strings and np.asarray(both).dtype.kind == "U"
+    # a name is found whichever way it was made, and only where it is whole
+    np.testing.assert_array_equal(np.flatnonzero(both == "batch-3"), [3, 13])
+    for absent in ("batch-", "batch-03", "batch-12", "batch-3x", "web-", "d"):
+        assert not (both == absent).any(), absent
+    order = np.array([14, 0, 13, 7])
+    assert both[order].tolist() == [strings[i] for i in order]
+    assert both[np.arange(15) % 2 == 0].tolist() == strings[::2] and both[3:5].tolist() == strings[3:5]
+    assert (both != "db").sum() == 14
+
+
+def test_generated_names_survive_a_merge_and_a_selection():
+    one = dataclasses.replace(workload([P("x", t=0), P("x", t=20), P("x", t=40)]), name=PodNames.numbered("a", 3))
+    two = dataclasses.replace(workload([P("y", t=10), P("y", t=30)]), name=PodNames.numbered("b", 2))
+    both = Workload.concat([one, two])
+    assert both.name.tolist() == ["a0", "b0", "a1", "b1", "a2"]
+    assert both.select(both.arrival_s >= 20).name.tolist() == ["a1", "b1", "a2"]
+    with pytest.raises(ValueError, match="'name' has 2 entries, expected 3"):
+        dataclasses.replace(one, name=PodNames.numbered("a", 2))
 
 
 # --- Poisson streams -------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ def save_workload(folder: Path, workload: Workload, profiles: UsageProfiles, hea
     folder.mkdir(parents=True, exist_ok=True)
     w = workload
     frame = pd.DataFrame({
-        "name": w.name, "arrival_s": w.arrival_s, "duration_s": w.duration_s,
+        "name": w.name.tolist(), "arrival_s": w.arrival_s, "duration_s": w.duration_s,
         **{f"request_{r}": w.request[:, j] for j, r in enumerate(SCALAR_RESOURCES)},
         "cpu_limit_milli": w.cpu_limit_milli, "mem_limit_mib": w.mem_limit_mib,
         "gpu_count": w.gpu_count, "gpu_milli": w.gpu_milli, "qos": w.qos,

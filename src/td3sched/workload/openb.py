@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from td3sched.trace.openb import load_openb_pods
-from td3sched.workload.pods import BEST_EFFORT, BURSTABLE, GUARANTEED, Workload
+from td3sched.workload.pods import BEST_EFFORT, BURSTABLE, GUARANTEED, PodNames, Workload
 from td3sched.workload.stream import poisson_stream
 
 MIN_LIFETIME_S = 60.0
@@ -59,39 +59,37 @@ def shape_workload(table: ShapeTable, rows: np.ndarray, arrival_s: np.ndarray, d
     if not 0 < request_fraction <= 1:
         raise ValueError(f"request_fraction={request_fraction!r}: expected a value in (0, 1]")
     n = len(rows)
-    cpu, mem = table.cpu_milli[rows], table.mem_mib[rows]
-    label = table.qos_label[rows]
+    # every column is a function of the table's row: computed per row of the table, then gathered
+    cpu, mem = table.cpu_milli, table.mem_mib
+    label = table.qos_label
     best_effort = label == "BE"
     guaranteed = np.isin(label, ["Guaranteed"] if ls_as_burstable else ["LS", "Guaranteed"])
     qos = np.where(best_effort, BEST_EFFORT, np.where(guaranteed, GUARANTEED, BURSTABLE)).astype(np.int8)
     frac = np.where(qos == GUARANTEED, 1.0, request_fraction)
-    req_cpu = np.where(best_effort, 0.0, np.ceil(cpu * frac))  # Kubernetes quantities are whole milli/MiB
-    req_mem = np.where(best_effort, 0.0, np.ceil(mem * frac))
-    limit_cpu = np.where(best_effort, np.inf, cpu)
-    limit_mem = np.where(best_effort, np.inf, mem)
+    request = np.zeros((len(cpu), 4))
+    request[:, 0] = np.where(best_effort, 0.0, np.ceil(cpu * frac))  # Kubernetes quantities are whole milli/MiB
+    request[:, 1] = np.where(best_effort, 0.0, np.ceil(mem * frac))
     cores = cpu / 1000.0
-    names = np.char.add(prefix, np.arange(n).astype(str))
-    latency_sensitive = guaranteed & (label == "LS")
     return Workload(
-        name=names,
+        name=PodNames.numbered(prefix, n),
         arrival_s=arrival_s,
         duration_s=duration_s,
-        request=np.column_stack([req_cpu, req_mem, np.zeros(n), np.zeros(n)]),
-        cpu_limit_milli=limit_cpu,
-        mem_limit_mib=limit_mem,
+        request=request[rows],
+        cpu_limit_milli=np.where(best_effort, np.inf, cpu)[rows],
+        mem_limit_mib=np.where(best_effort, np.inf, mem)[rows],
         gpu_count=table.gpu_count[rows],
         gpu_milli=table.gpu_milli[rows],
-        qos=qos,
-        latency_sensitive=latency_sensitive,
+        qos=qos[rows],
+        latency_sensitive=(guaranteed & (label == "LS"))[rows],
         app=rows.astype(np.int32),
         app_names=tuple(f"{prefix}app-{i}" for i in range(len(table.cpu_milli))),
         max_per_node=np.full(n, -1, dtype=np.int32),
         pool=np.full(n, 0 if pool else -1, dtype=np.int16),
         pool_names=(pool,) if pool else (),
-        size_cpu_milli=cpu,
-        size_mem_mib=mem,
-        size_disk_mbps=cores * node_disk_mbps_per_core,
-        size_net_mbps=cores * node_net_mbps_per_core,
+        size_cpu_milli=cpu[rows],
+        size_mem_mib=mem[rows],
+        size_disk_mbps=(cores * node_disk_mbps_per_core)[rows],
+        size_net_mbps=(cores * node_net_mbps_per_core)[rows],
         profile=rng.integers(n_profiles, size=n).astype(np.int32),
     )
 
