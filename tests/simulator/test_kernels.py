@@ -302,3 +302,40 @@ def test_requested_utilisation_is_cluster_autoscalers_rule(seed):
     want = np.where(cap > 0, gpu_used.sum(axis=1) / np.maximum(cap, 1), util)
     got = requested_utilisation(requested, allocatable, gpu_capacity, gpu_used, np.empty(n))
     assert np.array_equal(got, want)
+
+
+def test_refresh_pod_usage_is_pod_usage_with_the_memory_limit_and_bincount():
+    """The compiled refresh gives ``usage.pod_usage``'s numbers, zero for crashed pods and for pods over
+    their memory limit (returned, in running order), and node sums exactly as ``np.bincount``."""
+    from td3sched.simulator.kernels import refresh_pod_usage
+
+    rng = np.random.default_rng(3)
+    pods, nodes, profiles = 400, 9, 7
+    shape = rng.random((4, profiles)).astype(np.float32)
+    profile = rng.integers(profiles, size=pods).astype(np.int32)
+    size_cpu, size_mem = rng.random(pods) * 4000, rng.random(pods) * 8000
+    size_disk, size_net = rng.random(pods) * 50, rng.random(pods) * 900
+    cpu_limit = np.where(rng.random(pods) < 0.3, np.inf, rng.random(pods) * 3000)
+    mem_limit = np.where(rng.random(pods) < 0.3, np.inf, rng.random(pods) * 9000)
+    crashed = rng.random(pods) < 0.1
+    node_of = rng.integers(nodes, size=pods)
+    running = rng.permutation(pods)[:300]
+    overhead = rng.random((nodes, 2)) * 100
+    provisioned = rng.random(nodes) < 0.8
+    scale, level = np.float32(1.7), np.float32(0.9)
+    pod_usage, node_usage = np.full((pods, 4), -1.0), np.full((nodes, 4), -1.0)
+    over = refresh_pod_usage(running, profile, shape, scale, level, size_cpu, cpu_limit, size_mem, size_disk, size_net,
+                             mem_limit, crashed, node_of, overhead, provisioned, pod_usage, node_usage)
+
+    s = shape[:, profile[running]]
+    expected = np.stack([np.minimum(1.7 * s[0] * size_cpu[running], cpu_limit[running]),
+                         0.9 * s[1] * size_mem[running], s[2] * size_disk[running], s[3] * size_net[running]], axis=-1)
+    killed = ~crashed[running] & (expected[:, 1] > mem_limit[running])
+    assert killed.any() and crashed[running].any()
+    np.testing.assert_array_equal(over, running[killed])
+    expected[crashed[running] | killed] = 0.0
+    np.testing.assert_array_equal(pod_usage[running], expected)
+    assert (pod_usage[np.setdiff1d(np.arange(pods), running)] == -1.0).all()  # pods not running: untouched
+    sums = np.stack([np.bincount(node_of[running], weights=expected[:, j], minlength=nodes) for j in range(4)], axis=-1)
+    sums[:, :2] += overhead * provisioned[:, None]
+    np.testing.assert_array_equal(node_usage, sums)

@@ -33,8 +33,8 @@ from td3sched.simulator import fastpath
 from td3sched.simulator.fastpath import EventHeap
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
 from td3sched.simulator.kernels import (best_nodes, filter_nodes, nodes_to_find, overload_sum, padded_typical,
-                                        refresh_fragmentation, reward_state, room_matrix, tick_cpu, walk_room,
-                                        weighted_total)
+                                        refresh_fragmentation, refresh_pod_usage, reward_state, room_matrix, tick_cpu,
+                                        walk_room, weighted_total)
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import POLICY, RESOURCES, SHAPE, USAGE, SchedulingQueue
 from td3sched.simulator.usage import Hindsight, pod_usage
@@ -219,11 +219,16 @@ class Simulation(ClusterAutoscaler):
     def _usage_of(self, pods, t: float) -> np.ndarray:
         """Real usage of a pod ([4]) or pods ([k, 4]) now: CPU milli (throttled at the limit), memory
         MiB, disk MB/s, network Mbit/s."""
-        w, prof = self.w, self.world.profiles
+        w = self.w
+        return pod_usage(w, self.cfg, pods, self._shape_at(t)[:, w.profile[pods]])
+
+    def _shape_at(self, t: float) -> np.ndarray:
+        """[4, V]: every profile's shape at ``t`` (one contiguous copy per profile slot)."""
+        prof = self.world.profiles
         slot = prof.slot(t)
-        if slot != self._slot:  # one contiguous [4, V] copy per profile slot
+        if slot != self._slot:
             self._slot, self._slot_shape = slot, np.ascontiguousarray(prof.shape[:, :, slot])
-        return pod_usage(w, self.cfg, pods, self._slot_shape[:, w.profile[pods]])
+        return self._slot_shape
 
     # --- scheduling cycle ------------------------------------------------------------------------
     def _init_queue(self) -> None:
@@ -633,17 +638,18 @@ class Simulation(ClusterAutoscaler):
             self.metrics.pending_violations += len(late)
 
     def _refresh_usage(self, t: float) -> None:
-        """Re-read every running pod's usage from its profile and rebuild node usage from it."""
-        c = self.cluster
-        running = self.running[: self.n_running].copy()
-        usage = self._limit_memory(running, self._usage_of(running, t), t)
-        self.pod_usage[running] = usage
-        nodes_of = self.node[running]
-        node_usage = np.zeros((c.size, 4))
-        for j in range(4):
-            node_usage[:, j] = np.bincount(nodes_of, weights=usage[:, j], minlength=c.size)
-        node_usage[:, :2] += c.overhead * c.provisioned[:, None]
-        c.usage[:] = node_usage
+        """Re-read every running pod's usage from its profile and rebuild node usage from it
+        (compiled: ``kernels.refresh_pod_usage``, the arithmetic of ``usage.pod_usage`` and
+        ``_limit_memory``); containers above their memory limit are then OOM-killed."""
+        c, w = self.cluster, self.w
+        shape = self._shape_at(t)
+        precision = shape.dtype.type
+        over = refresh_pod_usage(self.running[: self.n_running], w.profile, shape, precision(self.cfg.usage_scale),
+                                 precision(self.cfg.mem_level), w.size_cpu_milli, w.cpu_limit_milli, w.size_mem_mib,
+                                 w.size_disk_mbps, w.size_net_mbps, w.mem_limit_mib, self.crashed, self.node,
+                                 c.overhead, c.provisioned, self.pod_usage, c.usage)
+        for pod in over:  # its usage is 0 already, on its node too
+            self._crash(int(pod), t, "container_oom")
 
     def _limit_memory(self, pods: np.ndarray, usage: np.ndarray, t: float) -> np.ndarray:
         """``usage`` of bound ``pods`` as it is: zero for pods in CrashLoopBackOff, and a container

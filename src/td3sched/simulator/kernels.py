@@ -426,3 +426,41 @@ def requested_utilisation(requested, allocatable, gpu_capacity, gpu_used, out):
         else:
             out[n] = max(requested[n, 0] / allocatable[n, 0], requested[n, 1] / allocatable[n, 1])
     return out
+
+
+@njit(cache=True, nogil=True)
+def refresh_pod_usage(running, profile, shape, usage_scale, mem_level, size_cpu, cpu_limit, size_mem, size_disk,
+                      size_net, mem_limit, crashed, node_of, overhead, provisioned, pod_usage, node_usage):
+    """Every running pod's usage re-read from its profile's ``shape`` ([4, V], the current slot), as
+    ``usage.pod_usage`` computes it (``usage_scale`` and ``mem_level`` in the profiles' precision),
+    into ``pod_usage``, and each node's usage rebuilt from its pods (summed in ``running``'s order,
+    as ``np.bincount`` does) plus its system overhead when provisioned, into ``node_usage``.
+    A crashed pod uses nothing; so does a pod whose memory is above its limit, which the caller
+    OOM-kills: those pods are returned, in ``running``'s order."""
+    m = running.shape[0]
+    over = np.empty(m, dtype=np.int64)
+    k = 0
+    node_usage[:] = 0.0
+    for i in range(m):
+        p = running[i]
+        v = profile[p]
+        cpu = min((usage_scale * shape[0, v]) * size_cpu[p], cpu_limit[p])
+        mem = (mem_level * shape[1, v]) * size_mem[p]
+        disk = shape[2, v] * size_disk[p]
+        net = shape[3, v] * size_net[p]
+        if crashed[p] or mem > mem_limit[p]:
+            if not crashed[p]:
+                over[k] = p
+                k += 1
+            cpu, mem, disk, net = 0.0, 0.0, 0.0, 0.0
+        pod_usage[p, 0], pod_usage[p, 1], pod_usage[p, 2], pod_usage[p, 3] = cpu, mem, disk, net
+        n = node_of[p]
+        node_usage[n, 0] += cpu
+        node_usage[n, 1] += mem
+        node_usage[n, 2] += disk
+        node_usage[n, 3] += net
+    for n in range(node_usage.shape[0]):
+        if provisioned[n]:
+            node_usage[n, 0] += overhead[n, 0]
+            node_usage[n, 1] += overhead[n, 1]
+    return over[:k]
