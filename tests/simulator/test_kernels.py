@@ -248,6 +248,51 @@ def test_room_matrix_counts_how_many_of_a_shape_the_walk_takes(case, node_pool):
         assert min(out[0, k], reps) == n
 
 
+def _running_world(rng):
+    """Random pods, some of them running (in a RunningPods, added and removed in a random order)."""
+    from td3sched.simulator.running import RunningPods
+
+    n_pods, n_nodes = int(rng.integers(1, 60)), int(rng.integers(1, 8))
+    node_of = rng.integers(0, n_nodes, n_pods).astype(np.int64)
+    profile = rng.integers(0, 5, n_pods)
+    size_cpu = rng.choice([100.0, 1000.0, 4000.0], n_pods)
+    weight = rng.choice([1, 2, 39, 157], n_pods).astype(np.int64)
+    app = rng.integers(0, 4, n_pods)
+    base_ms = rng.choice([5.0, 20.0, 80.0], 4)
+    ls = rng.random(n_pods) < 0.4
+    run = RunningPods(profile, weight, size_cpu, app, base_ms, ls, capacity=1)
+    live = set()
+    for pod in rng.integers(0, n_pods, 3 * n_pods):  # starts and stops, in a random order
+        pod = int(pod)
+        if pod in live:
+            run.remove(pod)
+            live.remove(pod)
+        else:
+            run.add(pod, int(node_of[pod]))
+            live.add(pod)
+    return dict(n_pods=n_pods, n_nodes=n_nodes, node_of=node_of, profile=profile, size_cpu=size_cpu, weight=weight,
+                app=app, base_ms=base_ms, ls=ls, run=run, live=live)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_running_pods_keep_each_pods_columns_in_its_slot(seed):
+    """After any sequence of starts and stops, the slots hold exactly the running pods, pos is each
+    one's slot (-1 for the others), and every slot column is its pod's."""
+    world = _running_world(np.random.default_rng(seed))
+    run = world["run"]
+    pods = run.pods[: run.n]
+    assert sorted(pods.tolist()) == sorted(world["live"])
+    assert (run.pos[pods] == np.arange(run.n)).all()
+    assert (np.delete(run.pos, pods) == -1).all()
+    assert (run.node[: run.n] == world["node_of"][pods]).all()
+    assert (run.profile[: run.n] == world["profile"][pods]).all()
+    assert (run.weight[: run.n] == world["weight"][pods]).all()
+    assert (run.size_cpu[: run.n] == world["size_cpu"][pods]).all()
+    assert (run.base_ms[: run.n] == world["base_ms"][world["app"][pods]]).all()
+    assert (run.latency_sensitive[: run.n] == world["ls"][pods]).all()
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_tick_cpu_is_the_samples_numpy_rule(seed):
@@ -257,33 +302,69 @@ def test_tick_cpu_is_the_samples_numpy_rule(seed):
     from td3sched.simulator.kernels import tick_cpu
 
     rng = np.random.default_rng(seed)
-    n_pods, n_nodes = int(rng.integers(1, 60)), int(rng.integers(1, 8))
-    running = rng.permutation(n_pods)[: int(rng.integers(0, n_pods + 1))].astype(np.int64)
-    node_of = rng.integers(0, n_nodes, n_pods).astype(np.int64)
+    world = _running_world(rng)
+    run, n_pods, node_of, ls = world["run"], world["n_pods"], world["node_of"], world["ls"]
+    running = run.pods[: run.n]
     pod_usage = rng.choice([0.0, 50.0, 400.0, 1500.0], size=(n_pods, 4)) * rng.random((n_pods, 4))
     shape_cpu = rng.random(5).astype(np.float32)
-    profile = rng.integers(0, 5, n_pods)
-    size_cpu = rng.choice([100.0, 1000.0, 4000.0], n_pods)
     scale = np.float32(rng.choice([0.4, 1.0, 5.0]))
-    ls = rng.random(n_pods) < 0.4
     crashed = rng.random(n_pods) < 0.2
-    weight = rng.choice([1, 2, 39, 157], n_pods).astype(np.int64)
-    capacity = rng.choice([0.0, 1000.0, 4000.0], n_nodes)
-    pressure = np.full(n_pods, -1.0)
-    raw, demand, batch = tick_cpu(running, node_of, pod_usage, shape_cpu, profile, size_cpu, scale, ls, crashed,
-                                  weight, capacity, pressure)
+    capacity = rng.choice([0.0, 1000.0, 4000.0], world["n_nodes"])
+    run.pressure[:] = -1.0
+    raw, demand, batch = tick_cpu(run.pods, run.node, run.profile, run.size_cpu, run.weight, run.latency_sensitive,
+                                  run.n, pod_usage, crashed, shape_cpu, scale, capacity, run.pressure)
     d = pod_usage[running, 0]
+    profile, size_cpu = world["profile"], world["size_cpu"]
     want_raw = np.where(d > 0, np.maximum(scale * shape_cpu[profile[running]] * size_cpu[running], d), 0.0)
     assert np.isclose(raw, want_raw.sum(), rtol=1e-12, atol=1e-9)
     assert np.isclose(demand, d.sum(), rtol=1e-12, atol=1e-9)
     assert np.isclose(batch, d[~ls[running]].sum(), rtol=1e-12, atol=1e-9)
     serving = running[ls[running] & ~crashed[running]]
     mates = running[np.isin(node_of[running], node_of[serving])]
-    want = sharing_pressure(node_of[mates], pod_usage[mates, 0],
-                            weight[mates], capacity)
-    assert np.allclose(pressure[mates], want, rtol=1e-12, atol=1e-12)
-    others = np.setdiff1d(np.arange(n_pods), mates)
-    assert (pressure[others] == -1.0).all()  # untouched
+    want = sharing_pressure(node_of[mates], pod_usage[mates, 0], world["weight"][mates], capacity)
+    assert np.allclose(run.pressure[run.pos[mates]], want, rtol=1e-12, atol=1e-12)
+    others = np.setdiff1d(np.arange(run.n), run.pos[mates])
+    assert (run.pressure[others] == -1.0).all()  # untouched
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_tick_latency_is_the_samples_numpy_rule(seed):
+    """tick_latency's samples (as a multiset), breaches and breach samples are the tick's NumPy rule
+    over the latency-sensitive pods: served ones at their factor, crashed and pending ones at the cap;
+    ``breaching`` ends as the served pods' breach state, untouched for the others."""
+    from td3sched.simulator.kernels import tick_latency
+
+    rng = np.random.default_rng(seed)
+    world = _running_world(rng)
+    run, n_pods, ls, app, base_ms = world["run"], world["n_pods"], world["ls"], world["app"], world["base_ms"]
+    running = run.pods[: run.n]
+    pending_state, running_state = 1, 2
+    state = np.where(rng.random(n_pods) < 0.3, pending_state, 3).astype(np.int8)
+    state[running] = running_state
+    crashed = (rng.random(n_pods) < 0.2) & (state == running_state)
+    pressure_of = rng.choice([0.0, 0.5, 0.9, 0.99, 3.0, np.inf], n_pods)
+    run.pressure[: run.n] = pressure_of[running]
+    io_factor = rng.choice([0.0, 0.3, 4.0], world["n_nodes"])
+    breaching = rng.random(n_pods) < 0.5
+    before = breaching.copy()
+    w_cpu, rho_cap, slo, cap_factor = 0.7, 0.98, float(rng.choice([1.5, 3.0])), 42.0
+    ls_pods = np.flatnonzero(ls)
+    latency, breaches, samples = tick_latency(run.pods, run.node, run.latency_sensitive, run.base_ms, run.pressure,
+                                              run.n, crashed, breaching, io_factor, w_cpu, rho_cap, slo, ls_pods,
+                                              state, app, base_ms, cap_factor, pending_state)
+    served = ls_pods[(state[ls_pods] == running_state) & ~crashed[ls_pods]]
+    waiting = ls_pods[(state[ls_pods] == pending_state) | ((state[ls_pods] == running_state) & crashed[ls_pods])]
+    rho = np.minimum(pressure_of[served], rho_cap)
+    factor = 1.0 + w_cpu * (1.0 / (1.0 - rho) - 1.0) + io_factor[world["node_of"][served]]
+    want = np.concatenate([base_ms[app[served]] * factor, base_ms[app[waiting]] * cap_factor])
+    assert np.array_equal(np.sort(latency), np.sort(want))
+    above = factor > slo
+    assert breaches == int((above & ~before[served]).sum())
+    assert samples == int(above.sum()) + len(waiting)
+    assert (breaching[served] == above).all()
+    others = np.setdiff1d(np.arange(n_pods), served)
+    assert (breaching[others] == before[others]).all()
 
 
 @settings(max_examples=100, deadline=None)

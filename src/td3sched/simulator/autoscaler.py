@@ -95,7 +95,8 @@ class ClusterAutoscaler:
             return
         util = self._requested_utilisation()[busy]
         for n in busy[np.argsort(util, kind="stable")][: a.scale_down_non_empty_candidates]:
-            pods = self.running[: self.n_running][self.node[self.running[: self.n_running]] == n]
+            run = self.running_pods
+            pods = run.pods[: run.n][run.node[: run.n] == n]
             if self._fit_elsewhere(int(n), pods):
                 for pod in pods:
                     self._evict(int(pod), t)

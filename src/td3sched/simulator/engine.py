@@ -34,9 +34,10 @@ from td3sched.simulator.fastpath import EventHeap
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
 from td3sched.simulator.kernels import (best_nodes, filter_nodes, nodes_to_find, overload_sum, padded_typical,
                                         refresh_fragmentation, refresh_pod_usage, reward_state, room_matrix, tick_cpu,
-                                        walk_room, weighted_total)
+                                        tick_latency, walk_room, weighted_total)
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import POLICY, RESOURCES, SHAPE, USAGE, SchedulingQueue
+from td3sched.simulator.running import RunningPods
 from td3sched.simulator.usage import Hindsight, pod_usage
 from td3sched.workload.pods import BEST_EFFORT, BURSTABLE, QOS_NAMES, Workload, unique_rows
 from td3sched.workload.profiles import UsageProfiles
@@ -147,10 +148,6 @@ class Simulation(ClusterAutoscaler):
         self._init_queue()
         self._unneeded_since = np.full(self.cluster.size, np.inf)
         self._last_scale_up_s = -math.inf
-        self.running = np.empty(p, dtype=np.int64)
-        """Running pods in running[:n_running], any order; run_pos[pod] is a pod's slot in it."""
-        self.run_pos = np.full(p, -1, dtype=np.int64)
-        self._n_running = np.zeros(1, dtype=np.int64)
         self.heap = EventHeap()
 
         lat = self.cfg.latency
@@ -198,22 +195,24 @@ class Simulation(ClusterAutoscaler):
         self._lat_capacity = np.ascontiguousarray(self.cluster.capacity_usage[:, [2, 3]])
         self.cpu_weight = cpu_weight(w.request[:, 0]) if len(w) else np.zeros(0, dtype=np.int64)
         """cgroup v2 cpu.weight of each pod, from its CPU request (simulator.contention)."""
+        self.running_pods = RunningPods(w.profile, self.cpu_weight, w.size_cpu_milli, w.app, self.base_ms,
+                                        w.latency_sensitive)
+        """The running pods, with the columns a tick reads kept in their order (simulator.running)."""
         self._cpu_cores = self.cluster.allocatable[:, 0] + self.cluster.overhead[:, 0]
         self._policy_counts_releases = type(policy).released is not Policy.released
         """Only a policy that overrides ``released`` is told (one call per departure otherwise)."""
         self._node_scratch = np.empty(c.size, dtype=np.int64)
         """Scratch for the compiled Filter and Select (kernels)."""
         self._no_counts = np.zeros(0, dtype=np.int64)
-        self._pressure = np.zeros(len(w))
-        """Scratch: each running pod's CPU pressure at the last tick (contention.sharing_pressure)."""
 
     @property
     def n_running(self) -> int:
-        return int(self._n_running[0])
+        return self.running_pods.n
 
-    @n_running.setter
-    def n_running(self, value: int) -> None:
-        self._n_running[0] = value
+    @property
+    def running(self) -> np.ndarray:
+        """Running pods in ``running[:n_running]``, in their slots' order (``RunningPods``)."""
+        return self.running_pods.pods
 
     # --- pod usage -------------------------------------------------------------------------------
     def _usage_of(self, pods, t: float) -> np.ndarray:
@@ -437,9 +436,7 @@ class Simulation(ClusterAutoscaler):
         c.usage[node] += usage
         self._mem_check.append(node)  # kernel OOM and kubelet eviction, once the cycle is done
         self.dirty[node] = True
-        self.running[self.n_running] = pod
-        self.run_pos[pod] = self.n_running
-        self.n_running += 1
+        self.running_pods.add(pod, node)
         self.started[pod] = t
         wait = t - self.queued_at[pod]
         self.metrics.pending_waits.append(wait)
@@ -479,11 +476,7 @@ class Simulation(ClusterAutoscaler):
         if self._policy_counts_releases:
             self.policy.released(self.pod_request(pod, t), node, c)
         self.gen[pod] += 1
-        slot, last = self.run_pos[pod], self.running[self.n_running - 1]
-        self.running[slot] = last
-        self.run_pos[last] = slot
-        self.run_pos[pod] = -1
-        self.n_running -= 1
+        self.running_pods.remove(pod)
         return node
 
     def _push(self, t: float, kind: int, a: int, b: int) -> None:
@@ -715,8 +708,8 @@ class Simulation(ClusterAutoscaler):
         if len(hot) == 0 and len(pressed) == 0:
             return
         running = self.running[: self.n_running]
-        bound = running[~self.crashed[running]]
-        nodes_of = self.node[bound]
+        up = ~self.crashed[running]
+        bound, nodes_of = running[up], self.running_pods.node[: len(running)][up]
         for node in hot:
             self._oom_node(int(node), bound[nodes_of == node], t)
         freed = []
@@ -840,43 +833,29 @@ class Simulation(ClusterAutoscaler):
         overloaded = int(prov @ (usage[:, 0] > cfg.overload_util * c.allocatable[:, 0]))
 
         # CPU contention: demand (after quotas) a node could not serve, and demand cut by quotas
-        running = self.running[: self.n_running]
         demand = np.maximum(c.usage[:, 0] - c.overhead[:, 0], 0.0) * prov
         unserved = float(np.maximum(demand - c.allocatable[:, 0], 0.0).sum())
         # per pod: demand before and after the quotas, and the pressure on nodes serving LS pods
         scale = self._slot_shape.dtype.type(self.cfg.usage_scale)  # the profiles' precision, as pod_usage
+        run = self.running_pods
         raw_total, pods_demand, batch_demand = tick_cpu(
-            running, self.node, self.pod_usage, self._slot_shape[0], w.profile, w.size_cpu_milli, scale,
-            w.latency_sensitive, self.crashed, self.cpu_weight, c.allocatable[:, 0], self._pressure)
+            run.pods, run.node, run.profile, run.size_cpu, run.weight, run.latency_sensitive, run.n, self.pod_usage,
+            self.crashed, self._slot_shape[0], scale, c.allocatable[:, 0], run.pressure)
         throttled = raw_total - pods_demand
 
+        # latency: CPU from the pressure each pod meets under weighted processor sharing on its node
+        # (tick_cpu); disk and network from the node's utilisation, the same for its pods. A
+        # latency-sensitive pod pending, or bound but waiting for a container restart, serves its
+        # requests at the cap: breach samples, not breach episodes (a wait counts as
+        # sla_pending_too_long, a crash as an OOM kill)
         lat = cfg.latency
-        ls_state = self.state[self.ls_index]
-        serving = (ls_state == RUNNING) & ~self.crashed[self.ls_index]
-        ls = self.ls_index[serving]
-        waiting = self.ls_index[~serving & ((ls_state == PENDING) | (ls_state == RUNNING))]
         cap_factor = 1.0 + (1.0 / (1.0 - lat.rho_cap) - 1.0) * (lat.weight_cpu + lat.weight_disk + lat.weight_net)
-        if len(ls):
-            # CPU: the pressure each pod meets under weighted processor sharing on its node (tick_cpu)
-            rho_cpu = self._pressure[ls]
-            rho_cpu = np.minimum(rho_cpu, lat.rho_cap)
-            # disk and network: the node's utilisation, the same for its pods (computed per node)
-            rho_io = np.minimum(c.usage[:, 2:] / self._lat_capacity, lat.rho_cap)
-            io_factor = (1.0 / (1.0 - rho_io) - 1.0) @ np.array([lat.weight_disk, lat.weight_net])
-            pod_factor = 1.0 + lat.weight_cpu * (1.0 / (1.0 - rho_cpu) - 1.0) + io_factor[self.node[ls]]
-            latency = self.base_ms[w.app[ls]] * pod_factor
-            above = pod_factor > lat.slo_factor
-            breach_samples = int(above.sum())
-            breaches = int((above & ~self.breaching[ls]).sum())
-            self.breaching[ls] = above
-        else:
-            latency, breaches, breach_samples = np.empty(0), 0, 0
-        if len(waiting):
-            # a latency-sensitive pod pending, or bound but waiting for a container restart, serves its
-            # requests at the cap: breach samples, not breach episodes (a wait counts as
-            # sla_pending_too_long, a crash as an OOM kill)
-            latency = np.concatenate([latency, self.base_ms[w.app[waiting]] * cap_factor])
-            breach_samples += len(waiting)
+        rho_io = np.minimum(c.usage[:, 2:] / self._lat_capacity, lat.rho_cap)
+        io_factor = (1.0 / (1.0 - rho_io) - 1.0) @ np.array([lat.weight_disk, lat.weight_net])
+        latency, breaches, breach_samples = tick_latency(
+            run.pods, run.node, run.latency_sensitive, run.base_ms, run.pressure, run.n, self.crashed, self.breaching,
+            io_factor, float(lat.weight_cpu), float(lat.rho_cap), float(lat.slo_factor), self.ls_index, self.state,
+            w.app, self.base_ms, cap_factor, PENDING)
         sample = self._heatmap_nodes
         node_util = np.where(c.provisioned[sample], usage[sample, 0] / c.allocatable[sample, 0], np.nan)
         self.metrics.tick(pods_cpu=float(pods_cpu), pods_mem=float(pods_mem), alloc_cpu=float(alloc[0]),
@@ -1021,6 +1000,8 @@ class Simulation(ClusterAutoscaler):
             return ai, False
         m = self.metrics
         self.heap.reserve(len(waits))
+        run = self.running_pods
+        run.reserve(len(waits))  # a call binds at most one pod per wait it records
         if len(self._freed) - self._epoch < len(waits):
             self._freed = np.concatenate([self._freed, np.empty(len(self._freed) + len(waits), dtype=np.int32)])
         counters[:] = 0
@@ -1035,7 +1016,7 @@ class Simulation(ClusterAutoscaler):
             w.cpu_limit_milli, w.mem_limit_mib, prof.shape, float(prof.step_s), float(self.cfg.usage_scale),
             float(self.cfg.mem_level),
             self.state, self.node, self.remaining, self.started, self.queued_at, self.flagged, self.gen,
-            self.pod_usage, self.nonzero, self.running, self.run_pos, self._n_running,
+            self.pod_usage, self.nonzero, run.pos, run.count, run.slots, run.sources,
             self.crashed, self.crashes, self.last_crash_s, self.breaching,
             q.attempts, q.backoff_until, q.stamp, q._seq, q.where, len(q.pending) > 0,
             self.class_request[waiting], self.class_gpu_count[waiting], self.class_gpu_milli[waiting],

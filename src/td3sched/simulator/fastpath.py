@@ -34,15 +34,16 @@ from numba import njit
 
 from td3sched import reward
 from td3sched.reward import open_decision, settle_decision
-from td3sched.simulator import kernels
+from td3sched.simulator import kernels, running
 from td3sched.simulator.kernels import (best_nodes, filter_nodes, k8s_default_scores, reward_state, room_matrix,
                                         weighted_total)
+from td3sched.simulator.running import add_running, remove_running
 
 
 def drop_stale_cache(module: Path, sources: list[Path]) -> bool:
     """numba's on-disk cache keys a compiled function on its own source file only, so after an edit of
-    ``kernels.py`` or ``reward.py`` the cached ``run_events`` would still run the old kernels it
-    inlined. The ``sources``' contents are stamped next to ``module``'s cache (its ``__pycache__``);
+    ``kernels.py``, ``reward.py`` or ``running.py`` the cached ``run_events`` would still run the old
+    kernels it inlined. The ``sources``' contents are stamped next to ``module``'s cache (its ``__pycache__``);
     when they changed, the module's cached code is dropped so that numba compiles it afresh. Returns
     whether it dropped it. Nothing happens where the folder is not writable (numba then caches
     elsewhere, per installed version, and an installed version does not change)."""
@@ -61,7 +62,7 @@ def drop_stale_cache(module: Path, sources: list[Path]) -> bool:
     return True
 
 
-drop_stale_cache(Path(__file__), [Path(kernels.__file__), Path(reward.__file__)])
+drop_stale_cache(Path(__file__), [Path(kernels.__file__), Path(reward.__file__), Path(running.__file__)])
 
 STOP, FAILED, MEMORY, FREED = 0, 1, 2, 3
 """Why ``run_events`` returned (module docstring)."""
@@ -212,7 +213,8 @@ def run_events(
         profile, size_cpu, size_mem, size_disk, size_net, cpu_limit, mem_limit, prof_shape, prof_step_s,
         usage_scale, mem_level,
         # pods: the simulation's state
-        state, node_of, remaining, started, queued_at, flagged, gen, pod_usage, nonzero, running, run_pos, n_run_arr,
+        state, node_of, remaining, started, queued_at, flagged, gen, pod_usage, nonzero, run_pos, n_run_arr, run_slots,
+        run_sources,
         crashed, crashes, last_crash_s, breaching,
         # the queue's arrays, and what the loop needs to know of the rest of it
         q_attempts, q_backoff_until, q_stamp, q_seq, q_where, others_pending, w_request, w_gpu_count, w_gpu_milli,
@@ -282,11 +284,8 @@ def run_events(
             dirty[n] = True
             node_of[pod] = -1
             gen[pod] += 1
-            slot, last = run_pos[pod], running[n_run_arr[0] - 1]
-            running[slot] = last
-            run_pos[last] = slot
-            run_pos[pod] = -1
-            n_run_arr[0] -= 1
+            remove_running(pod, run_pos, n_run_arr, run_slots[0], run_slots[1], run_slots[2], run_slots[3],
+                           run_slots[4], run_slots[5], run_slots[6])
             state[pod] = DONE
             if w_request.shape[0] and ready[n]:  # Simulation._capacity_freed: could a waiting class use it?
                 walk_node[0] = n
@@ -370,9 +369,9 @@ def run_events(
         for j in range(4):
             usage[n, j] += pod_usage[pod, j]
         dirty[n] = True
-        running[n_run_arr[0]] = pod
-        run_pos[pod] = n_run_arr[0]
-        n_run_arr[0] += 1
+        add_running(pod, n, run_pos, n_run_arr, run_slots[0], run_slots[1], run_slots[2], run_slots[3], run_slots[4],
+                    run_slots[5], run_slots[6], run_sources[0], run_sources[1], run_sources[2], run_sources[3],
+                    run_sources[4], run_sources[5])
         started[pod] = t
         wait = t - queued_at[pod]
         waits[counters[3]] = wait

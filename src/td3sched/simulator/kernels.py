@@ -325,59 +325,58 @@ def walk_room(request, gpu_count, gpu_milli, free_row, gpu_free_row, taken):
 
 
 @njit(cache=True, nogil=True)
-def tick_cpu(running, node_of, pod_usage, shape_cpu, profile, size_cpu, usage_scale, latency_sensitive, crashed,
-             weight, capacity, pressure):
-    """The per-pod part of a tick's CPU sample, in one pass over the running pods:
+def tick_cpu(pods, slot_node, slot_profile, slot_size_cpu, slot_weight, slot_ls, n_running, pod_usage, crashed,
+             shape_cpu, usage_scale, capacity, slot_pressure):
+    """The per-pod part of a tick's CPU sample, in one pass over the running pods (their slots,
+    ``simulator.running``: ``pods[:n_running]`` and the slot columns):
 
     - ``(raw, demand, batch)``: the pods' CPU demand before their CFS quotas (``usage_scale x
       profile x size``, at least what they use; 0 for a pod that uses nothing), after them
       (``pod_usage[:, 0]``), and after them for pods that are not latency-sensitive;
-    - ``pressure[p]`` for every running pod p on a node that serves a latency-sensitive pod (one
-      running and not crashed): ``contention.sharing_pressure`` over that node's pods, with
-      ``capacity`` per node (other entries are left as they were).
+    - ``slot_pressure[s]`` for every slot whose pod runs on a node that serves a latency-sensitive
+      pod (one running and not crashed): ``contention.sharing_pressure`` over that node's pods,
+      with ``capacity`` per node (other slots are left as they were).
 
     ``shape_cpu`` is the CPU row of the profiles' current slot (length 0: no profiles, raw = use).
     """
     n_nodes = capacity.shape[0]
-    m = running.shape[0]
+    m = n_running
     raw = 0.0
     demand = 0.0
     batch = 0.0
     on_ls = np.zeros(n_nodes, dtype=np.bool_)
     has_shape = shape_cpu.shape[0] > 0
-    node = np.empty(m, dtype=np.int64)  # the pods' columns gathered once, in running order
     use = np.empty(m)
     for i in range(m):
-        p = running[i]
+        p = pods[i]
         d = pod_usage[p, 0]
-        n = node_of[p]
-        node[i], use[i] = n, d
+        use[i] = d
         if d > 0:
-            r = usage_scale * shape_cpu[profile[p]] * size_cpu[p] if has_shape else 0.0
+            r = usage_scale * shape_cpu[slot_profile[i]] * slot_size_cpu[i] if has_shape else 0.0
             raw += max(r, d)
         demand += d
-        if latency_sensitive[p]:
+        if slot_ls[i]:
             if not crashed[p]:
-                on_ls[n] = True
+                on_ls[slot_node[i]] = True
         else:
             batch += d
     # the pods of each node that serves a latency-sensitive pod, grouped by node (a counting sort)
     start = np.zeros(n_nodes + 1, dtype=np.int64)
     for i in range(m):
-        if on_ls[node[i]]:
-            start[node[i] + 1] += 1
+        if on_ls[slot_node[i]]:
+            start[slot_node[i] + 1] += 1
     for n in range(n_nodes):
         start[n + 1] += start[n]
     fill = start[:n_nodes].copy()
-    mates = np.empty(start[n_nodes], dtype=np.int64)  # positions in running
+    mates = np.empty(start[n_nodes], dtype=np.int64)  # slots
     key = np.empty(start[n_nodes])
     wt = np.empty(start[n_nodes])
     for i in range(m):
-        n = node[i]
+        n = slot_node[i]
         if on_ls[n]:
             k = fill[n]
             mates[k] = i
-            wt[k] = weight[running[i]]
+            wt[k] = slot_weight[i]
             key[k] = use[i] / wt[k]
             fill[n] += 1
     for n in range(n_nodes):
@@ -402,12 +401,66 @@ def tick_cpu(running, node_of, pod_usage, shape_cpu, profile, size_cpu, usage_sc
             d = use[mates[k]]
             level = d_before + key[k] * (w_total - w_before)
             if cap > 0:
-                pressure[running[mates[k]]] = level / cap
+                slot_pressure[mates[k]] = level / cap
             else:
-                pressure[running[mates[k]]] = np.inf if d > 0 else 0.0
+                slot_pressure[mates[k]] = np.inf if d > 0 else 0.0
             d_before += d
             w_before += wt[k]
     return raw, demand, batch
+
+
+@njit(cache=True, nogil=True)
+def tick_latency(pods, slot_node, slot_ls, slot_base_ms, slot_pressure, n_running, crashed, breaching, io_factor,
+                 weight_cpu, rho_cap, slo_factor, ls_pods, state, app, base_ms, cap_factor, pending_state):
+    """A tick's latency samples: ``(latency_ms, breaches, breach_samples)``.
+
+    Each running, not crashed, latency-sensitive pod (a slot with ``slot_ls``) is served with the
+    factor ``1 + weight_cpu x (1 / (1 - rho) - 1) + io_factor[node]``, ``rho`` its CPU pressure
+    (``tick_cpu``'s ``slot_pressure``) capped at ``rho_cap``; its latency is its base times the
+    factor, a breach sample when the factor is above ``slo_factor``, and a breach (an SLA
+    violation) when it was not breaching at the previous tick; ``breaching[pod]`` is updated.
+    A latency-sensitive pod that waits (bound in CrashLoopBackOff, or among ``ls_pods`` with
+    ``state == pending_state``) serves at the cap: its base times ``cap_factor``, a breach sample.
+    Samples come served first, in slot order, then waiting; the histogram does not see the order."""
+    n_ls = 0
+    for i in range(n_running):
+        if slot_ls[i]:
+            n_ls += 1
+    n_pending = 0
+    for j in range(ls_pods.shape[0]):
+        if state[ls_pods[j]] == pending_state:
+            n_pending += 1
+    latency = np.empty(n_ls + n_pending)
+    k = 0
+    breaches = 0
+    samples = 0
+    waiting = n_ls + n_pending
+    for i in range(n_running):
+        if not slot_ls[i]:
+            continue
+        p = pods[i]
+        if crashed[p]:
+            waiting -= 1
+            latency[waiting] = slot_base_ms[i] * cap_factor
+            samples += 1
+            continue
+        rho = min(slot_pressure[i], rho_cap)
+        factor = 1.0 + weight_cpu * (1.0 / (1.0 - rho) - 1.0) + io_factor[slot_node[i]]
+        latency[k] = slot_base_ms[i] * factor
+        k += 1
+        above = factor > slo_factor
+        if above:
+            samples += 1
+            if not breaching[p]:
+                breaches += 1
+        breaching[p] = above
+    for j in range(ls_pods.shape[0]):
+        p = ls_pods[j]
+        if state[p] == pending_state:
+            waiting -= 1
+            latency[waiting] = base_ms[app[p]] * cap_factor
+            samples += 1
+    return latency, breaches, samples
 
 
 @njit(cache=True, nogil=True)

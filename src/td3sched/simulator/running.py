@@ -1,0 +1,124 @@
+"""The running pods, with the columns a tick reads kept beside each one.
+
+A tick walks every running pod (about 20,000 on dlrm) and reads each one's node, usage profile,
+size, ``cpu.weight``, latency class and base latency. Read through the workload's per-pod arrays
+(9.8 million pods on dlrm), every one of those reads is a cache and TLB miss; read from arrays kept
+in the running pods' own order (slots), they are sequential. A pod's slot columns are copied when it
+starts running and move with it when another pod's departure fills the gap (the set keeps its
+slots dense: removal swaps the last slot into the hole), so they are constant while it runs.
+
+``RunningPods`` holds the arrays; ``add_running`` and ``remove_running`` are the two compiled
+moves, called by both the Python event path (``engine.Simulation``) and the compiled one
+(``fastpath.run_events``). The slot arrays grow by doubling (``reserve``), so memory follows the
+number of pods running at once, not the workload's size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+class RunningPods:
+    """The running pods in ``pods[:n]`` (slots, any order) and ``pos[pod]`` each one's slot (-1: not
+    running), with per-slot copies of the pod columns a tick reads (``node``, ``profile``,
+    ``weight``, ``size_cpu``, ``base_ms``, ``latency_sensitive``) and a per-slot scratch
+    (``pressure``, written by ``kernels.tick_cpu``).
+
+    The copies come from the workload's columns ``profile``, ``cpu_weight``, ``size_cpu`` and
+    ``latency_sensitive`` (per pod, each slot keeps its source's dtype) and ``base_ms`` per app
+    (indexed by ``app``)."""
+
+    SLOT_COLUMNS = ("pods", "node", "profile", "weight", "size_cpu", "base_ms", "latency_sensitive", "pressure")
+
+    def __init__(self, profile: np.ndarray, cpu_weight: np.ndarray, size_cpu: np.ndarray, app: np.ndarray,
+                 base_ms: np.ndarray, latency_sensitive: np.ndarray, capacity: int = 1024):
+        n_pods = len(profile)
+        for name, a in (("cpu_weight", cpu_weight), ("size_cpu", size_cpu), ("app", app),
+                        ("latency_sensitive", latency_sensitive)):
+            if len(a) != n_pods:
+                raise ValueError(f"RunningPods: {name} has {len(a)} pods, profile {n_pods}: expected one per pod")
+        self.sources = (profile, cpu_weight, size_cpu, app, np.asarray(base_ms, dtype=np.float64), latency_sensitive)
+        self.pos = np.full(n_pods, -1, dtype=np.int64)
+        self.count = np.zeros(1, dtype=np.int64)
+        capacity = max(int(capacity), 1)
+        self.pods = np.empty(capacity, dtype=np.int64)
+        self.node = np.empty(capacity, dtype=np.int64)
+        self.profile = np.empty(capacity, dtype=profile.dtype)
+        self.weight = np.empty(capacity, dtype=cpu_weight.dtype)
+        self.size_cpu = np.empty(capacity, dtype=size_cpu.dtype)
+        self.base_ms = np.empty(capacity, dtype=np.float64)
+        self.latency_sensitive = np.empty(capacity, dtype=np.bool_)
+        self.pressure = np.zeros(capacity, dtype=np.float64)
+
+    @property
+    def n(self) -> int:
+        return int(self.count[0])
+
+    @property
+    def capacity(self) -> int:
+        return len(self.pods)
+
+    @property
+    def slots(self) -> tuple[np.ndarray, ...]:
+        """The slot arrays in ``add_running``'s order (pods, node, profile, weight, size_cpu,
+        base_ms, latency_sensitive)."""
+        return (self.pods, self.node, self.profile, self.weight, self.size_cpu, self.base_ms, self.latency_sensitive)
+
+    def reserve(self, more: int) -> None:
+        """Room for ``more`` pods beyond those running (doubling), before a caller that cannot grow
+        the arrays (the compiled loop) adds them."""
+        need = self.n + int(more)
+        if need <= self.capacity:
+            return
+        capacity = self.capacity
+        while capacity < need:
+            capacity *= 2
+        n = self.n
+        for name in self.SLOT_COLUMNS:
+            old = getattr(self, name)
+            new = np.zeros(capacity, dtype=old.dtype)
+            new[:n] = old[:n]
+            setattr(self, name, new)
+
+    def add(self, pod: int, node: int) -> None:
+        self.reserve(1)
+        add_running(pod, node, self.pos, self.count, *self.slots, *self.sources)
+
+    def remove(self, pod: int) -> None:
+        remove_running(pod, self.pos, self.count, *self.slots)
+
+
+@njit(cache=True, nogil=True)
+def add_running(pod, node, pos, count, pods, slot_node, slot_profile, slot_weight, slot_size_cpu, slot_base_ms,
+                slot_ls, profile, cpu_weight, size_cpu, app, base_ms, latency_sensitive):
+    """``pod`` starts running on ``node``: it takes the next slot, with its columns. The caller has
+    made room (``RunningPods.reserve``)."""
+    s = count[0]
+    pods[s] = pod
+    pos[pod] = s
+    slot_node[s] = node
+    slot_profile[s] = profile[pod]
+    slot_weight[s] = cpu_weight[pod]
+    slot_size_cpu[s] = size_cpu[pod]
+    slot_base_ms[s] = base_ms[app[pod]]
+    slot_ls[s] = latency_sensitive[pod]
+    count[0] = s + 1
+
+
+@njit(cache=True, nogil=True)
+def remove_running(pod, pos, count, pods, slot_node, slot_profile, slot_weight, slot_size_cpu, slot_base_ms,
+                   slot_ls):
+    """``pod`` stops running: the last slot moves into its slot, columns and all."""
+    s, last = pos[pod], count[0] - 1
+    moved = pods[last]
+    pods[s] = moved
+    pos[moved] = s
+    slot_node[s] = slot_node[last]
+    slot_profile[s] = slot_profile[last]
+    slot_weight[s] = slot_weight[last]
+    slot_size_cpu[s] = slot_size_cpu[last]
+    slot_base_ms[s] = slot_base_ms[last]
+    slot_ls[s] = slot_ls[last]
+    pos[pod] = -1
+    count[0] = last
