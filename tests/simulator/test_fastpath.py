@@ -83,3 +83,49 @@ def test_an_edit_of_a_kernel_drops_the_compiled_loops_stale_cache(tmp_path):
     kernel.write_text("def k(): return 2\n")
     assert drop_stale_cache(module, [kernel])
     assert not any(f.exists() for f in compiled)
+
+
+def _block_invariant(sim) -> int:
+    """Every block of the reward's sums that is neither flagged stale nor holds a dirty node holds its
+    nodes' sums now (kernels.reward_state's contract with its callers); returns how many were checked."""
+    from td3sched.simulator.kernels import block_size, overload_sum, weighted_total
+
+    c = sim.cluster
+    checked = 0
+    size = block_size(c.size, len(sim._stale_blocks))
+    for b in range(len(sim._stale_blocks)):
+        lo, hi = b * size, min((b + 1) * size, c.size)
+        if sim._stale_blocks[b] or sim.dirty[lo:hi].any():
+            continue
+        want = (overload_sum(np.ascontiguousarray(c.usage[lo:hi, 0]), sim._cpu_cores[lo:hi], sim._inv_alloc_cpu[lo:hi],
+                             sim._prov_f[lo:hi], sim.reward.cfg.overload_util),
+                weighted_total(sim.frag_cache[lo:hi], sim._prov_f[lo:hi]))
+        assert tuple(sim._block_sums[:, b]) == want, (b, tuple(sim._block_sums[:, b]), want)
+        checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["python", "compiled"])
+def test_the_rewards_block_sums_follow_every_change_of_a_node(fast, monkeypatch):
+    """The reward's overload and stranded sums are kept per block of nodes and recomputed only where
+    a node changed: after every decision, tick and compiled stretch, every block not flagged for
+    recomputation still holds its nodes' exact sums (a missed flag would leave a stale one). On the
+    loaded tiny cluster, with 2 nodes per block so that there are many blocks, and memory tight
+    enough that containers are OOM-killed and restarted."""
+    from td3sched.simulator import engine
+    from td3sched.simulator.kernels import block_count
+
+    monkeypatch.setattr(engine, "block_count", lambda n: block_count(n, 2))  # 2 nodes a block: many blocks
+    checks = []
+    for name in ("_open_decision", "_tick", "_run_fast", "_crash", "_restart", "_autoscale"):
+        real = getattr(Simulation, name)
+
+        def hooked(self, *args, _real=real):
+            out = _real(self, *args)
+            checks.append(_block_invariant(self))
+            return out
+
+        monkeypatch.setattr(Simulation, name, hooked)
+    result = _run(LOADED, fast=fast)
+    assert result["metrics"]["container_oom"] > 0
+    assert sum(checks) > 1000, sum(checks)

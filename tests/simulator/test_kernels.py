@@ -150,7 +150,7 @@ def test_pod_usage_of_one_pod_equals_its_row_of_the_array_form():
 @given(st.integers(0, 2**32 - 1))
 def test_refresh_fragmentation_is_node_fragmentation_of_each_changed_node(seed):
     from td3sched.metrics.fragmentation import PoolTypicalPods, TypicalPods, node_fragmentation
-    from td3sched.simulator.kernels import padded_typical, refresh_fragmentation
+    from td3sched.simulator.kernels import block_count, block_size, padded_typical, refresh_fragmentation
 
     rng = np.random.default_rng(seed)
     n, g = int(rng.integers(1, 15)), int(rng.integers(1, 5))
@@ -174,20 +174,38 @@ def test_refresh_fragmentation_is_node_fragmentation_of_each_changed_node(seed):
         want[i] = node_fragmentation(free[i][None], (cap - used)[i][None], typical[int(pool_of[i])])[0]
     out = np.full(n, -1.0)
     flags = dirty.copy()
-    refresh_fragmentation(dirty, free, cap, used, pool_of, *padded_typical(typical), out)
+    stale = np.zeros(block_count(n, int(rng.integers(1, 5))), dtype=bool)
+    size = block_size(n, len(stale))  # nodes a block, as the kernels see it
+    refresh_fragmentation(dirty, free, cap, used, pool_of, *padded_typical(typical), out, stale)
     assert not dirty.any()
     assert np.allclose(out, want, rtol=1e-12, atol=1e-9)
+    assert (stale == [flags[b * size:(b + 1) * size].any() for b in range(len(stale))]).all()
 
-    # reward_state: the same refresh, and the overload sum of the same nodes, in one call
-    from td3sched.simulator.kernels import reward_state
+    # reward_state: the same refresh, then the overload and stranded sums by blocks, recomputing the
+    # stale ones (here: those of the refreshed nodes, and one more)
+    from td3sched.simulator.kernels import lane_sum, reward_state, weighted_total
 
-    usage, cores = rng.random(n) * 6000.0, np.full(n, 4500.0)
+    usage, cores, inv = rng.random(n) * 6000.0, np.full(n, 4500.0), np.full(n, 1 / 4000.0)
     prov = (rng.random(n) < 0.7).astype(np.float64)
     fused = np.full(n, -1.0)
-    load = reward_state(flags, free, cap, used, pool_of, *padded_typical(typical), fused, usage, cores,
-                        np.full(n, 1 / 4000.0), prov, 0.85)
-    assert not flags.any() and fused.tobytes() == out.tobytes()
-    assert load == overload_sum(usage, cores, np.full(n, 1 / 4000.0), prov, 0.85)
+    blocks = [(b * size, min((b + 1) * size, n)) for b in range(len(stale))]
+    sums = np.array([[overload_sum(usage[lo:hi], cores[lo:hi], inv[lo:hi], prov[lo:hi], 0.85) for lo, hi in blocks],
+                     [weighted_total(out[lo:hi], prov[lo:hi]) for lo, hi in blocks]])
+    held = sums.copy()
+    held[:, [b for b in range(len(stale)) if flags[blocks[b][0]:blocks[b][1]].any()]] = np.nan  # must be redone
+    extra = int(rng.integers(0, len(stale)))
+    usage[blocks[extra][0]] += 700.0  # a usage change the caller flags itself
+    sums[0, extra] = overload_sum(usage[blocks[extra][0]:blocks[extra][1]], cores[blocks[extra][0]:blocks[extra][1]],
+                                  inv[blocks[extra][0]:blocks[extra][1]], prov[blocks[extra][0]:blocks[extra][1]], 0.85)
+    stale = np.zeros(len(stale), dtype=bool)
+    stale[extra] = True
+    load, stranded = reward_state(flags, free, cap, used, pool_of, *padded_typical(typical), fused, usage, cores, inv,
+                                  prov, 0.85, stale, held)
+    assert not flags.any() and not stale.any() and fused.tobytes() == out.tobytes()
+    assert held.tobytes() == sums.tobytes()
+    assert (load, stranded) == (lane_sum(sums[0]), lane_sum(sums[1]))
+    assert np.isclose(load, overload_sum(usage, cores, inv, prov, 0.85), rtol=1e-12, atol=1e-12)
+    assert np.isclose(stranded, weighted_total(out, prov), rtol=1e-12, atol=1e-9)
 
 
 def _walk_by_hand(request, count, milli, free, gpu_free):

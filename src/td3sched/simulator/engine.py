@@ -32,9 +32,9 @@ from td3sched.simulator.contention import cpu_weight
 from td3sched.simulator import fastpath
 from td3sched.simulator.fastpath import EventHeap
 from td3sched.simulator.filter import choose_gpus, fit_matrix, fits_one
-from td3sched.simulator.kernels import (best_nodes, filter_nodes, nodes_to_find, overload_sum, padded_typical,
+from td3sched.simulator.kernels import (best_nodes, block_count, filter_nodes, nodes_to_find, padded_typical,
                                         refresh_fragmentation, refresh_pod_usage, reward_state, room_matrix, tick_cpu,
-                                        tick_latency, walk_room, weighted_total)
+                                        tick_latency, walk_room)
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import POLICY, RESOURCES, SHAPE, USAGE, SchedulingQueue
 from td3sched.simulator.running import RunningPods
@@ -172,15 +172,21 @@ class Simulation(ClusterAutoscaler):
                                     hindsight=Hindsight(w, world.profiles, self.cfg, lambda pod: remaining[pod])))
         self.frag_cache = np.zeros(c.size)
         self.dirty = np.ones(c.size, dtype=bool)
+        """Nodes whose free resources, GPUs or usage changed since their F_n was last computed."""
+        self._stale_blocks = np.ones(block_count(c.size), dtype=bool)
+        self._block_sums = np.zeros((2, block_count(c.size)))
+        """The reward's per-block sums and which blocks need recomputing (kernels.reward_state): a
+        node's block is flagged through ``dirty``, and every block when usage is re-read or the
+        provisioned nodes change."""
         self.decision_wall_s = 0.0
         self._max_nodes = float(c.size)
         self.reward = RewardTracker(world.reward, self._max_nodes)
         self._typical_arrays = padded_typical(world.typical)
         self._inv_alloc_cpu = 1.0 / c.allocatable[:, 0]
         self._next_start = 0
+        """The slot the next scheduling cycle's Filter starts from (kube-scheduler's nextStartNodeIndex)."""
         self._pending_cpu = 0.0
         """CPU requests (non-zero default for none) of the pods in the scheduling queue."""
-        """The slot the next scheduling cycle's Filter starts from (kube-scheduler's nextStartNodeIndex)."""
         self._provisioned_changed()
         self._heatmap_nodes = np.unique(np.linspace(0, c.size - 1, min(c.size, HEATMAP_NODES)).astype(np.int64))
         self._slot, self._slot_shape = -1, np.empty((4, 0))
@@ -641,6 +647,7 @@ class Simulation(ClusterAutoscaler):
                                  precision(self.cfg.mem_level), w.size_cpu_milli, w.cpu_limit_milli, w.size_mem_mib,
                                  w.size_disk_mbps, w.size_net_mbps, w.mem_limit_mib, self.crashed, self.node,
                                  c.overhead, c.provisioned, self.pod_usage, c.usage)
+        self._stale_blocks[:] = True
         for pod in over:  # its usage is 0 already, on its node too
             self._crash(int(pod), t, "container_oom")
 
@@ -769,7 +776,7 @@ class Simulation(ClusterAutoscaler):
         ``kernels.refresh_fragmentation``, the rule of ``metrics.fragmentation.node_fragmentation``)."""
         c = self.cluster
         refresh_fragmentation(self.dirty, c.free, c.gpu_capacity, c.gpu_used, c.pool_of, *self._typical_arrays,
-                              self.frag_cache)
+                              self.frag_cache, self._stale_blocks)
 
     def _provisioned_changed(self) -> None:
         """Nodes were added, became ready or were removed."""
@@ -778,6 +785,7 @@ class Simulation(ClusterAutoscaler):
         self._prov_f = c.provisioned.astype(np.float64)
         self._prov_alloc_cpu = float(self._prov_f @ c.allocatable[:, 0])
         self._prov_count = float(self._prov_f.sum())
+        self._stale_blocks[:] = True
 
     def cluster_fragmentation(self) -> float:
         """The fragmentation metric of the cluster now (provisioned nodes)."""
@@ -807,12 +815,13 @@ class Simulation(ClusterAutoscaler):
         """Start decision k at ``t`` with the cost rate of the cluster now, from the ground truth:
         nodes, stranded capacity, overload and pending requests, in node-equivalents."""
         c = self.cluster
-        over = reward_state(self.dirty, c.free, c.gpu_capacity, c.gpu_used, c.pool_of, *self._typical_arrays,
-                            self.frag_cache, c.usage[:, 0], self._cpu_cores, self._inv_alloc_cpu, self._prov_f,
-                            self.reward.cfg.overload_util)
+        over, frag_total = reward_state(self.dirty, c.free, c.gpu_capacity, c.gpu_used, c.pool_of, *self._typical_arrays,
+                                        self.frag_cache, c.usage[:, 0], self._cpu_cores, self._inv_alloc_cpu,
+                                        self._prov_f, self.reward.cfg.overload_util, self._stale_blocks,
+                                        self._block_sums)
         n = self._prov_count
         if self._prov_alloc_cpu > 0:
-            stranded = weighted_total(self.frag_cache, self._prov_f) / self._prov_alloc_cpu * n
+            stranded = frag_total / self._prov_alloc_cpu * n
             pending = self._pending_cpu / self._prov_alloc_cpu * n
         else:
             stranded, pending = 0.0, 0.0
@@ -1028,7 +1037,7 @@ class Simulation(ClusterAutoscaler):
             c.observed, self._safety_cpu_milli, c.memory_pressure_mib, c.pressure_until, self.dirty, self._no_counts,
             self._node_scratch, walk, self._to_find,
             self._typical_arrays, self.frag_cache, self._cpu_cores, self._inv_alloc_cpu, self._prov_f,
-            self._prov_count, self._prov_alloc_cpu, r.cfg.overload_util,
+            self._prov_count, self._prov_alloc_cpu, r.cfg.overload_util, self._stale_blocks, self._block_sums,
             r.scalars, r.flags, r.rates, r.baseline, r.components, r.rate_w, r.event_w,
             *map(float, self._cost_events()),
             kind, self.rng, scores, pending, waits, counters, float(self.cfg.sla_pending_s))
@@ -1088,6 +1097,7 @@ class Simulation(ClusterAutoscaler):
         wall0 = time.perf_counter()
         c, cfg = self.cluster, self.cfg
         c.usage[:, :2] = c.overhead * c.provisioned[:, None]
+        self._stale_blocks[:] = True
         if self.events:
             for n in np.flatnonzero(c.provisioned):  # the cluster as the run starts
                 self._log_node(self.start_s, "node_present", int(n))

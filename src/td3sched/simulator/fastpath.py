@@ -35,8 +35,7 @@ from numba import njit
 from td3sched import reward
 from td3sched.reward import open_decision, settle_decision
 from td3sched.simulator import kernels, running
-from td3sched.simulator.kernels import (best_nodes, filter_nodes, k8s_default_scores, reward_state, room_matrix,
-                                        weighted_total)
+from td3sched.simulator.kernels import best_nodes, filter_nodes, k8s_default_scores, reward_state, room_matrix
 from td3sched.simulator.running import add_running, remove_running
 
 
@@ -227,7 +226,8 @@ def run_events(
         allocatable, alloc_mem_bytes, gpu_capacity, gpu_used, usage, observed, safety_cpu, memory_pressure,
         pressure_until, dirty, no_counts, scratch, walk, to_find,
         # the reward
-        frag_args, frag_cache, cpu_cores, inv_alloc_cpu, prov_f, prov_count, prov_alloc_cpu, overload_util,
+        frag_args, frag_cache, cpu_cores, inv_alloc_cpu, prov_f, prov_count, prov_alloc_cpu, overload_util, stale_blocks,
+        block_sums,
         r_scalars, r_flags, r_rates, r_baseline, r_components, rate_w, event_w, oom_events, slo_events,
         # the policy's score, the run's random generator, Select's scores, and the run's counters
         score_kind, rng, scores, pending_cpu_arr, waits, counters, sla_pending_s):
@@ -384,11 +384,11 @@ def run_events(
         pending_cpu_arr[0] = pending_cpu_arr[0] - nonzero[pod, 0] if others_pending else 0.0
         counters[2] += 1
         # the decision's cost rate (Simulation._open_decision)
-        over = reward_state(dirty, free, gpu_capacity, gpu_used, c_pool_of, frag_args[0], frag_args[1], frag_args[2],
-                            frag_args[3], frag_args[4], frag_args[5], frag_cache, usage[:, 0], cpu_cores,
-                            inv_alloc_cpu, prov_f, overload_util)
+        over, frag_total = reward_state(dirty, free, gpu_capacity, gpu_used, c_pool_of, frag_args[0], frag_args[1],
+                                        frag_args[2], frag_args[3], frag_args[4], frag_args[5], frag_cache, usage[:, 0],
+                                        cpu_cores, inv_alloc_cpu, prov_f, overload_util, stale_blocks, block_sums)
         if prov_alloc_cpu > 0:
-            stranded = weighted_total(frag_cache, prov_f) / prov_alloc_cpu * prov_count
+            stranded = frag_total / prov_alloc_cpu * prov_count
             pending = pending_cpu_arr[0] / prov_alloc_cpu * prov_count
         else:
             stranded, pending = 0.0, 0.0

@@ -165,14 +165,65 @@ def overload_sum(usage_cpu, cpu_cores, inv_alloc_cpu, provisioned, threshold):
     return _lanes_total(acc)
 
 
+BLOCK = 64
+"""Nodes per block of the reward's sums (``reward_state``), by default (``block_count``)."""
+
+
+def block_count(nodes: int, block: int = BLOCK) -> int:
+    """How many blocks of about ``block`` node slots cover ``nodes`` slots: the length of the
+    reward's block arrays (``reward_state``). The kernels derive the block size from that length
+    (``block_size``), so the blocks are equal but for the last."""
+    return max((nodes + block - 1) // block, 1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def block_size(nodes, blocks):
+    """Node slots per block when ``blocks`` blocks cover ``nodes`` slots (the last may be shorter)."""
+    return max((nodes + blocks - 1) // blocks, 1)
+
+
+@njit(cache=True, nogil=True)
+def lane_sum(values):
+    """sum_i values_i in ``weighted_total``'s rounding order (lane i mod 8, lanes added pairwise)."""
+    acc = np.zeros(LANES)
+    n = values.shape[0]
+    whole = n - n % LANES
+    for i in range(0, whole, LANES):
+        for lane in range(LANES):
+            acc[lane] += values[i + lane]
+    for k in range(whole, n):
+        acc[k - whole] += values[k]
+    return _lanes_total(acc)
+
+
 @njit(cache=True, nogil=True)
 def reward_state(dirty, free, gpu_capacity, gpu_used, pool_of, request, gpu_count, gpu_milli, weight, length, checked,
-                 frag_cache, usage_cpu, cpu_cores, inv_alloc_cpu, provisioned, threshold):
+                 frag_cache, usage_cpu, cpu_cores, inv_alloc_cpu, provisioned, threshold, stale, block_sums):
     """What a decision's reward reads, in one call: ``refresh_fragmentation`` of the dirty nodes into
-    ``frag_cache``, then ``overload_sum``."""
+    ``frag_cache``, then ``(overload, stranded)``: ``overload_sum`` and ``weighted_total(frag_cache,
+    provisioned)`` over the whole cluster, each summed by blocks of ``BLOCK`` node slots.
+
+    Blocks are ``block_size(nodes, len(stale))`` consecutive slots (``BLOCK`` by default);
+    ``block_sums[0, b]`` and ``block_sums[1, b]`` hold block b's two sums (each in its function's
+    rounding order over the block's slots); only blocks flagged in ``stale`` are recomputed (and
+    unflagged), and the totals are ``lane_sum`` over the blocks. A decision changes a node or two, so
+    it recomputes one or two blocks instead of the cluster. Callers flag a block whenever its nodes'
+    CPU usage or provisioning changes; ``refresh_fragmentation`` flags the blocks of the nodes it
+    refreshes (every change of free resources or GPUs marks a node dirty)."""
     refresh_fragmentation(dirty, free, gpu_capacity, gpu_used, pool_of, request, gpu_count, gpu_milli, weight, length,
-                          checked, frag_cache)
-    return overload_sum(usage_cpu, cpu_cores, inv_alloc_cpu, provisioned, threshold)
+                          checked, frag_cache, stale)
+    n = frag_cache.shape[0]
+    size = block_size(n, stale.shape[0])
+    for b in range(stale.shape[0]):
+        if not stale[b]:
+            continue
+        stale[b] = False
+        lo = b * size
+        hi = min(lo + size, n)
+        block_sums[0, b] = overload_sum(usage_cpu[lo:hi], cpu_cores[lo:hi], inv_alloc_cpu[lo:hi], provisioned[lo:hi],
+                                        threshold)
+        block_sums[1, b] = weighted_total(frag_cache[lo:hi], provisioned[lo:hi])
+    return lane_sum(block_sums[0]), lane_sum(block_sums[1])
 
 
 @njit(cache=True, nogil=True)
@@ -213,13 +264,16 @@ def padded_typical(typical) -> tuple:
 
 @njit(cache=True, nogil=True)
 def refresh_fragmentation(dirty, free, gpu_capacity, gpu_used, pool_of, request, gpu_count, gpu_milli, weight,
-                          length, checked, out):
+                          length, checked, out, stale):
     """F_n (metrics.fragmentation.node_fragmentation, with the node's pool's typical pods) of every
-    node flagged in ``dirty``, into ``out``; the flags are cleared. Same fit rule as ``fit_matrix``."""
+    node flagged in ``dirty``, into ``out``; the flags are cleared, and the node's block is flagged
+    in ``stale`` (``reward_state``). Same fit rule as ``fit_matrix``."""
+    size = block_size(dirty.shape[0], stale.shape[0])
     for n in range(dirty.shape[0]):
         if not dirty[n]:
             continue
         dirty[n] = False
+        stale[n // size] = True
         k = pool_of[n]
         largest = -1
         whole = 0
