@@ -85,11 +85,17 @@ def test_an_edit_of_a_kernel_drops_the_compiled_loops_stale_cache(tmp_path):
     assert not any(f.exists() for f in compiled)
 
 
-def _block_invariant(sim) -> int:
-    """Every block of the reward's sums that is neither flagged stale nor holds a dirty node holds its
-    nodes' sums now (kernels.reward_state's contract with its callers); returns how many were checked."""
+def _copies_hold(sim) -> int:
+    """What the simulation keeps as copies holds now: the running pods' slots hold each pod's CPU
+    usage and crash state (simulator.running), and every block of the reward's sums that is neither
+    flagged stale nor holds a dirty node holds its nodes' sums (kernels.reward_state's contract with
+    its callers). Returns how many blocks were checked."""
     from td3sched.simulator.kernels import block_size, overload_sum, weighted_total
 
+    run = sim.running_pods
+    pods = run.pods[: run.n]
+    assert run.cpu[: run.n].tobytes() == sim.pod_usage[pods, 0].tobytes()
+    assert (run.crashed[: run.n] == sim.crashed[pods]).all()
     c = sim.cluster
     checked = 0
     size = block_size(c.size, len(sim._stale_blocks))
@@ -106,9 +112,10 @@ def _block_invariant(sim) -> int:
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["python", "compiled"])
-def test_the_rewards_block_sums_follow_every_change_of_a_node(fast, monkeypatch):
-    """The reward's overload and stranded sums are kept per block of nodes and recomputed only where
-    a node changed: after every decision, tick and compiled stretch, every block not flagged for
+def test_the_copies_follow_every_change(fast, monkeypatch):
+    """The running pods' slot copies of CPU usage and crash state, and the reward's overload and
+    stranded sums kept per block of nodes (recomputed only where a node changed), hold after every
+    decision, tick, crash, restart, autoscaler scan and compiled stretch: every block not flagged for
     recomputation still holds its nodes' exact sums (a missed flag would leave a stale one). On the
     loaded tiny cluster, with 2 nodes per block so that there are many blocks, and memory tight
     enough that containers are OOM-killed and restarted."""
@@ -122,7 +129,7 @@ def test_the_rewards_block_sums_follow_every_change_of_a_node(fast, monkeypatch)
 
         def hooked(self, *args, _real=real):
             out = _real(self, *args)
-            checks.append(_block_invariant(self))
+            checks.append(_copies_hold(self))
             return out
 
         monkeypatch.setattr(Simulation, name, hooked)

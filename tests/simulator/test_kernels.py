@@ -278,18 +278,24 @@ def _running_world(rng):
     app = rng.integers(0, 4, n_pods)
     base_ms = rng.choice([5.0, 20.0, 80.0], 4)
     ls = rng.random(n_pods) < 0.4
-    run = RunningPods(profile, weight, size_cpu, app, base_ms, ls, capacity=1)
+    pod_usage = rng.choice([0.0, 50.0, 400.0, 1500.0], size=(n_pods, 4)) * rng.random((n_pods, 4))
+    crashed = rng.random(n_pods) < 0.2
+    run = RunningPods(profile, weight, size_cpu, app, base_ms, ls, pod_usage, crashed, capacity=1)
     live = set()
-    for pod in rng.integers(0, n_pods, 3 * n_pods):  # starts and stops, in a random order
+    for pod in rng.integers(0, n_pods, 3 * n_pods):  # starts, stops and changes, in a random order
         pod = int(pod)
-        if pod in live:
+        if pod in live and rng.random() < 0.3:  # its usage or crash state changes while it runs
+            pod_usage[pod, 0] = rng.choice([0.0, 700.0])
+            crashed[pod] = not crashed[pod]
+            run.sync(pod)
+        elif pod in live:
             run.remove(pod)
             live.remove(pod)
         else:
             run.add(pod, int(node_of[pod]))
             live.add(pod)
     return dict(n_pods=n_pods, n_nodes=n_nodes, node_of=node_of, profile=profile, size_cpu=size_cpu, weight=weight,
-                app=app, base_ms=base_ms, ls=ls, run=run, live=live)
+                app=app, base_ms=base_ms, ls=ls, pod_usage=pod_usage, crashed=crashed, run=run, live=live)
 
 
 @settings(max_examples=200, deadline=None)
@@ -309,6 +315,8 @@ def test_running_pods_keep_each_pods_columns_in_its_slot(seed):
     assert (run.size_cpu[: run.n] == world["size_cpu"][pods]).all()
     assert (run.base_ms[: run.n] == world["base_ms"][world["app"][pods]]).all()
     assert (run.latency_sensitive[: run.n] == world["ls"][pods]).all()
+    assert (run.cpu[: run.n] == world["pod_usage"][pods, 0]).all()
+    assert (run.crashed[: run.n] == world["crashed"][pods]).all()
 
 
 @settings(max_examples=200, deadline=None)
@@ -321,16 +329,15 @@ def test_tick_cpu_is_the_samples_numpy_rule(seed):
 
     rng = np.random.default_rng(seed)
     world = _running_world(rng)
-    run, n_pods, node_of, ls = world["run"], world["n_pods"], world["node_of"], world["ls"]
+    run, node_of, ls = world["run"], world["node_of"], world["ls"]
+    pod_usage, crashed = world["pod_usage"], world["crashed"]
     running = run.pods[: run.n]
-    pod_usage = rng.choice([0.0, 50.0, 400.0, 1500.0], size=(n_pods, 4)) * rng.random((n_pods, 4))
     shape_cpu = rng.random(5).astype(np.float32)
     scale = np.float32(rng.choice([0.4, 1.0, 5.0]))
-    crashed = rng.random(n_pods) < 0.2
     capacity = rng.choice([0.0, 1000.0, 4000.0], world["n_nodes"])
     run.pressure[:] = -1.0
-    raw, demand, batch = tick_cpu(run.pods, run.node, run.profile, run.size_cpu, run.weight, run.latency_sensitive,
-                                  run.n, pod_usage, crashed, shape_cpu, scale, capacity, run.pressure)
+    raw, demand, batch = tick_cpu(run.node, run.profile, run.size_cpu, run.weight, run.latency_sensitive, run.cpu,
+                                  run.crashed, run.n, shape_cpu, scale, capacity, run.pressure)
     d = pod_usage[running, 0]
     profile, size_cpu = world["profile"], world["size_cpu"]
     want_raw = np.where(d > 0, np.maximum(scale * shape_cpu[profile[running]] * size_cpu[running], d), 0.0)
@@ -360,7 +367,7 @@ def test_tick_latency_is_the_samples_numpy_rule(seed):
     pending_state, running_state = 1, 2
     state = np.where(rng.random(n_pods) < 0.3, pending_state, 3).astype(np.int8)
     state[running] = running_state
-    crashed = (rng.random(n_pods) < 0.2) & (state == running_state)
+    crashed = world["crashed"]
     pressure_of = rng.choice([0.0, 0.5, 0.9, 0.99, 3.0, np.inf], n_pods)
     run.pressure[: run.n] = pressure_of[running]
     io_factor = rng.choice([0.0, 0.3, 4.0], world["n_nodes"])
@@ -369,7 +376,7 @@ def test_tick_latency_is_the_samples_numpy_rule(seed):
     w_cpu, rho_cap, slo, cap_factor = 0.7, 0.98, float(rng.choice([1.5, 3.0])), 42.0
     ls_pods = np.flatnonzero(ls)
     latency, breaches, samples = tick_latency(run.pods, run.node, run.latency_sensitive, run.base_ms, run.pressure,
-                                              run.n, crashed, breaching, io_factor, w_cpu, rho_cap, slo, ls_pods,
+                                              run.crashed, run.n, breaching, io_factor, w_cpu, rho_cap, slo, ls_pods,
                                               state, app, base_ms, cap_factor, pending_state)
     served = ls_pods[(state[ls_pods] == running_state) & ~crashed[ls_pods]]
     waiting = ls_pods[(state[ls_pods] == pending_state) | ((state[ls_pods] == running_state) & crashed[ls_pods])]
@@ -423,8 +430,9 @@ def test_refresh_pod_usage_is_pod_usage_with_the_memory_limit_and_bincount():
     provisioned = rng.random(nodes) < 0.8
     scale, level = np.float32(1.7), np.float32(0.9)
     pod_usage, node_usage = np.full((pods, 4), -1.0), np.full((nodes, 4), -1.0)
+    running_cpu = np.full(len(running), -1.0)
     over = refresh_pod_usage(running, profile, shape, scale, level, size_cpu, cpu_limit, size_mem, size_disk, size_net,
-                             mem_limit, crashed, node_of, overhead, provisioned, pod_usage, node_usage)
+                             mem_limit, crashed, node_of, overhead, provisioned, pod_usage, node_usage, running_cpu)
 
     s = shape[:, profile[running]]
     expected = np.stack([np.minimum(1.7 * s[0] * size_cpu[running], cpu_limit[running]),
@@ -434,6 +442,7 @@ def test_refresh_pod_usage_is_pod_usage_with_the_memory_limit_and_bincount():
     np.testing.assert_array_equal(over, running[killed])
     expected[crashed[running] | killed] = 0.0
     np.testing.assert_array_equal(pod_usage[running], expected)
+    np.testing.assert_array_equal(running_cpu, expected[:, 0])  # the slots' copy
     assert (pod_usage[np.setdiff1d(np.arange(pods), running)] == -1.0).all()  # pods not running: untouched
     sums = np.stack([np.bincount(node_of[running], weights=expected[:, j], minlength=nodes) for j in range(4)], axis=-1)
     sums[:, :2] += overhead * provisioned[:, None]

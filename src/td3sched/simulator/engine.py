@@ -202,7 +202,7 @@ class Simulation(ClusterAutoscaler):
         self.cpu_weight = cpu_weight(w.request[:, 0]) if len(w) else np.zeros(0, dtype=np.int64)
         """cgroup v2 cpu.weight of each pod, from its CPU request (simulator.contention)."""
         self.running_pods = RunningPods(w.profile, self.cpu_weight, w.size_cpu_milli, w.app, self.base_ms,
-                                        w.latency_sensitive)
+                                        w.latency_sensitive, self.pod_usage, self.crashed)
         """The running pods, with the columns a tick reads kept in their order (simulator.running)."""
         self._cpu_cores = self.cluster.allocatable[:, 0] + self.cluster.overhead[:, 0]
         self._policy_counts_releases = type(policy).released is not Policy.released
@@ -646,7 +646,7 @@ class Simulation(ClusterAutoscaler):
         over = refresh_pod_usage(self.running[: self.n_running], w.profile, shape, precision(self.cfg.usage_scale),
                                  precision(self.cfg.mem_level), w.size_cpu_milli, w.cpu_limit_milli, w.size_mem_mib,
                                  w.size_disk_mbps, w.size_net_mbps, w.mem_limit_mib, self.crashed, self.node,
-                                 c.overhead, c.provisioned, self.pod_usage, c.usage)
+                                 c.overhead, c.provisioned, self.pod_usage, c.usage, self.running_pods.cpu)
         self._stale_blocks[:] = True
         for pod in over:  # its usage is 0 already, on its node too
             self._crash(int(pod), t, "container_oom")
@@ -674,6 +674,7 @@ class Simulation(ClusterAutoscaler):
         c.usage[node] -= self.pod_usage[pod]
         self.pod_usage[pod] = 0.0
         self.crashed[pod] = True
+        self.running_pods.sync(pod)
         self.dirty[node] = True
         self.breaching[pod] = False
         if t - self.last_crash_s[pod] > k.backoff_reset_s:
@@ -698,6 +699,7 @@ class Simulation(ClusterAutoscaler):
             self.events.write(t, "container_restart", pod=str(self.w.name[pod]), node=str(self.cluster.names[node]))
         usage = self._limit_memory(np.array([pod]), self._usage_of(pod, t)[None, :], t)[0]
         self.pod_usage[pod] = usage
+        self.running_pods.sync(pod)
         self.cluster.usage[node] += usage
         self.dirty[node] = True
         self._memory_changed(np.array([node]), t)
@@ -848,8 +850,8 @@ class Simulation(ClusterAutoscaler):
         scale = self._slot_shape.dtype.type(self.cfg.usage_scale)  # the profiles' precision, as pod_usage
         run = self.running_pods
         raw_total, pods_demand, batch_demand = tick_cpu(
-            run.pods, run.node, run.profile, run.size_cpu, run.weight, run.latency_sensitive, run.n, self.pod_usage,
-            self.crashed, self._slot_shape[0], scale, c.allocatable[:, 0], run.pressure)
+            run.node, run.profile, run.size_cpu, run.weight, run.latency_sensitive, run.cpu, run.crashed, run.n,
+            self._slot_shape[0], scale, c.allocatable[:, 0], run.pressure)
         throttled = raw_total - pods_demand
 
         # latency: CPU from the pressure each pod meets under weighted processor sharing on its node
@@ -862,7 +864,7 @@ class Simulation(ClusterAutoscaler):
         rho_io = np.minimum(c.usage[:, 2:] / self._lat_capacity, lat.rho_cap)
         io_factor = (1.0 / (1.0 - rho_io) - 1.0) @ np.array([lat.weight_disk, lat.weight_net])
         latency, breaches, breach_samples = tick_latency(
-            run.pods, run.node, run.latency_sensitive, run.base_ms, run.pressure, run.n, self.crashed, self.breaching,
+            run.pods, run.node, run.latency_sensitive, run.base_ms, run.pressure, run.crashed, run.n, self.breaching,
             io_factor, float(lat.weight_cpu), float(lat.rho_cap), float(lat.slo_factor), self.ls_index, self.state,
             w.app, self.base_ms, cap_factor, PENDING)
         sample = self._heatmap_nodes

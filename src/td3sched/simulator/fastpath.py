@@ -285,7 +285,7 @@ def run_events(
             node_of[pod] = -1
             gen[pod] += 1
             remove_running(pod, run_pos, n_run_arr, run_slots[0], run_slots[1], run_slots[2], run_slots[3],
-                           run_slots[4], run_slots[5], run_slots[6])
+                           run_slots[4], run_slots[5], run_slots[6], run_slots[7], run_slots[8])
             state[pod] = DONE
             if w_request.shape[0] and ready[n]:  # Simulation._capacity_freed: could a waiting class use it?
                 walk_node[0] = n
@@ -370,8 +370,8 @@ def run_events(
             usage[n, j] += pod_usage[pod, j]
         dirty[n] = True
         add_running(pod, n, run_pos, n_run_arr, run_slots[0], run_slots[1], run_slots[2], run_slots[3], run_slots[4],
-                    run_slots[5], run_slots[6], run_sources[0], run_sources[1], run_sources[2], run_sources[3],
-                    run_sources[4], run_sources[5])
+                    run_slots[5], run_slots[6], run_slots[7], run_slots[8], run_sources[0], run_sources[1],
+                    run_sources[2], run_sources[3], run_sources[4], run_sources[5], run_sources[6], run_sources[7])
         started[pod] = t
         wait = t - queued_at[pod]
         waits[counters[3]] = wait

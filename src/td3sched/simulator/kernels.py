@@ -379,10 +379,11 @@ def walk_room(request, gpu_count, gpu_milli, free_row, gpu_free_row, taken):
 
 
 @njit(cache=True, nogil=True)
-def tick_cpu(pods, slot_node, slot_profile, slot_size_cpu, slot_weight, slot_ls, n_running, pod_usage, crashed,
+def tick_cpu(slot_node, slot_profile, slot_size_cpu, slot_weight, slot_ls, slot_cpu, slot_crashed, n_running,
              shape_cpu, usage_scale, capacity, slot_pressure):
     """The per-pod part of a tick's CPU sample, in one pass over the running pods (their slots,
-    ``simulator.running``: ``pods[:n_running]`` and the slot columns):
+    ``simulator.running``: the first ``n_running`` of each slot column; ``slot_cpu`` is a pod's
+    ``pod_usage[:, 0]``):
 
     - ``(raw, demand, batch)``: the pods' CPU demand before their CFS quotas (``usage_scale x
       profile x size``, at least what they use; 0 for a pod that uses nothing), after them
@@ -402,15 +403,14 @@ def tick_cpu(pods, slot_node, slot_profile, slot_size_cpu, slot_weight, slot_ls,
     has_shape = shape_cpu.shape[0] > 0
     use = np.empty(m)
     for i in range(m):
-        p = pods[i]
-        d = pod_usage[p, 0]
+        d = slot_cpu[i]
         use[i] = d
         if d > 0:
             r = usage_scale * shape_cpu[slot_profile[i]] * slot_size_cpu[i] if has_shape else 0.0
             raw += max(r, d)
         demand += d
         if slot_ls[i]:
-            if not crashed[p]:
+            if not slot_crashed[i]:
                 on_ls[slot_node[i]] = True
         else:
             batch += d
@@ -464,7 +464,7 @@ def tick_cpu(pods, slot_node, slot_profile, slot_size_cpu, slot_weight, slot_ls,
 
 
 @njit(cache=True, nogil=True)
-def tick_latency(pods, slot_node, slot_ls, slot_base_ms, slot_pressure, n_running, crashed, breaching, io_factor,
+def tick_latency(pods, slot_node, slot_ls, slot_base_ms, slot_pressure, slot_crashed, n_running, breaching, io_factor,
                  weight_cpu, rho_cap, slo_factor, ls_pods, state, app, base_ms, cap_factor, pending_state):
     """A tick's latency samples: ``(latency_ms, breaches, breach_samples)``.
 
@@ -492,8 +492,7 @@ def tick_latency(pods, slot_node, slot_ls, slot_base_ms, slot_pressure, n_runnin
     for i in range(n_running):
         if not slot_ls[i]:
             continue
-        p = pods[i]
-        if crashed[p]:
+        if slot_crashed[i]:
             waiting -= 1
             latency[waiting] = slot_base_ms[i] * cap_factor
             samples += 1
@@ -502,6 +501,7 @@ def tick_latency(pods, slot_node, slot_ls, slot_base_ms, slot_pressure, n_runnin
         factor = 1.0 + weight_cpu * (1.0 / (1.0 - rho) - 1.0) + io_factor[slot_node[i]]
         latency[k] = slot_base_ms[i] * factor
         k += 1
+        p = pods[i]
         above = factor > slo_factor
         if above:
             samples += 1
@@ -537,13 +537,14 @@ def requested_utilisation(requested, allocatable, gpu_capacity, gpu_used, out):
 
 @njit(cache=True, nogil=True)
 def refresh_pod_usage(running, profile, shape, usage_scale, mem_level, size_cpu, cpu_limit, size_mem, size_disk,
-                      size_net, mem_limit, crashed, node_of, overhead, provisioned, pod_usage, node_usage):
+                      size_net, mem_limit, crashed, node_of, overhead, provisioned, pod_usage, node_usage, running_cpu):
     """Every running pod's usage re-read from its profile's ``shape`` ([4, V], the current slot), as
     ``usage.pod_usage`` computes it (``usage_scale`` and ``mem_level`` in the profiles' precision),
     into ``pod_usage``, and each node's usage rebuilt from its pods (summed in ``running``'s order,
     as ``np.bincount`` does) plus its system overhead when provisioned, into ``node_usage``.
     A crashed pod uses nothing; so does a pod whose memory is above its limit, which the caller
-    OOM-kills: those pods are returned, in ``running``'s order."""
+    OOM-kills: those pods are returned, in ``running``'s order. ``running_cpu[i]`` gets pod
+    ``running[i]``'s CPU (the running pods' slot copy, ``simulator.running``)."""
     m = running.shape[0]
     over = np.empty(m, dtype=np.int64)
     k = 0
@@ -561,6 +562,7 @@ def refresh_pod_usage(running, profile, shape, usage_scale, mem_level, size_cpu,
                 k += 1
             cpu, mem, disk, net = 0.0, 0.0, 0.0, 0.0
         pod_usage[p, 0], pod_usage[p, 1], pod_usage[p, 2], pod_usage[p, 3] = cpu, mem, disk, net
+        running_cpu[i] = cpu
         n = node_of[p]
         node_usage[n, 0] += cpu
         node_usage[n, 1] += mem

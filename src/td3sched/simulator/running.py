@@ -1,11 +1,13 @@
 """The running pods, with the columns a tick reads kept beside each one.
 
 A tick walks every running pod (about 20,000 on dlrm) and reads each one's node, usage profile,
-size, ``cpu.weight``, latency class and base latency. Read through the workload's per-pod arrays
-(9.8 million pods on dlrm), every one of those reads is a cache and TLB miss; read from arrays kept
-in the running pods' own order (slots), they are sequential. A pod's slot columns are copied when it
-starts running and move with it when another pod's departure fills the gap (the set keeps its
-slots dense: removal swaps the last slot into the hole), so they are constant while it runs.
+size, ``cpu.weight``, latency class, base latency, CPU usage and whether its container is crashed.
+Read through the per-pod arrays (9.8 million pods on dlrm), every one of those reads is a cache and
+TLB miss; read from arrays kept in the running pods' own order (slots), they are sequential. A
+pod's slot columns are copied when it starts running and move with it when another pod's
+departure fills the gap (the set keeps its slots dense: removal swaps the last slot into the hole).
+All are constant while the pod runs but its CPU usage and crash state, which the simulation
+copies again whenever it changes them (``RunningPods.sync``, and ``kernels.refresh_pod_usage``).
 
 ``RunningPods`` holds the arrays; ``add_running`` and ``remove_running`` are the two compiled
 moves, called by both the Python event path (``engine.Simulation``) and the compiled one
@@ -22,23 +24,27 @@ from numba import njit
 class RunningPods:
     """The running pods in ``pods[:n]`` (slots, any order) and ``pos[pod]`` each one's slot (-1: not
     running), with per-slot copies of the pod columns a tick reads (``node``, ``profile``,
-    ``weight``, ``size_cpu``, ``base_ms``, ``latency_sensitive``) and a per-slot scratch
-    (``pressure``, written by ``kernels.tick_cpu``).
+    ``weight``, ``size_cpu``, ``base_ms``, ``latency_sensitive``, ``cpu``, ``crashed``) and a per-slot
+    scratch (``pressure``, written by ``kernels.tick_cpu``).
 
     The copies come from the workload's columns ``profile``, ``cpu_weight``, ``size_cpu`` and
-    ``latency_sensitive`` (per pod, each slot keeps its source's dtype) and ``base_ms`` per app
-    (indexed by ``app``)."""
+    ``latency_sensitive`` (per pod, each slot keeps its source's dtype), ``base_ms`` per app
+    (indexed by ``app``), and the simulation's ``pod_usage[:, 0]`` and ``crashed``, which it keeps
+    writing (``sync``)."""
 
-    SLOT_COLUMNS = ("pods", "node", "profile", "weight", "size_cpu", "base_ms", "latency_sensitive", "pressure")
+    SLOT_COLUMNS = ("pods", "node", "profile", "weight", "size_cpu", "base_ms", "latency_sensitive", "cpu", "crashed",
+                    "pressure")
 
     def __init__(self, profile: np.ndarray, cpu_weight: np.ndarray, size_cpu: np.ndarray, app: np.ndarray,
-                 base_ms: np.ndarray, latency_sensitive: np.ndarray, capacity: int = 1024):
+                 base_ms: np.ndarray, latency_sensitive: np.ndarray, pod_usage: np.ndarray, crashed: np.ndarray,
+                 capacity: int = 1024):
         n_pods = len(profile)
         for name, a in (("cpu_weight", cpu_weight), ("size_cpu", size_cpu), ("app", app),
-                        ("latency_sensitive", latency_sensitive)):
+                        ("latency_sensitive", latency_sensitive), ("pod_usage", pod_usage), ("crashed", crashed)):
             if len(a) != n_pods:
                 raise ValueError(f"RunningPods: {name} has {len(a)} pods, profile {n_pods}: expected one per pod")
-        self.sources = (profile, cpu_weight, size_cpu, app, np.asarray(base_ms, dtype=np.float64), latency_sensitive)
+        self.sources = (profile, cpu_weight, size_cpu, app, np.asarray(base_ms, dtype=np.float64), latency_sensitive,
+                        pod_usage, crashed)
         self.pos = np.full(n_pods, -1, dtype=np.int64)
         self.count = np.zeros(1, dtype=np.int64)
         capacity = max(int(capacity), 1)
@@ -49,6 +55,8 @@ class RunningPods:
         self.size_cpu = np.empty(capacity, dtype=size_cpu.dtype)
         self.base_ms = np.empty(capacity, dtype=np.float64)
         self.latency_sensitive = np.empty(capacity, dtype=np.bool_)
+        self.cpu = np.empty(capacity, dtype=np.float64)
+        self.crashed = np.empty(capacity, dtype=np.bool_)
         self.pressure = np.zeros(capacity, dtype=np.float64)
 
     @property
@@ -62,8 +70,9 @@ class RunningPods:
     @property
     def slots(self) -> tuple[np.ndarray, ...]:
         """The slot arrays in ``add_running``'s order (pods, node, profile, weight, size_cpu,
-        base_ms, latency_sensitive)."""
-        return (self.pods, self.node, self.profile, self.weight, self.size_cpu, self.base_ms, self.latency_sensitive)
+        base_ms, latency_sensitive, cpu, crashed)."""
+        return (self.pods, self.node, self.profile, self.weight, self.size_cpu, self.base_ms, self.latency_sensitive,
+                self.cpu, self.crashed)
 
     def reserve(self, more: int) -> None:
         """Room for ``more`` pods beyond those running (doubling), before a caller that cannot grow
@@ -88,10 +97,19 @@ class RunningPods:
     def remove(self, pod: int) -> None:
         remove_running(pod, self.pos, self.count, *self.slots)
 
+    def sync(self, pod: int) -> None:
+        """A pod's CPU usage or crash state changed: copy them into its slot, if it has one (a pod
+        whose container is killed as it is bound gets them when it is added)."""
+        s = self.pos[pod]
+        if s >= 0:
+            self.cpu[s] = self.sources[6][pod, 0]
+            self.crashed[s] = self.sources[7][pod]
+
 
 @njit(cache=True, nogil=True)
 def add_running(pod, node, pos, count, pods, slot_node, slot_profile, slot_weight, slot_size_cpu, slot_base_ms,
-                slot_ls, profile, cpu_weight, size_cpu, app, base_ms, latency_sensitive):
+                slot_ls, slot_cpu, slot_crashed, profile, cpu_weight, size_cpu, app, base_ms, latency_sensitive,
+                pod_usage, crashed):
     """``pod`` starts running on ``node``: it takes the next slot, with its columns. The caller has
     made room (``RunningPods.reserve``)."""
     s = count[0]
@@ -103,12 +121,14 @@ def add_running(pod, node, pos, count, pods, slot_node, slot_profile, slot_weigh
     slot_size_cpu[s] = size_cpu[pod]
     slot_base_ms[s] = base_ms[app[pod]]
     slot_ls[s] = latency_sensitive[pod]
+    slot_cpu[s] = pod_usage[pod, 0]
+    slot_crashed[s] = crashed[pod]
     count[0] = s + 1
 
 
 @njit(cache=True, nogil=True)
 def remove_running(pod, pos, count, pods, slot_node, slot_profile, slot_weight, slot_size_cpu, slot_base_ms,
-                   slot_ls):
+                   slot_ls, slot_cpu, slot_crashed):
     """``pod`` stops running: the last slot moves into its slot, columns and all."""
     s, last = pos[pod], count[0] - 1
     moved = pods[last]
@@ -120,5 +140,7 @@ def remove_running(pod, pos, count, pods, slot_node, slot_profile, slot_weight, 
     slot_size_cpu[s] = slot_size_cpu[last]
     slot_base_ms[s] = slot_base_ms[last]
     slot_ls[s] = slot_ls[last]
+    slot_cpu[s] = slot_cpu[last]
+    slot_crashed[s] = slot_crashed[last]
     pos[pod] = -1
     count[0] = last
