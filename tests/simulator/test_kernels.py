@@ -268,7 +268,9 @@ def test_room_matrix_counts_how_many_of_a_shape_the_walk_takes(case, node_pool):
 
 def _running_world(rng):
     """Random pods, some of them running (in a RunningPods, added and removed in a random order)."""
-    from td3sched.simulator.running import RunningPods
+    from types import SimpleNamespace
+
+    from td3sched.simulator.running import SIZE_COLUMNS, RunningPods
 
     n_pods, n_nodes = int(rng.integers(1, 60)), int(rng.integers(1, 8))
     node_of = rng.integers(0, n_nodes, n_pods).astype(np.int64)
@@ -280,7 +282,9 @@ def _running_world(rng):
     ls = rng.random(n_pods) < 0.4
     pod_usage = rng.choice([0.0, 50.0, 400.0, 1500.0], size=(n_pods, 4)) * rng.random((n_pods, 4))
     crashed = rng.random(n_pods) < 0.2
-    run = RunningPods(profile, weight, size_cpu, app, base_ms, ls, pod_usage, crashed, capacity=1)
+    w = SimpleNamespace(profile=profile, app=app, latency_sensitive=ls, size_cpu_milli=size_cpu,
+                        **{name: rng.random(n_pods) * 1000 for name in SIZE_COLUMNS[1:]})
+    run = RunningPods(w, weight, base_ms, pod_usage, crashed, capacity=1)
     live = set()
     for pod in rng.integers(0, n_pods, 3 * n_pods):  # starts, stops and changes, in a random order
         pod = int(pod)
@@ -295,7 +299,7 @@ def _running_world(rng):
             run.add(pod, int(node_of[pod]))
             live.add(pod)
     return dict(n_pods=n_pods, n_nodes=n_nodes, node_of=node_of, profile=profile, size_cpu=size_cpu, weight=weight,
-                app=app, base_ms=base_ms, ls=ls, pod_usage=pod_usage, crashed=crashed, run=run, live=live)
+                app=app, base_ms=base_ms, ls=ls, pod_usage=pod_usage, crashed=crashed, w=w, run=run, live=live)
 
 
 @settings(max_examples=200, deadline=None)
@@ -303,6 +307,8 @@ def _running_world(rng):
 def test_running_pods_keep_each_pods_columns_in_its_slot(seed):
     """After any sequence of starts and stops, the slots hold exactly the running pods, pos is each
     one's slot (-1 for the others), and every slot column is its pod's."""
+    from td3sched.simulator.running import SIZE_COLUMNS
+
     world = _running_world(np.random.default_rng(seed))
     run = world["run"]
     pods = run.pods[: run.n]
@@ -312,7 +318,8 @@ def test_running_pods_keep_each_pods_columns_in_its_slot(seed):
     assert (run.node[: run.n] == world["node_of"][pods]).all()
     assert (run.profile[: run.n] == world["profile"][pods]).all()
     assert (run.weight[: run.n] == world["weight"][pods]).all()
-    assert (run.size_cpu[: run.n] == world["size_cpu"][pods]).all()
+    for row, name in enumerate(SIZE_COLUMNS):
+        assert (run.size[row, : run.n] == getattr(world["w"], name)[pods]).all()
     assert (run.base_ms[: run.n] == world["base_ms"][world["app"][pods]]).all()
     assert (run.latency_sensitive[: run.n] == world["ls"][pods]).all()
     assert (run.cpu[: run.n] == world["pod_usage"][pods, 0]).all()
@@ -336,7 +343,7 @@ def test_tick_cpu_is_the_samples_numpy_rule(seed):
     scale = np.float32(rng.choice([0.4, 1.0, 5.0]))
     capacity = rng.choice([0.0, 1000.0, 4000.0], world["n_nodes"])
     run.pressure[:] = -1.0
-    raw, demand, batch = tick_cpu(run.node, run.profile, run.size_cpu, run.weight, run.latency_sensitive, run.cpu,
+    raw, demand, batch = tick_cpu(run.node, run.profile, run.size[0], run.weight, run.latency_sensitive, run.cpu,
                                   run.crashed, run.n, shape_cpu, scale, capacity, run.pressure)
     d = pod_usage[running, 0]
     profile, size_cpu = world["profile"], world["size_cpu"]
@@ -411,9 +418,13 @@ def test_requested_utilisation_is_cluster_autoscalers_rule(seed):
 
 
 def test_refresh_pod_usage_is_pod_usage_with_the_memory_limit_and_bincount():
-    """The compiled refresh gives ``usage.pod_usage``'s numbers, zero for crashed pods and for pods over
-    their memory limit (returned, in running order), and node sums exactly as ``np.bincount``."""
+    """The compiled refresh, over the running pods' slots, gives ``usage.pod_usage``'s numbers, zero for
+    crashed pods and for pods over their memory limit (returned, in slot order), and node sums
+    exactly as ``np.bincount`` over the running pods."""
+    from types import SimpleNamespace
+
     from td3sched.simulator.kernels import refresh_pod_usage
+    from td3sched.simulator.running import RunningPods
 
     rng = np.random.default_rng(3)
     pods, nodes, profiles = 400, 9, 7
@@ -430,9 +441,18 @@ def test_refresh_pod_usage_is_pod_usage_with_the_memory_limit_and_bincount():
     provisioned = rng.random(nodes) < 0.8
     scale, level = np.float32(1.7), np.float32(0.9)
     pod_usage, node_usage = np.full((pods, 4), -1.0), np.full((nodes, 4), -1.0)
-    running_cpu = np.full(len(running), -1.0)
-    over = refresh_pod_usage(running, profile, shape, scale, level, size_cpu, cpu_limit, size_mem, size_disk, size_net,
-                             mem_limit, crashed, node_of, overhead, provisioned, pod_usage, node_usage, running_cpu)
+    w = SimpleNamespace(profile=profile, app=np.zeros(pods, dtype=np.int64), latency_sensitive=np.zeros(pods, bool),
+                        size_cpu_milli=size_cpu, cpu_limit_milli=cpu_limit, size_mem_mib=size_mem,
+                        mem_limit_mib=mem_limit, size_disk_mbps=size_disk, size_net_mbps=size_net)
+    run = RunningPods(w, np.ones(pods, dtype=np.int64), np.ones(1), pod_usage, crashed, capacity=7)
+    for pod in running:
+        run.add(int(pod), int(node_of[pod]))
+    for pod in running[::3]:  # departures move other pods into their slots
+        run.remove(int(pod))
+    running = run.pods[: run.n].copy()
+    run.cpu[:] = -1.0
+    over = refresh_pod_usage(run.pods, run.node, run.profile, run.size, run.crashed, run.n, shape, scale, level,
+                             overhead, provisioned, pod_usage, node_usage, run.cpu)
 
     s = shape[:, profile[running]]
     expected = np.stack([np.minimum(1.7 * s[0] * size_cpu[running], cpu_limit[running]),
@@ -442,7 +462,7 @@ def test_refresh_pod_usage_is_pod_usage_with_the_memory_limit_and_bincount():
     np.testing.assert_array_equal(over, running[killed])
     expected[crashed[running] | killed] = 0.0
     np.testing.assert_array_equal(pod_usage[running], expected)
-    np.testing.assert_array_equal(running_cpu, expected[:, 0])  # the slots' copy
+    np.testing.assert_array_equal(run.cpu[: run.n], expected[:, 0])  # the slots' copy
     assert (pod_usage[np.setdiff1d(np.arange(pods), running)] == -1.0).all()  # pods not running: untouched
     sums = np.stack([np.bincount(node_of[running], weights=expected[:, j], minlength=nodes) for j in range(4)], axis=-1)
     sums[:, :2] += overhead * provisioned[:, None]

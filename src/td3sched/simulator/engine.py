@@ -37,7 +37,7 @@ from td3sched.simulator.kernels import (best_nodes, block_count, filter_nodes, n
                                         tick_latency, walk_room)
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 from td3sched.simulator.queue import POLICY, RESOURCES, SHAPE, USAGE, SchedulingQueue
-from td3sched.simulator.running import RunningPods
+from td3sched.simulator.running import SIZE_CPU, RunningPods
 from td3sched.simulator.usage import Hindsight, pod_usage
 from td3sched.workload.pods import BEST_EFFORT, BURSTABLE, QOS_NAMES, Workload, unique_rows
 from td3sched.workload.profiles import UsageProfiles
@@ -201,8 +201,7 @@ class Simulation(ClusterAutoscaler):
         self._lat_capacity = np.ascontiguousarray(self.cluster.capacity_usage[:, [2, 3]])
         self.cpu_weight = cpu_weight(w.request[:, 0]) if len(w) else np.zeros(0, dtype=np.int64)
         """cgroup v2 cpu.weight of each pod, from its CPU request (simulator.contention)."""
-        self.running_pods = RunningPods(w.profile, self.cpu_weight, w.size_cpu_milli, w.app, self.base_ms,
-                                        w.latency_sensitive, self.pod_usage, self.crashed)
+        self.running_pods = RunningPods(w, self.cpu_weight, self.base_ms, self.pod_usage, self.crashed)
         """The running pods, with the columns a tick reads kept in their order (simulator.running)."""
         self._cpu_cores = self.cluster.allocatable[:, 0] + self.cluster.overhead[:, 0]
         self._policy_counts_releases = type(policy).released is not Policy.released
@@ -640,13 +639,13 @@ class Simulation(ClusterAutoscaler):
         """Re-read every running pod's usage from its profile and rebuild node usage from it
         (compiled: ``kernels.refresh_pod_usage``, the arithmetic of ``usage.pod_usage`` and
         ``_limit_memory``); containers above their memory limit are then OOM-killed."""
-        c, w = self.cluster, self.w
+        c = self.cluster
         shape = self._shape_at(t)
         precision = shape.dtype.type
-        over = refresh_pod_usage(self.running[: self.n_running], w.profile, shape, precision(self.cfg.usage_scale),
-                                 precision(self.cfg.mem_level), w.size_cpu_milli, w.cpu_limit_milli, w.size_mem_mib,
-                                 w.size_disk_mbps, w.size_net_mbps, w.mem_limit_mib, self.crashed, self.node,
-                                 c.overhead, c.provisioned, self.pod_usage, c.usage, self.running_pods.cpu)
+        run = self.running_pods
+        over = refresh_pod_usage(run.pods, run.node, run.profile, run.size, run.crashed, run.n, shape,
+                                 precision(self.cfg.usage_scale), precision(self.cfg.mem_level), c.overhead,
+                                 c.provisioned, self.pod_usage, c.usage, run.cpu)
         self._stale_blocks[:] = True
         for pod in over:  # its usage is 0 already, on its node too
             self._crash(int(pod), t, "container_oom")
@@ -850,7 +849,7 @@ class Simulation(ClusterAutoscaler):
         scale = self._slot_shape.dtype.type(self.cfg.usage_scale)  # the profiles' precision, as pod_usage
         run = self.running_pods
         raw_total, pods_demand, batch_demand = tick_cpu(
-            run.node, run.profile, run.size_cpu, run.weight, run.latency_sensitive, run.cpu, run.crashed, run.n,
+            run.node, run.profile, run.size[SIZE_CPU], run.weight, run.latency_sensitive, run.cpu, run.crashed, run.n,
             self._slot_shape[0], scale, c.allocatable[:, 0], run.pressure)
         throttled = raw_total - pods_demand
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from td3sched.simulator.running import CPU_LIMIT, MEM_LIMIT, SIZE_CPU, SIZE_DISK, SIZE_MEM, SIZE_NET
+
 GPU_MILLI = 1000  # simulator.cluster.GPU_MILLI (kept literal: numba compiles it as a constant)
 
 
@@ -536,34 +538,35 @@ def requested_utilisation(requested, allocatable, gpu_capacity, gpu_used, out):
 
 
 @njit(cache=True, nogil=True)
-def refresh_pod_usage(running, profile, shape, usage_scale, mem_level, size_cpu, cpu_limit, size_mem, size_disk,
-                      size_net, mem_limit, crashed, node_of, overhead, provisioned, pod_usage, node_usage, running_cpu):
+def refresh_pod_usage(pods, slot_node, slot_profile, slot_size, slot_crashed, n_running, shape, usage_scale, mem_level,
+                      overhead, provisioned, pod_usage, node_usage, slot_cpu):
     """Every running pod's usage re-read from its profile's ``shape`` ([4, V], the current slot), as
     ``usage.pod_usage`` computes it (``usage_scale`` and ``mem_level`` in the profiles' precision),
-    into ``pod_usage``, and each node's usage rebuilt from its pods (summed in ``running``'s order,
-    as ``np.bincount`` does) plus its system overhead when provisioned, into ``node_usage``.
-    A crashed pod uses nothing; so does a pod whose memory is above its limit, which the caller
-    OOM-kills: those pods are returned, in ``running``'s order. ``running_cpu[i]`` gets pod
-    ``running[i]``'s CPU (the running pods' slot copy, ``simulator.running``)."""
-    m = running.shape[0]
+    into ``pod_usage``, and each node's usage rebuilt from its pods (summed in slot order, as
+    ``np.bincount`` over the running pods does) plus its system overhead when provisioned, into
+    ``node_usage``. The pods are the running pods' slots (``simulator.running``: ``pods``, their
+    node, profile, sizes and limits by ``running``'s row constants, crash state); ``slot_cpu`` gets
+    each one's CPU. A crashed pod uses nothing; so does a pod whose memory is above its limit, which
+    the caller OOM-kills: those pods are returned, in slot order."""
+    m = n_running
     over = np.empty(m, dtype=np.int64)
     k = 0
     node_usage[:] = 0.0
     for i in range(m):
-        p = running[i]
-        v = profile[p]
-        cpu = min((usage_scale * shape[0, v]) * size_cpu[p], cpu_limit[p])
-        mem = (mem_level * shape[1, v]) * size_mem[p]
-        disk = shape[2, v] * size_disk[p]
-        net = shape[3, v] * size_net[p]
-        if crashed[p] or mem > mem_limit[p]:
-            if not crashed[p]:
-                over[k] = p
+        v = slot_profile[i]
+        cpu = min((usage_scale * shape[0, v]) * slot_size[SIZE_CPU, i], slot_size[CPU_LIMIT, i])
+        mem = (mem_level * shape[1, v]) * slot_size[SIZE_MEM, i]
+        disk = shape[2, v] * slot_size[SIZE_DISK, i]
+        net = shape[3, v] * slot_size[SIZE_NET, i]
+        if slot_crashed[i] or mem > slot_size[MEM_LIMIT, i]:
+            if not slot_crashed[i]:
+                over[k] = pods[i]
                 k += 1
             cpu, mem, disk, net = 0.0, 0.0, 0.0, 0.0
+        p = pods[i]
         pod_usage[p, 0], pod_usage[p, 1], pod_usage[p, 2], pod_usage[p, 3] = cpu, mem, disk, net
-        running_cpu[i] = cpu
-        n = node_of[p]
+        slot_cpu[i] = cpu
+        n = slot_node[i]
         node_usage[n, 0] += cpu
         node_usage[n, 1] += mem
         node_usage[n, 2] += disk
