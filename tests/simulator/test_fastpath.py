@@ -22,6 +22,7 @@ def _run(overrides, fast, seed=1):
     world = scenario.build(seed)
     sim = Simulation(world, make_policy("k8s-default"), seed, start, end, warmup_s=world.config.warmup_days * 86400)
     sim.fast_path = fast
+    sim.verify_compiled_calls = True
     return sim.run()
 
 
@@ -39,6 +40,9 @@ def test_the_compiled_loop_runs_a_span_exactly_as_python(overrides, monkeypatch)
     monkeypatch.setattr(fastpath, "run_events", counted)
     fast = _run(overrides, fast=True)
     assert why, "the compiled loop never ran"
+    monkeypatch.undo()
+    direct = _run(overrides, fast=True)  # the compiled overload called directly after the first call
+    assert direct == {**fast, "runtime": direct["runtime"]}
     assert fast["metrics"] == python["metrics"]
     assert fast["series_hourly"] == python["series_hourly"]
     assert fast["latency_hist"] == python["latency_hist"]
@@ -136,3 +140,22 @@ def test_the_copies_follow_every_change(fast, monkeypatch):
     result = _run(LOADED, fast=fast)
     assert result["metrics"]["container_oom"] > 0
     assert sum(checks) > 1000, sum(checks)
+
+
+def test_a_compiled_call_goes_straight_to_the_overload_and_can_verify_its_types():
+    from numba import njit
+
+    from td3sched.simulator.fastpath import CompiledCall
+
+    @njit
+    def add(a, b):
+        return a + b
+
+    call = CompiledCall(add, verify=True)
+    assert call(np.arange(3.0), 1.0).tolist() == [1.0, 2.0, 3.0]
+    assert call._entry is not None  # the first call found the overload
+    assert call(np.arange(2.0), 2.0).tolist() == [2.0, 3.0]
+    with pytest.raises(TypeError, match="argument types changed"):
+        call(np.arange(2), 2.0)  # int64 where float64 was
+    plain = CompiledCall(lambda a: a * 2)
+    assert plain(3) == 6 and plain._entry is None

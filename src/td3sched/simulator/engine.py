@@ -985,6 +985,9 @@ class Simulation(ClusterAutoscaler):
     fast_path = True
     """Run arrivals that bind at once and departures nobody waits for in the compiled loop when the
     policy allows it (``fastpath``); False runs every event in Python (the equivalence tests)."""
+    verify_compiled_calls = False
+    """Check that every call of the compiled loop passes the argument types of the first
+    (``fastpath.CompiledCall``; the tests)."""
 
     def _fast_path_args(self) -> tuple | None:
         """What ``fastpath.run_events`` reads besides the loop's position, or None when this run
@@ -997,6 +1000,7 @@ class Simulation(ClusterAutoscaler):
                 or policy.released is not Policy.released):
             return None
         w, c = self.w, self.cluster
+        self._run_events = fastpath.CompiledCall(fastpath.run_events, verify=self.verify_compiled_calls)
         return (kind, np.ascontiguousarray(w.request), w.qos == BEST_EFFORT, c.allocatable[:, 1] * fastpath.MIB,
                 np.zeros(c.size), np.empty(4096), np.zeros(5, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1))
 
@@ -1018,7 +1022,7 @@ class Simulation(ClusterAutoscaler):
         waiting = q.classes_waiting_for_resources() if q.by_class else self._no_counts
         walk[0], pending[0] = self._next_start, self._pending_cpu
         t0 = time.perf_counter()
-        why, ai, t, pod, node, reasons = fastpath.run_events(
+        why, ai, t, pod, node, reasons = self._run_events(
             ai, t_stop, self.arrival_order, self.arrival_time,
             self.heap.t, self.heap.ints, self.heap.meta, self._freed, self._n_freed,
             request, w.gpu_count, w.gpu_milli, best_effort, w.app, self.app_capped, w.max_per_node, w.pool,
