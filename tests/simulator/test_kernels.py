@@ -153,7 +153,7 @@ def test_refresh_fragmentation_is_node_fragmentation_of_each_changed_node(seed):
     from td3sched.simulator.kernels import block_count, block_size, padded_typical, refresh_fragmentation
 
     rng = np.random.default_rng(seed)
-    n, g = int(rng.integers(1, 15)), int(rng.integers(1, 5))
+    n, g = int(rng.integers(1, 40)), int(rng.integers(1, 5))  # the flags are read by words of 8
     sets = []
     for _ in range(int(rng.integers(1, 4))):
         m = int(rng.integers(0, 6))
@@ -167,7 +167,7 @@ def test_refresh_fragmentation_is_node_fragmentation_of_each_changed_node(seed):
     free = rng.choice(VALUES, (n, 4))
     cap = np.where(rng.random((n, g)) < 0.6, 1000, 0).astype(np.int64)
     used = np.minimum(rng.choice([0, 250, 500, 1000], (n, g)), cap).astype(np.int64)
-    dirty = rng.random(n) < 0.7
+    dirty = rng.random(n) < rng.choice([0.05, 0.7])
     want = np.full(n, -1.0)
     changed = np.flatnonzero(dirty)
     for i in changed:
@@ -415,6 +415,32 @@ def test_requested_utilisation_is_cluster_autoscalers_rule(seed):
     want = np.where(cap > 0, gpu_used.sum(axis=1) / np.maximum(cap, 1), util)
     got = requested_utilisation(requested, allocatable, gpu_capacity, gpu_used, np.empty(n))
     assert np.array_equal(got, want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_unneeded_nodes_is_the_scale_down_scans_rule(seed):
+    """A node is unneeded while provisioned, ready and under the threshold, since the first scan that
+    saw it so; ripe once unneeded long enough; a node that stops being unneeded starts again."""
+    from td3sched.simulator.kernels import requested_utilisation, unneeded_nodes
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 30))
+    allocatable = np.full((n, 4), 4000.0)
+    gpu_capacity, gpu_used = np.zeros((n, 1), dtype=np.int64), np.zeros((n, 1), dtype=np.int64)
+    since, want_since = np.full(n, np.inf), np.full(n, np.inf)
+    for t in np.cumsum(rng.choice([10.0, 60.0, 300.0], 12)):
+        requested = allocatable * rng.choice([0.0, 0.2, 0.5, 0.9], size=(n, 4))
+        provisioned, ready = rng.random(n) < 0.9, rng.random(n) < 0.9
+        low = provisioned & ready & (requested_utilisation(requested, allocatable, gpu_capacity, gpu_used,
+                                                           np.empty(n)) < 0.5)
+        want_since[~low] = np.inf
+        want_since[low & np.isinf(want_since)] = t
+        want = low & (t - want_since >= 600.0)
+        util, ripe = np.empty(n), np.empty(n, dtype=bool)
+        count = unneeded_nodes(requested, allocatable, gpu_capacity, gpu_used, provisioned, ready, 0.5, since, t,
+                               600.0, util, ripe)
+        assert count == want.sum() and (ripe == want).all() and np.array_equal(since, want_since)
 
 
 def test_refresh_pod_usage_is_pod_usage_with_the_memory_limit_and_bincount():

@@ -136,8 +136,8 @@ def assert_books(sim):
         np.testing.assert_array_equal(c.gpu_used[n], _gpu_used(sim, n))
         if len(on):
             assert c.provisioned[n] and c.ready[n]
-        for app, counts in c.app_count.items():   # every pod of a capped app counts
-            assert counts[n] == (w.app[on] == app).sum()
+        for app in np.flatnonzero(sim.app_row >= 0):   # every pod of a capped app counts
+            assert c.app_count[sim.app_row[app], n] == (w.app[on] == app).sum()
     assert np.all(c.gpu_used <= c.gpu_capacity) and np.all(c.gpu_used >= 0)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from td3sched.simulator.cluster import GPU_MILLI
 from td3sched.simulator.filter import choose_gpus, fits_one
-from td3sched.simulator.kernels import requested_utilisation
+from td3sched.simulator.kernels import requested_utilisation, unneeded_nodes
 from td3sched.simulator.queue import RESOURCES
 
 
@@ -75,11 +75,10 @@ class ClusterAutoscaler:
 
     def _scale_down(self, t: float) -> None:
         c, a = self.cluster, self.cfg.autoscaler
-        low = c.provisioned & c.ready & (self._requested_utilisation() < a.scale_down_utilization_threshold)
-        self._unneeded_since[~low] = np.inf
-        self._unneeded_since[low & np.isinf(self._unneeded_since)] = t
-        ripe = low & (t - self._unneeded_since >= a.scale_down_unneeded_s)
-        if not ripe.any():
+        ripe = self._ripe_scratch
+        if not unneeded_nodes(c.requested, c.allocatable, c.gpu_capacity, c.gpu_used, c.provisioned, c.ready,
+                              a.scale_down_utilization_threshold, self._unneeded_since, t, a.scale_down_unneeded_s,
+                              self._util_scratch, ripe):
             return
         room = np.array([c.provisioned_count(k) - p.min_count for k, p in enumerate(c.pools)])
         empty = np.flatnonzero(ripe & (c.pod_count == 0))[::-1][: a.max_empty_bulk_delete]  # highest slots first
@@ -118,8 +117,8 @@ class ClusterAutoscaler:
             if k >= 0:
                 ok &= c.pool_of == k
             cap = w.max_per_node[pod]
-            if cap > 0 and int(w.app[pod]) in c.app_count:
-                ok &= c.app_count[int(w.app[pod])] < cap
+            if cap > 0:
+                ok &= c.app_count[self.app_row[w.app[pod]]] < cap
             where = np.flatnonzero(ok)
             if len(where) == 0:
                 return False

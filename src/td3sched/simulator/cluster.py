@@ -102,8 +102,9 @@ class Cluster:
         self.nonzero_requested = np.zeros((n, 2))
         """CPU and memory requests with kube-scheduler's non-zero defaults for empty requests."""
         self.pod_count = np.zeros(n, dtype=np.int64)
-        self.app_count: dict[int, np.ndarray] = {}
-        """Pods per node of each app with an anti-affinity cap (created on first use)."""
+        self.app_count = np.zeros((0, n), dtype=np.int64)
+        """[capped apps, N]: pods per node of each app with an anti-affinity cap (the simulation sizes it
+        and maps apps to rows: ``Simulation.app_row``)."""
 
         self.usage = np.zeros((n, len(USAGE_COLUMNS)))
         """Ground truth node usage: pods' usage plus system overhead (provisioned nodes)."""

@@ -2,7 +2,10 @@
 and the autoscaler, in time order.
 
 At equal times events run in this order: departures, nodes becoming ready, container restarts
-(CrashLoopBackOff ends), the kubelet's eviction re-checks, the scheduling queue's own moves (backoffs ending, the unschedulable flush), the usage tick, the metrics scrape, arrivals.
+(CrashLoopBackOff ends), the kubelet's eviction re-checks, the scheduling queue's own moves
+(backoffs ending, the unschedulable flush), the usage tick, the metrics scrape, the autoscaler's
+scan, arrivals.
+
 Pods wait in kube-scheduler's scheduling queue (``simulator.queue``): each arrival enters the active
 queue and gets a scheduling cycle at once; a pod that fits nowhere waits, unschedulable, until a
 cluster event that could help it (a pod leaving a node it fits, a node becoming ready, new node
@@ -142,11 +145,15 @@ class Simulation(ClusterAutoscaler):
             np.where(w.request[:, 0] > 0, w.request[:, 0], 100.0),
             np.where(w.request[:, 1] > 0, w.request[:, 1], 200.0),
         ])
-        self.app_capped = np.zeros(len(w.app_names), dtype=bool)
-        """Apps with an anti-affinity cap on any pod: every pod of such an app counts against it."""
-        self.app_capped[w.app[w.max_per_node > 0]] = True
+        capped = np.zeros(len(w.app_names), dtype=bool)
+        capped[w.app[w.max_per_node > 0]] = True
+        self.app_row = np.where(capped, np.cumsum(capped) - 1, -1).astype(np.int64)
+        """Apps with an anti-affinity cap on any pod (every pod of such an app counts against it): the
+        app's row of ``Cluster.app_count``; -1 for an app without a cap."""
+        self.cluster.app_count = np.zeros((int(capped.sum()), self.cluster.size), dtype=np.int64)
         self._init_queue()
         self._unneeded_since = np.full(self.cluster.size, np.inf)
+        self._util_scratch, self._ripe_scratch = np.empty(self.cluster.size), np.empty(self.cluster.size, dtype=bool)
         self._last_scale_up_s = -math.inf
         self.heap = EventHeap()
 
@@ -240,7 +247,7 @@ class Simulation(ClusterAutoscaler):
         alike in everything Filter reads (requests, GPUs, pool, a capped app, the cap, BestEffort)."""
         w, c = self.w, self.cluster
         keys = np.column_stack([w.request, w.gpu_count, w.gpu_milli, w.pool,
-                                np.where(self.app_capped[w.app], w.app, -1), w.max_per_node,
+                                self.app_row[w.app], w.max_per_node,
                                 w.qos == BEST_EFFORT]) if len(w) else np.zeros((0, 10))
         classes, fit_class = unique_rows(keys)
         self.fit_class = fit_class.ravel().astype(np.int64)
@@ -250,7 +257,10 @@ class Simulation(ClusterAutoscaler):
         self.class_request = np.ascontiguousarray(classes[:, :4])
         self.class_gpu_count = classes[:, 4].astype(np.int64)
         self.class_gpu_milli = classes[:, 5].astype(np.int64)
-        self.class_pool = self.pool_to_cluster[classes[:, 6].astype(np.int64)] if len(classes) else np.zeros(0, np.int64)
+        self.class_pool = (self.pool_to_cluster[classes[:, 6].astype(np.int64)] if len(classes)
+                           else np.zeros(0, np.int64))
+        self.class_app_row = classes[:, 7].astype(np.int64)
+        self.class_cap = classes[:, 8].astype(np.int64)
         self._class_best_effort = classes[:, 9].astype(bool) if len(classes) else np.zeros(0, dtype=bool)
         # node templates of each pool: an empty node of each distinct shape
         self.template_fits = np.zeros((len(c.pools), len(classes)), dtype=bool)
@@ -299,10 +309,8 @@ class Simulation(ClusterAutoscaler):
         otherwise every node, in slot order."""
         w, c = self.w, self.cluster
         t = self._now if t is None else t
-        counts = self._no_counts
         cap = int(w.max_per_node[pod])
-        if cap > 0:
-            counts = c.app_count.get(int(w.app[pod]), self._no_counts)
+        counts = c.app_count[self.app_row[w.app[pod]]] if cap > 0 else self._no_counts
         start, to_find = (self._next_start, self._to_find) if walk else (0, c.size)
         n, fits_any, fits_everywhere, walked = filter_nodes(
             start, to_find, self.pool_to_cluster[w.pool[pod]], c.pool_of, c.ready, c.provisioned, c.free,
@@ -356,9 +364,9 @@ class Simulation(ClusterAutoscaler):
         ok = c.ready[freed] & ((pool < 0) | (c.pool_of[freed] == pool))
         ok &= fits_one(c.free[freed], c.gpu_capacity[freed] - c.gpu_used[freed], self.class_request[k],
                        int(self.class_gpu_count[k]), int(self.class_gpu_milli[k]))
-        cap = w.max_per_node[pod_like]
-        if cap > 0 and int(w.app[pod_like]) in c.app_count:
-            ok &= c.app_count[int(w.app[pod_like])][freed] < cap
+        cap = self.class_cap[k]
+        if cap > 0:
+            ok &= c.app_count[self.class_app_row[k], freed] < cap
         if ok.any():
             return None
         self._remember_failure(k, t, reasons)
@@ -427,11 +435,8 @@ class Simulation(ClusterAutoscaler):
                 g = choose_gpus(c.gpu_capacity[node] - c.gpu_used[node], int(w.gpu_count[pod]), int(w.gpu_milli[pod]))
             c.gpu_used[node, g] += int(w.gpu_milli[pod])
             self.gpus[pod] = g
-        if self.app_capped[w.app[pod]]:
-            app = int(w.app[pod])
-            if app not in c.app_count:
-                c.app_count[app] = np.zeros(c.size, dtype=np.int64)
-            c.app_count[app][node] += 1
+        if self.app_row[w.app[pod]] >= 0:
+            c.app_count[self.app_row[w.app[pod]], node] += 1
         self.state[pod] = RUNNING
         self.node[pod] = node
         usage = self._usage_of(pod, t)
@@ -468,8 +473,8 @@ class Simulation(ClusterAutoscaler):
         if g is not None:
             c.gpu_used[node, g] -= int(w.gpu_milli[pod])
             self.gpus[pod] = None
-        if self.app_capped[w.app[pod]]:
-            c.app_count[int(w.app[pod])][node] -= 1
+        if self.app_row[w.app[pod]] >= 0:
+            c.app_count[self.app_row[w.app[pod]], node] -= 1
         c.usage[node] -= self.pod_usage[pod]
         self.pod_usage[pod] = 0.0
         self.crashed[pod] = False
@@ -816,10 +821,10 @@ class Simulation(ClusterAutoscaler):
         """Start decision k at ``t`` with the cost rate of the cluster now, from the ground truth:
         nodes, stranded capacity, overload and pending requests, in node-equivalents."""
         c = self.cluster
-        over, frag_total = reward_state(self.dirty, c.free, c.gpu_capacity, c.gpu_used, c.pool_of, *self._typical_arrays,
-                                        self.frag_cache, c.usage[:, 0], self._cpu_cores, self._inv_alloc_cpu,
-                                        self._prov_f, self.reward.cfg.overload_util, self._stale_blocks,
-                                        self._block_sums)
+        over, frag_total = reward_state(self.dirty, c.free, c.gpu_capacity, c.gpu_used, c.pool_of,
+                                        *self._typical_arrays, self.frag_cache, c.usage[:, 0], self._cpu_cores,
+                                        self._inv_alloc_cpu, self._prov_f, self.reward.cfg.overload_util,
+                                        self._stale_blocks, self._block_sums)
         n = self._prov_count
         if self._prov_alloc_cpu > 0:
             stranded = frag_total / self._prov_alloc_cpu * n
@@ -1002,16 +1007,18 @@ class Simulation(ClusterAutoscaler):
         w, c = self.w, self.cluster
         self._run_events = fastpath.CompiledCall(fastpath.run_events, verify=self.verify_compiled_calls)
         return (kind, np.ascontiguousarray(w.request), w.qos == BEST_EFFORT, c.allocatable[:, 1] * fastpath.MIB,
-                np.zeros(c.size), np.empty(4096), np.zeros(5, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1))
+                np.zeros(c.size), np.empty(4096), np.zeros(5, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1),
+                np.zeros(1))
 
-    def _run_fast(self, fast: tuple, ai: int, t_stop: float) -> tuple[int, bool]:
-        """Run the compiled loop from arrival ``ai`` until ``t_stop`` or a case it hands back; book
-        its counters; resume the Python path where it stopped. Returns the next arrival and whether
-        a Python step ran (the caller then looks at the next event afresh)."""
-        kind, request, best_effort, alloc_mem_bytes, scores, waits, counters, walk, pending = fast
-        w, c, q, prof, r = self.w, self.cluster, self.queue, self.world.profiles, self.reward
-        if self._fast_stops_at_once(ai, t_stop):
-            return ai, False
+    def _run_fast(self, fast: tuple, ai: int, t_stop: float, next_scan: float) -> tuple[int, float, bool]:
+        """Run the compiled loop from arrival ``ai`` until ``t_stop`` or a case it hands back, with the
+        autoscaler scans from ``next_scan`` that change nothing; book its counters; resume the Python
+        path where it stopped. Returns the next arrival, the next scan and whether a Python step ran
+        (the caller then looks at the next event afresh)."""
+        kind, request, best_effort, alloc_mem_bytes, scores, waits, counters, walk, pending, scan_at = fast
+        w, c, q, prof, r, a = self.w, self.cluster, self.queue, self.world.profiles, self.reward, self.cfg.autoscaler
+        if self._fast_stops_at_once(ai, t_stop, next_scan):
+            return ai, next_scan, False
         m = self.metrics
         self.heap.reserve(len(waits))
         run = self.running_pods
@@ -1020,12 +1027,12 @@ class Simulation(ClusterAutoscaler):
             self._freed = np.concatenate([self._freed, np.empty(len(self._freed) + len(waits), dtype=np.int32)])
         counters[:] = 0
         waiting = q.classes_waiting_for_resources() if q.by_class else self._no_counts
-        walk[0], pending[0] = self._next_start, self._pending_cpu
+        walk[0], pending[0], scan_at[0] = self._next_start, self._pending_cpu, next_scan
         t0 = time.perf_counter()
         why, ai, t, pod, node, reasons = self._run_events(
             ai, t_stop, self.arrival_order, self.arrival_time,
             self.heap.t, self.heap.ints, self.heap.meta, self._freed, self._n_freed,
-            request, w.gpu_count, w.gpu_milli, best_effort, w.app, self.app_capped, w.max_per_node, w.pool,
+            request, w.gpu_count, w.gpu_milli, best_effort, w.app, self.app_row, w.max_per_node, c.app_count, w.pool,
             self.fit_class, w.profile, w.size_cpu_milli, w.size_mem_mib, w.size_disk_mbps, w.size_net_mbps,
             w.cpu_limit_milli, w.mem_limit_mib, prof.shape, float(prof.step_s), float(self.cfg.usage_scale),
             float(self.cfg.mem_level),
@@ -1036,7 +1043,8 @@ class Simulation(ClusterAutoscaler):
             self.class_request[waiting], self.class_gpu_count[waiting], self.class_gpu_milli[waiting],
             self.class_pool[waiting], np.empty((1, len(waiting)), dtype=np.int64),
             self.failure_memo, self._memo_epoch, self._memo_t, self._memo_reasons, self.class_request,
-            self.class_gpu_count, self.class_gpu_milli, self.class_pool, self.class_fits_a_template,
+            self.class_gpu_count, self.class_gpu_milli, self.class_pool, self.class_app_row, self.class_cap,
+            self.class_fits_a_template,
             self.pool_to_cluster, c.pool_of, c.ready, c.provisioned, c.free, c.requested, c.nonzero_requested,
             c.pod_count, c.empty_since, c.allocatable, alloc_mem_bytes, c.gpu_capacity, c.gpu_used, c.usage,
             c.observed, self._safety_cpu_milli, c.memory_pressure_mib, c.pressure_until, self.dirty, self._no_counts,
@@ -1045,16 +1053,19 @@ class Simulation(ClusterAutoscaler):
             self._prov_count, self._prov_alloc_cpu, r.cfg.overload_util, self._stale_blocks, self._block_sums,
             r.scalars, r.flags, r.rates, r.baseline, r.components, r.rate_w, r.event_w,
             *map(float, self._cost_events()),
+            scan_at, float(a.scan_interval_s), float(self._last_scale_up_s), float(a.scale_down_delay_after_add_s),
+            float(a.scale_down_utilization_threshold), self._unneeded_since, float(a.scale_down_unneeded_s),
+            self._util_scratch, self._ripe_scratch,
             kind, self.rng, scores, pending, waits, counters, float(self.cfg.sla_pending_s))
         self.decision_wall_s += time.perf_counter() - t0
-        self._next_start, self._pending_cpu = int(walk[0]), float(pending[0])
+        self._next_start, self._pending_cpu, next_scan = int(walk[0]), float(pending[0]), float(scan_at[0])
         m.arrivals += int(counters[0])
         m.decisions += int(counters[1])
         m.binds += int(counters[2])
         m.pending_waits.extend(waits[: counters[3]].tolist())
         m.pending_violations += int(counters[4])
         if why == fastpath.STOP:
-            return ai, False
+            return ai, next_scan, False
         t, pod, node = float(t), int(pod), int(node)
         self._now = t
         if why == fastpath.FAILED:
@@ -1064,22 +1075,25 @@ class Simulation(ClusterAutoscaler):
             self._drain(t)
         else:  # FREED
             self._capacity_freed(node, t)
-        return ai, True
+        return ai, next_scan, True
 
-    def _fast_stops_at_once(self, ai: int, t_stop: float) -> bool:
+    def _fast_stops_at_once(self, ai: int, t_stop: float, next_scan: float) -> bool:
         """Whether ``fastpath.run_events`` would return STOP before doing anything (its first
         checks, made here for the price of a few lookups: a call costs tens of microseconds, and
-        most stops of the loop are followed by a Python event)."""
+        most stops of the loop are followed by a Python event). A scan that comes first stops it
+        when pods pend; otherwise the loop is called (the scan may be one it runs)."""
         w = self.w
         t_arr = self.arrival_time[ai] if ai < len(self.arrival_order) else math.inf
         t_heap = self.heap.peek_t()
+        if next_scan < t_stop and next_scan < t_heap and next_scan <= t_arr:
+            return len(self.queue.pending) > 0
         t = min(t_arr, t_heap)
         if t >= t_stop:
             return True
         if t_heap == t:
             return int(self.heap.ints[0, 0]) != _DEPART
         pod = self.arrival_order[ai]
-        return bool(w.gpu_count[pod] > 0 or self.app_capped[w.app[pod]] or w.max_per_node[pod] > 0)
+        return bool(w.gpu_count[pod] > 0)
 
     def _arrival_failed(self, pod: int, t: float, reasons: int) -> None:
         """An arrival whose Filter pass, run by the compiled loop, found no node: it enters the queue
@@ -1115,9 +1129,9 @@ class Simulation(ClusterAutoscaler):
         while True:
             t_queue = self.queue.next_event_s()
             if fast is not None:
-                t_stop = min(t_queue, next_tick, next_scrape, next_scan, self.end_s,
+                t_stop = min(t_queue, next_tick, next_scrape, self.end_s,
                              math.inf if self.measuring else self.measure_s)
-                ai, resumed = self._run_fast(fast, ai, t_stop)
+                ai, next_scan, resumed = self._run_fast(fast, ai, t_stop, next_scan)
                 if resumed:  # the Python path took over where the compiled loop stopped: look again
                     continue
             t_arr = self.arrival_time[ai] if ai < n_arr else math.inf

@@ -8,9 +8,9 @@ the Python code resumes exactly where the loop stopped (docs/simulator.md, *Spee
 
 - ``STOP``: the next event is not one of the two (a tick, a scrape, an autoscaler scan, the queue's
   backoff or flush, a node becoming ready, a restart, an eviction check, the span's end or the
-  warm-up's end), or it involves what only Python handles (a GPU pod, an app with an anti-affinity
-  cap, a container over its memory limit at the bind, a fit class the failure memo knows to find
-  no node); nothing of that event has happened yet;
+  warm-up's end), or it involves what only Python handles (a GPU pod, a container over its memory
+  limit at the bind, a fit class the failure memo knows to find no node); nothing of that event has
+  happened yet;
 - ``FAILED``: the arrival's Filter pass (done, with kube-scheduler's walk advanced) found no node;
   the pod has not entered the queue yet;
 - ``MEMORY``: a bind put a node's memory above its pressure level: the kubelet and the kernel
@@ -35,7 +35,8 @@ from numba import njit
 from td3sched import reward
 from td3sched.reward import open_decision, settle_decision
 from td3sched.simulator import kernels, running
-from td3sched.simulator.kernels import best_nodes, filter_nodes, k8s_default_scores, reward_state, room_matrix
+from td3sched.simulator.kernels import (best_nodes, filter_nodes, k8s_default_scores, reward_state, room_matrix,
+                                        unneeded_nodes)
 from td3sched.simulator.running import add_running, remove_running
 
 
@@ -205,9 +206,10 @@ def heap_pop(ht, hi, meta):
 
 @njit(cache=True, nogil=True)
 def _known_to_fail(k, t, memo_on, memo_epoch, memo_t, memo_reasons, freed, n_freed, ready, pool_of, free,
-                   gpu_capacity, gpu_used, class_request, class_gpu_count, class_gpu_milli, class_pool):
-    """``Simulation._still_failing`` for a class of uncapped pods, without its memo update: True
-    when the class is known to find no node (the Python path then takes the pod and updates it)."""
+                   gpu_capacity, gpu_used, class_request, class_gpu_count, class_gpu_milli, class_pool, class_app_row,
+                   class_cap, app_count):
+    """``Simulation._still_failing`` for a class of CPU pods, without its memo update: True when the
+    class is known to find no node (the Python path then takes the pod and updates it)."""
     if not memo_on or memo_epoch[k] < 0:
         return False
     epoch, reasons = memo_epoch[k], memo_reasons[k]
@@ -218,7 +220,7 @@ def _known_to_fail(k, t, memo_on, memo_epoch, memo_t, memo_reasons, freed, n_fre
     for i in range(epoch, n_freed):
         if freed[i] < 0:
             return False
-    pool = class_pool[k]
+    pool, cap = class_pool[k], class_cap[k]
     if class_gpu_count[k] > 0:
         return False  # GPU classes never get here: the caller hands GPU pods to Python
     for i in range(epoch, n_freed):
@@ -230,6 +232,8 @@ def _known_to_fail(k, t, memo_on, memo_epoch, memo_t, memo_reasons, freed, n_fre
             if class_request[k, j] > 0 and not free[n, j] >= class_request[k, j]:
                 ok = False
                 break
+        if ok and cap > 0 and not app_count[class_app_row[k], n] < cap:
+            ok = False
         if ok:
             return False
     return True
@@ -242,7 +246,7 @@ def run_events(
         # the event heap and the capacity epochs
         ht, hi, meta, freed, n_freed_arr,
         # pods: the workload's columns
-        request, gpu_count, gpu_milli, qos_best_effort, app, app_capped, max_per_node, pool_of_pod, fit_class,
+        request, gpu_count, gpu_milli, qos_best_effort, app, app_row, max_per_node, app_count, pool_of_pod, fit_class,
         profile, size_cpu, size_mem, size_disk, size_net, cpu_limit, mem_limit, prof_shape, prof_step_s,
         usage_scale, mem_level,
         # pods: the simulation's state
@@ -254,21 +258,29 @@ def run_events(
         w_pool, room,
         # the failure memo and the fit classes
         memo_on, memo_epoch, memo_t, memo_reasons, class_request, class_gpu_count, class_gpu_milli, class_pool,
-        class_fits_a_template,
+        class_app_row, class_cap, class_fits_a_template,
         # the cluster
         pool_to_cluster, c_pool_of, ready, provisioned, free, requested, nonzero_requested, pod_count, empty_since,
         allocatable, alloc_mem_bytes, gpu_capacity, gpu_used, usage, observed, safety_cpu, memory_pressure,
         pressure_until, dirty, no_counts, scratch, walk, to_find,
         # the reward
-        frag_args, frag_cache, cpu_cores, inv_alloc_cpu, prov_f, prov_count, prov_alloc_cpu, overload_util, stale_blocks,
-        block_sums,
+        frag_args, frag_cache, cpu_cores, inv_alloc_cpu, prov_f, prov_count, prov_alloc_cpu, overload_util,
+        stale_blocks, block_sums,
         r_scalars, r_flags, r_rates, r_baseline, r_components, rate_w, event_w, oom_events, slo_events,
+        # the autoscaler's scans
+        next_scan, scan_s, last_scale_up_s, scale_down_delay_s, scale_down_threshold, unneeded_since, unneeded_s,
+        util, ripe,
         # the policy's score, the run's random generator, Select's scores, and the run's counters
         score_kind, rng, scores, pending_cpu_arr, waits, counters, sla_pending_s):
     """Run arrivals and departures from arrival ``ai`` while they are the next events and before
     ``t_stop`` (module docstring). Returns (why, ai, t, pod, node, reasons): where it stopped, the
     time of the last event it ran, and for FAILED / MEMORY / FREED the pod, node and reasons the
-    Python path resumes with. ``counters``: [arrivals, decisions, binds, waits recorded]."""
+    Python path resumes with. ``counters``: [arrivals, decisions, binds, waits recorded].
+
+    An autoscaler scan due before ``t_stop`` (``next_scan[0]``) that would change nothing runs here:
+    no pod pends (so nothing to scale up for) and no node is ripe for scale-down
+    (``kernels.unneeded_nodes``, whose bookkeeping it updates as the scan does); ``next_scan[0]``
+    moves on by ``scan_s``. Any other scan is a STOP."""
     n_arr = arrival_order.shape[0]
     walk_node = np.zeros(1, dtype=np.int64)
     n_slots = prof_shape.shape[2]
@@ -279,6 +291,17 @@ def run_events(
         t_arr = arrival_time[ai] if ai < n_arr else np.inf
         t_heap = ht[0] if meta[0] > 0 else np.inf
         t = min(t_arr, t_heap)
+        t_scan = next_scan[0]
+        if t_scan < t_stop and t_scan < t_heap and t_scan <= t_arr:  # Simulation.run's order at equal times
+            # Simulation._autoscale: scale-up only for pending pods; scale-down only for ripe nodes
+            if others_pending:
+                return STOP, ai, t_scan, -1, -1, 0
+            if t_scan - last_scale_up_s >= scale_down_delay_s and unneeded_nodes(
+                    requested, allocatable, gpu_capacity, gpu_used, provisioned, ready, scale_down_threshold,
+                    unneeded_since, t_scan, unneeded_s, util, ripe) > 0:
+                return STOP, ai, t_scan, -1, -1, 0  # (the scan repeats the bookkeeping: the same at the same t)
+            next_scan[0] = t_scan + scan_s
+            continue
         if t >= t_stop:
             return STOP, ai, t, -1, -1, 0
         if t_heap == t:  # the heap first at equal times, as the Python loop
@@ -288,7 +311,7 @@ def run_events(
             if not (state[pod] == RUNNING and gen[pod] == g):
                 heap_pop(ht, hi, meta)  # a stale departure: the pod left already
                 continue
-            if gpu_count[pod] > 0 or app_capped[app[pod]] or n_freed_arr[0] >= freed.shape[0]:
+            if gpu_count[pod] > 0 or n_freed_arr[0] >= freed.shape[0]:
                 return STOP, ai, t, -1, -1, 0
             heap_pop(ht, hi, meta)
             # Simulation._release
@@ -301,6 +324,8 @@ def run_events(
             for j in range(2):
                 nonzero_requested[n, j] -= nonzero[pod, j]
             pod_count[n] -= 1
+            if app_row[app[pod]] >= 0:
+                app_count[app_row[app[pod]], n] -= 1
             if pod_count[n] == 0:
                 empty_since[n] = t
                 for j in range(4):
@@ -333,8 +358,7 @@ def run_events(
         # an arrival: hand to Python what only Python does, before anything happened
         pod = arrival_order[ai]
         k = fit_class[pod]
-        if gpu_count[pod] > 0 or app_capped[app[pod]] or max_per_node[pod] > 0 or counters[3] >= waits.shape[0] \
-                or meta[0] >= ht.shape[0]:
+        if gpu_count[pod] > 0 or counters[3] >= waits.shape[0] or meta[0] >= ht.shape[0]:
             return STOP, ai, t, -1, -1, 0
         shape_slot = int(t // prof_step_s) % n_slots
         v = profile[pod]
@@ -344,15 +368,18 @@ def run_events(
             return STOP, ai, t, -1, -1, 0
         n_freed = n_freed_arr[0]
         if _known_to_fail(k, t, memo_on, memo_epoch, memo_t, memo_reasons, freed, n_freed, ready, c_pool_of, free,
-                          gpu_capacity, gpu_used, class_request, class_gpu_count, class_gpu_milli, class_pool):
+                          gpu_capacity, gpu_used, class_request, class_gpu_count, class_gpu_milli, class_pool,
+                          class_app_row, class_cap, app_count):
             return STOP, ai, t, -1, -1, 0
         ai += 1
         counters[0] += 1
         # Filter, with kube-scheduler's walk (Simulation._filter)
         best_effort = qos_best_effort[pod]
+        row, cap = app_row[app[pod]], max_per_node[pod]
+        counts = app_count[row] if cap > 0 else no_counts
         count, fits_any, fits_everywhere, walked = filter_nodes(
             walk[0], to_find, pool_to_cluster[pool_of_pod[pod]], c_pool_of, ready, provisioned, free, gpu_capacity,
-            gpu_used, request[pod], 0, 0, no_counts, 0, observed, safety_cpu, best_effort, memory_pressure,
+            gpu_used, request[pod], 0, 0, counts, cap, observed, safety_cpu, best_effort, memory_pressure,
             pressure_until, t, scratch)
         walk[0] = (walk[0] + walked) % ready.shape[0]
         if count == 0:
@@ -393,6 +420,8 @@ def run_events(
         for j in range(2):
             nonzero_requested[n, j] += nonzero[pod, j]
         pod_count[n] += 1
+        if row >= 0:
+            app_count[row, n] += 1
         empty_since[n] = np.inf
         state[pod] = RUNNING
         node_of[pod] = n

@@ -269,38 +269,57 @@ def refresh_fragmentation(dirty, free, gpu_capacity, gpu_used, pool_of, request,
                           length, checked, out, stale):
     """F_n (metrics.fragmentation.node_fragmentation, with the node's pool's typical pods) of every
     node flagged in ``dirty``, into ``out``; the flags are cleared, and the node's block is flagged
-    in ``stale`` (``reward_state``). Same fit rule as ``fit_matrix``."""
+    in ``stale`` (``reward_state``). Same fit rule as ``fit_matrix``.
+
+    A decision flags a node or two of thousands: the flags are read eight at a time (as 64-bit
+    words), and only a word with a flag set is looked into."""
     size = block_size(dirty.shape[0], stale.shape[0])
-    for n in range(dirty.shape[0]):
-        if not dirty[n]:
+    whole = dirty.shape[0] - dirty.shape[0] % 8
+    words = dirty[:whole].view(np.uint64)
+    for i in range(words.shape[0]):
+        if words[i] == 0:
             continue
-        dirty[n] = False
-        stale[n // size] = True
-        k = pool_of[n]
-        largest = -1
-        whole = 0
-        for g in range(gpu_capacity.shape[1]):
-            f = gpu_capacity[n, g] - gpu_used[n, g]
-            if f > largest:
-                largest = f
-            if f == GPU_MILLI:
-                whole += 1
-        unfit = 0.0
-        for s in range(length[k]):
-            fits = True
-            for j in range(4):
-                if checked[k, j] and not free[n, j] >= request[k, s, j]:
-                    fits = False
-                    break
-            c = gpu_count[k, s]
-            if fits and c > 0:
-                if c == 1 and gpu_milli[k, s] < GPU_MILLI:
-                    fits = largest >= gpu_milli[k, s]
-                else:
-                    fits = whole >= c
-            if not fits:
-                unfit += weight[k, s]
-        out[n] = max(free[n, 0], 0.0) * unfit
+        for n in range(8 * i, 8 * i + 8):
+            if dirty[n]:
+                _refresh_node(n, dirty, free, gpu_capacity, gpu_used, pool_of, request, gpu_count, gpu_milli, weight,
+                              length, checked, out, stale, size)
+    for n in range(whole, dirty.shape[0]):
+        if dirty[n]:
+            _refresh_node(n, dirty, free, gpu_capacity, gpu_used, pool_of, request, gpu_count, gpu_milli, weight,
+                          length, checked, out, stale, size)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _refresh_node(n, dirty, free, gpu_capacity, gpu_used, pool_of, request, gpu_count, gpu_milli, weight, length,
+                  checked, out, stale, size):
+    """``refresh_fragmentation`` of node ``n``."""
+    dirty[n] = False
+    stale[n // size] = True
+    k = pool_of[n]
+    largest = -1
+    whole = 0
+    for g in range(gpu_capacity.shape[1]):
+        f = gpu_capacity[n, g] - gpu_used[n, g]
+        if f > largest:
+            largest = f
+        if f == GPU_MILLI:
+            whole += 1
+    unfit = 0.0
+    for s in range(length[k]):
+        fits = True
+        for j in range(4):
+            if checked[k, j] and not free[n, j] >= request[k, s, j]:
+                fits = False
+                break
+        c = gpu_count[k, s]
+        if fits and c > 0:
+            if c == 1 and gpu_milli[k, s] < GPU_MILLI:
+                fits = largest >= gpu_milli[k, s]
+            else:
+                fits = whole >= c
+        if not fits:
+            unfit += weight[k, s]
+    out[n] = max(free[n, 0], 0.0) * unfit
 
 
 @njit(cache=True, nogil=True)
@@ -535,6 +554,27 @@ def requested_utilisation(requested, allocatable, gpu_capacity, gpu_used, out):
         else:
             out[n] = max(requested[n, 0] / allocatable[n, 0], requested[n, 1] / allocatable[n, 1])
     return out
+
+
+@njit(cache=True, nogil=True)
+def unneeded_nodes(requested, allocatable, gpu_capacity, gpu_used, provisioned, ready, threshold, since, t, unneeded_s,
+                   util, ripe):
+    """A scale-down scan's bookkeeping (cluster-autoscaler's unneeded nodes): ``util`` is each node's
+    ``requested_utilisation``; a provisioned, ready node under ``threshold`` is unneeded since
+    ``since[n]`` (set to ``t`` when it becomes so; ``inf`` for a node that is not);
+    ``ripe[n]``: unneeded for at least ``unneeded_s``. Returns how many nodes are ripe."""
+    requested_utilisation(requested, allocatable, gpu_capacity, gpu_used, util)
+    count = 0
+    for n in range(util.shape[0]):
+        if provisioned[n] and ready[n] and util[n] < threshold:
+            if np.isinf(since[n]):
+                since[n] = t
+            ripe[n] = t - since[n] >= unneeded_s
+            count += ripe[n]
+        else:
+            since[n] = np.inf
+            ripe[n] = False
+    return count
 
 
 @njit(cache=True, nogil=True)

@@ -52,6 +52,7 @@ class RunningPods:
                 raise ValueError(f"RunningPods: {name} has {len(a)} pods, profile {n_pods}: expected one per pod")
         self.sources = (w.profile, cpu_weight, sizes, w.app, np.asarray(base_ms, dtype=np.float64),
                         w.latency_sensitive, pod_usage, crashed)
+        self._pod_usage, self._crashed = pod_usage, crashed  # what ``sync`` copies
         self.pos = np.full(n_pods, -1, dtype=np.int64)
         self.count = np.zeros(1, dtype=np.int64)
         capacity = max(int(capacity), 1)
@@ -109,8 +110,8 @@ class RunningPods:
         whose container is killed as it is bound gets them when it is added)."""
         s = self.pos[pod]
         if s >= 0:
-            self.cpu[s] = self.sources[6][pod, 0]
-            self.crashed[s] = self.sources[7][pod]
+            self.cpu[s] = self._pod_usage[pod, 0]
+            self.crashed[s] = self._crashed[pod]
 
 
 @njit(cache=True, nogil=True)
