@@ -64,6 +64,10 @@ def pod(name="web"):
     ("grcp: {port: 1}", "grcp: Extra inputs are not permitted"),
     ("prometheus: {url: x, queries: {cpu: up}}", "queries: unknown ['cpu']"),
     ("- a list", "expected a mapping of settings"),
+    ("kubernetes: {}", "kubernetes: Value error, kubeconfig=None, in_cluster=false: expected exactly one of a "
+                       "kubeconfig file and in_cluster: true"),
+    ("kubernetes: {kubeconfig: k, in_cluster: true}", "kubeconfig='k', in_cluster=true: expected exactly one"),
+    ("kubernetes: {in_cluster: true, context: a}", "context='a': a kubeconfig's context, but in_cluster is set"),
 ])
 def test_config_errors_name_the_key(tmp_path, text, message):
     path = tmp_path / "engine.yaml"

@@ -21,6 +21,7 @@ RESOURCES = {
     "ServiceAccount": ("/api/v1", "serviceaccounts", True), "ConfigMap": ("/api/v1", "configmaps", True),
     "Deployment": ("/apis/apps/v1", "deployments", True),
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
     "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
 }
@@ -56,7 +57,8 @@ def deployed(cluster):
     """The namespace and the RBAC applied for real (dry runs of namespaced objects need the namespace)."""
     objects = kustomized()
     for o in objects:
-        if o["kind"] == "Namespace" or o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRoleBinding"):
+        if o["kind"] == "Namespace" or o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+                                                     "ClusterRoleBinding"):
             apply(cluster, o, dry_run=False)
     return objects
 
@@ -116,6 +118,21 @@ def test_scheduler_rbac_is_what_a_scheduler_needs(cluster, deployed, verb, group
         "spec": {"user": f"system:serviceaccount:{NAMESPACE}:td3-scheduler",
                  "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}", "system:authenticated"],
                  "resourceAttributes": attributes}})
+    assert review["status"].get("allowed", False) is allowed, f"{verb} {resource}: {review['status']}"
+
+
+@pytest.mark.parametrize("verb, resource, namespace, allowed", [
+    ("list", "pods", "", True), ("watch", "pods", "", True), ("get", "pods", "default", True),
+    ("list", "nodes", "", True), ("watch", "nodes", "", True),
+    ("create", "pods", "default", False), ("delete", "pods", "default", False),   # reads, nothing more
+    ("update", "nodes", "", False), ("get", "secrets", "default", False), ("list", "configmaps", "", False),
+])
+def test_engine_rbac_reads_pods_and_nodes_and_nothing_else(cluster, deployed, verb, resource, namespace, allowed):
+    review = cluster.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": f"system:serviceaccount:{NAMESPACE}:td3sched-engine",
+                 "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}", "system:authenticated"],
+                 "resourceAttributes": {"verb": verb, "resource": resource, "namespace": namespace}}})
     assert review["status"].get("allowed", False) is allowed, f"{verb} {resource}: {review['status']}"
 
 

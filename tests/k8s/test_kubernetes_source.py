@@ -25,11 +25,11 @@ pytest.importorskip("kubernetes")
 from td3sched.engine.config import load_config  # noqa: E402
 from td3sched.engine.decision import DecisionEngine, ModelSlot, PodSpec  # noqa: E402
 from td3sched.engine.kubernetes_objects import pod_from_k8s  # noqa: E402
-from td3sched.engine.kubernetes_source import KubernetesSource, api_client  # noqa: E402
+from td3sched.engine.kubernetes_source import KubernetesSource, api_client, in_cluster_client  # noqa: E402
 from td3sched.engine.service import EngineService  # noqa: E402
 from td3sched.engine.state import ShadowState  # noqa: E402
 from tests.engine.prometheus_harness import wait_for  # noqa: E402
-from tests.k8s.control_plane import REPO, ControlPlane, engine_env  # noqa: E402
+from tests.k8s.control_plane import REPO, ApiError, ControlPlane, engine_env  # noqa: E402
 
 NOBODY = "no-scheduler"
 """Pods no running scheduler takes: the tests bind them themselves."""
@@ -310,6 +310,78 @@ def test_a_bad_kubeconfig_is_refused_naming_the_file_and_the_fault(tmp_path):
                             capture_output=True, text=True, timeout=120, env=engine_env(), cwd=REPO)
     assert result.returncode != 0
     assert f"kubernetes.kubeconfig: {garbage}: cannot be read" in result.stderr + result.stdout
+
+
+def test_in_cluster_without_a_pods_environment_is_refused_naming_what_is_missing(tmp_path):
+    env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "6443"}
+    with pytest.raises(ValueError, match="kubernetes.in_cluster: the environment variable KUBERNETES_SERVICE_HOST "
+                                         "is not set"):
+        in_cluster_client(tmp_path, {})
+    with pytest.raises(ValueError, match="KUBERNETES_SERVICE_PORT is empty"):
+        in_cluster_client(tmp_path, {**env, "KUBERNETES_SERVICE_PORT": ""})
+    with pytest.raises(ValueError, match=rf"kubernetes.in_cluster: {tmp_path / 'token'}: no such file"):
+        in_cluster_client(tmp_path, env)
+    (tmp_path / "token").write_text("t")
+    (tmp_path / "ca.crt").write_text("")
+    with pytest.raises(ValueError, match=rf"{tmp_path / 'ca.crt'}: empty"):
+        in_cluster_client(tmp_path, env)
+
+
+def service_account(cluster: ControlPlane, namespace: str, name: str, folder) -> dict:
+    """What a pod of service account ``name`` has: the API server's address in its environment and
+    a token (a TokenRequest, as the kubelet asks for one) and the cluster's CA in ``folder``. Creates
+    the account. Returns the environment."""
+    try:
+        cluster.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}})
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+    token = cluster.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+    folder.mkdir(parents=True)
+    (folder / "token").write_text(token["status"]["token"])
+    (folder / "ca.crt").write_bytes((cluster.cert_dir / "apiserver.crt").read_bytes())
+    return {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(cluster.port)}
+
+
+def in_cluster_source(folder, env) -> KubernetesSource:
+    service = EngineService(DecisionEngine(ShadowState(), ModelSlot(None)))
+    source = KubernetesSource(None, service, backoff_initial_s=0.2, backoff_max_s=1.0, service_account_dir=folder,
+                              environ=env)
+    source.start()
+    return source
+
+
+def test_in_cluster_the_watches_run_as_the_service_account_the_shipped_rbac_allows(cluster, namespace, tmp_path):
+    """As the engine's pod: the watches authenticate with the mounted service account token. An account
+    without a role is refused by the API server's RBAC (the watches never list); the shipped engine
+    account, with deploy/base/engine-rbac.yaml applied, lists and watches the nodes and pods."""
+    from tests.k8s.test_deploy import NAMESPACE, apply, kustomized
+
+    env = service_account(cluster, namespace, "no-role", tmp_path / "no-role")
+    refused = in_cluster_source(tmp_path / "no-role", env)
+    try:
+        assert not wait_for(lambda: any(w.synced for w in refused.watches), deadline_s=3.0), \
+            "an account without a role listed"
+    finally:
+        refused.stop()
+    try:
+        cluster.create_namespace(NAMESPACE)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+    for o in kustomized():
+        if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding") and "engine" in o["metadata"]["name"]:
+            apply(cluster, o, dry_run=False)
+    env = service_account(cluster, NAMESPACE, "td3sched-engine", tmp_path / "engine")
+    source = in_cluster_source(tmp_path / "engine", env)
+    try:
+        assert wait_for(lambda: all(w.synced for w in source.watches), deadline_s=DEADLINE_S), "the watches never listed"
+        want = {o["metadata"]["name"] for o in cluster.request("GET", "/api/v1/nodes")["items"]}
+        assert wait_for(lambda: set(source.nodes) == want, deadline_s=DEADLINE_S), (sorted(source.nodes), sorted(want))
+    finally:
+        source.stop()
 
 
 # --- the engine as a process --------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ are refused; an error names the key (``grpc.port``) and what it allows. Every de
     decision_log: {path: decisions.jsonl, max_bytes: 67108864, keep: 5, fsync_interval_s: 1}
     kubernetes: {kubeconfig: kubeconfig, context: null, watch_timeout_s: 300, request_timeout_s: 10,
                  backoff_initial_s: 0.5, backoff_max_s: 30}   # optional: pod and node watches
+    kubernetes: {in_cluster: true, service_account_dir: /var/run/secrets/kubernetes.io/serviceaccount}
+                                      # ... or as the engine's pod, with its service account
     reload_interval_s: 5              # how often the model folder is checked for a new model
     drain_s: 10                       # SIGTERM: how long calls in flight may take to finish
 """
@@ -107,11 +109,23 @@ class DecisionLogSettings(BaseModel):
     fsync_interval_s: float = Field(1.0, gt=0)
 
 
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+"""Where Kubernetes mounts a pod's service account token and the cluster's CA."""
+
+
 class KubernetesSettings(BaseModel):
     model_config = STRICT
-    kubeconfig: Path
+    kubeconfig: Path | None = None
     """The API server, its CA and the credentials (relative: to the config file); the engine lists and
-    watches pods and nodes with them (``engine/kubernetes_source.py``)."""
+    watches pods and nodes with them (``engine/kubernetes_source.py``). Exactly one of ``kubeconfig``
+    and ``in_cluster``."""
+    in_cluster: bool = False
+    """Connect as the engine's own pod: the API server Kubernetes names in the pod's environment
+    (``KUBERNETES_SERVICE_HOST``, ``KUBERNETES_SERVICE_PORT``), the service account's token and the
+    cluster's CA from ``service_account_dir`` (the token is read again as the kubelet rotates it).
+    The service account needs get, list and watch on pods and nodes (deploy/base/engine-rbac.yaml)."""
+    service_account_dir: Path = SERVICE_ACCOUNT_DIR
+    """With ``in_cluster``: the folder holding ``token`` and ``ca.crt``."""
     context: str | None = None
     """The kubeconfig's context to use; none: its current-context."""
     watch_timeout_s: float = Field(300.0, ge=1)
@@ -124,6 +138,12 @@ class KubernetesSettings(BaseModel):
 
     @model_validator(mode="after")
     def _check(self):
+        if self.in_cluster == (self.kubeconfig is not None):
+            raise ValueError(f"kubeconfig={str(self.kubeconfig) if self.kubeconfig else None!r}, in_cluster="
+                             f"{str(self.in_cluster).lower()}: expected exactly one of a kubeconfig file and "
+                             "in_cluster: true")
+        if self.in_cluster and self.context is not None:
+            raise ValueError(f"context={self.context!r}: a kubeconfig's context, but in_cluster is set (no kubeconfig)")
         if self.backoff_max_s < self.backoff_initial_s:
             raise ValueError(f"backoff_max_s={self.backoff_max_s:g}: expected at least backoff_initial_s="
                              f"{self.backoff_initial_s:g}")
@@ -176,7 +196,7 @@ def load_config(path) -> EngineConfig:
         config.model = base / config.model
     if config.decision_log is not None and not config.decision_log.path.is_absolute():
         config.decision_log.path = base / config.decision_log.path
-    if config.kubernetes is not None:
+    if config.kubernetes is not None and config.kubernetes.kubeconfig is not None:
         kubeconfig = config.kubernetes.kubeconfig
         if not kubeconfig.is_absolute():
             kubeconfig = config.kubernetes.kubeconfig = base / kubeconfig

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -37,6 +38,7 @@ from typing import Callable
 
 import numpy as np
 
+from td3sched.engine.config import SERVICE_ACCOUNT_DIR
 from td3sched.engine.kubernetes_objects import GIB, GPU_RESOURCE, MIB, RDMA_RESOURCE, pod_from_k8s, quantity
 from td3sched.engine.metrics import EngineMetrics
 from td3sched.engine.service import EngineService
@@ -47,6 +49,8 @@ try:
     from kubernetes import config as k8s_config
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.incluster_config import (SERVICE_HOST_ENV_NAME, SERVICE_PORT_ENV_NAME,
+                                                    InClusterConfigLoader)
 except ImportError as exc:  # pragma: no cover - an install without the engine extra
     raise ImportError(f"the Kubernetes source needs the official client ({exc}): "
                       "pip install 'td3sched[engine]'") from None
@@ -60,8 +64,12 @@ class Gone(RuntimeError):
     """410: the watch's resourceVersion is too old; re-list."""
 
 
-def api_client(kubeconfig: Path, context: str | None = None):
-    """The official client's ApiClient for ``kubeconfig``; a ValueError naming the file and what is wrong."""
+def api_client(kubeconfig: Path | None, context: str | None = None, service_account_dir: Path = SERVICE_ACCOUNT_DIR,
+               environ=os.environ):
+    """The official client's ApiClient for ``kubeconfig``, or for the pod the engine runs in when it
+    is None (``in_cluster_client``); a ValueError naming the file and what is wrong."""
+    if kubeconfig is None:
+        return in_cluster_client(service_account_dir, environ)
     where = f"kubernetes.kubeconfig: {kubeconfig}"
     try:
         return k8s_config.new_client_from_config(config_file=str(kubeconfig), context=context,
@@ -73,6 +81,32 @@ def api_client(kubeconfig: Path, context: str | None = None):
                          "a cluster, a user and a context" + (f" named {context!r}" if context else "")) from None
     except Exception as exc:  # noqa: BLE001  (yaml errors and whatever else the loader raises)
         raise ValueError(f"{where}: cannot be read ({type(exc).__name__}: {exc}): expected a kubeconfig file") from None
+
+
+def in_cluster_client(service_account_dir: Path = SERVICE_ACCOUNT_DIR, environ=os.environ):
+    """The ApiClient of a pod's service account (client-go's ``rest.InClusterConfig``): the API server
+    at ``KUBERNETES_SERVICE_HOST``:``KUBERNETES_SERVICE_PORT`` of ``environ``, the bearer token in
+    ``service_account_dir``/token (read again as it rotates) and the CA in ``ca.crt``. A ValueError
+    names what is missing."""
+    where = "kubernetes.in_cluster"
+    for name in (SERVICE_HOST_ENV_NAME, SERVICE_PORT_ENV_NAME):
+        if not environ.get(name):
+            raise ValueError(f"{where}: the environment variable {name} is {'empty' if name in environ else 'not set'}:"
+                             " expected the API server's address, as Kubernetes sets it in every pod")
+    for name in ("token", "ca.crt"):
+        f = Path(service_account_dir) / name
+        if not f.is_file() or f.stat().st_size == 0:
+            raise ValueError(f"{where}: {f}: {'empty' if f.is_file() else 'no such file'}: expected the service "
+                             "account's token and CA (a pod with automountServiceAccountToken, or "
+                             "kubernetes.service_account_dir)")
+    configuration = k8s_client.Configuration()
+    try:
+        InClusterConfigLoader(token_filename=str(Path(service_account_dir) / "token"),
+                              cert_filename=str(Path(service_account_dir) / "ca.crt"),
+                              environ=environ).load_and_set(configuration)
+    except ConfigException as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return k8s_client.ApiClient(configuration)
 
 
 class ResourceWatch:
@@ -223,13 +257,16 @@ def node_allocatable(node: dict, disk_gib: float, rdma_pct: float) -> tuple[str,
 class KubernetesSource:
     """The pod and node watches of one API server, feeding ``service`` (its state and assign cache)."""
 
-    def __init__(self, kubeconfig: Path, service: EngineService, context: str | None = None,
+    def __init__(self, kubeconfig: Path | None, service: EngineService, context: str | None = None,
                  watch_timeout_s: float = 300.0, request_timeout_s: float = 10.0, backoff_initial_s: float = 0.5,
-                 backoff_max_s: float = 30.0, disk_gib: float = 100.0, rdma_pct: float = 100.0):
+                 backoff_max_s: float = 30.0, disk_gib: float = 100.0, rdma_pct: float = 100.0,
+                 service_account_dir: Path = SERVICE_ACCOUNT_DIR, environ=os.environ):
+        """``kubeconfig`` None: the pod's service account (``in_cluster_client``)."""
         self.service = service
         self.state = service.engine.state
         self.metrics = service.metrics
-        self.api = k8s_client.CoreV1Api(api_client(Path(kubeconfig), context))
+        self.api = k8s_client.CoreV1Api(api_client(None if kubeconfig is None else Path(kubeconfig), context,
+                                                   service_account_dir, environ))
         self.disk_gib, self.rdma_pct = disk_gib, rdma_pct
         self.nodes: dict[str, tuple[np.ndarray, int]] = {}
         """node -> (allocatable [4], GPUs), as last listed or watched."""
