@@ -6,11 +6,11 @@ compiled loop (numba) with the same state, the same arithmetic and the same orde
 ``engine.Simulation``'s Python path; it hands every other case back to that path, at a point where
 the Python code resumes exactly where the loop stopped (docs/simulator.md, *Speed*):
 
-- ``STOP``: the next event is not one of the two (a tick, a scrape, an autoscaler scan, the queue's
-  backoff or flush, a node becoming ready, a restart, an eviction check, the span's end or the
-  warm-up's end), or it involves what only Python handles (a GPU pod, a container over its memory
-  limit at the bind, a fit class the failure memo knows to find no node); nothing of that event has
-  happened yet;
+- ``STOP``: the next event is not one of the two (a tick, a scrape, an autoscaler scan that may
+  change something, the queue's backoff or flush, a node becoming ready, a restart, an eviction
+  check, the span's end or the warm-up's end), or it involves what only Python handles (a GPU pod,
+  a container over its memory limit at the bind, a fit class the failure memo knows to find no
+  node); nothing of that event has happened yet;
 - ``FAILED``: the arrival's Filter pass (done, with kube-scheduler's walk advanced) found no node;
   the pod has not entered the queue yet;
 - ``MEMORY``: a bind put a node's memory above its pressure level: the kubelet and the kernel

@@ -501,9 +501,11 @@ def tick_latency(pods, slot_node, slot_ls, slot_base_ms, slot_pressure, slot_cra
     for i in range(n_running):
         if slot_ls[i]:
             n_ls += 1
+    pending = np.empty(ls_pods.shape[0], dtype=np.int64)  # the pending ones, in ls_pods' order
     n_pending = 0
     for j in range(ls_pods.shape[0]):
         if state[ls_pods[j]] == pending_state:
+            pending[n_pending] = ls_pods[j]
             n_pending += 1
     latency = np.empty(n_ls + n_pending)
     k = 0
@@ -529,12 +531,11 @@ def tick_latency(pods, slot_node, slot_ls, slot_base_ms, slot_pressure, slot_cra
             if not breaching[p]:
                 breaches += 1
         breaching[p] = above
-    for j in range(ls_pods.shape[0]):
-        p = ls_pods[j]
-        if state[p] == pending_state:
-            waiting -= 1
-            latency[waiting] = base_ms[app[p]] * cap_factor
-            samples += 1
+    for j in range(n_pending):
+        p = pending[j]
+        waiting -= 1
+        latency[waiting] = base_ms[app[p]] * cap_factor
+        samples += 1
     return latency, breaches, samples
 
 
