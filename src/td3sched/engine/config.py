@@ -28,6 +28,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from td3sched.engine.kubernetes_objects import SERVICE_ACCOUNT_DIR
 from td3sched.engine.prometheus_source import DEFAULT_QUERIES
 
 STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
@@ -107,10 +108,6 @@ class DecisionLogSettings(BaseModel):
     max_bytes: int = Field(64 << 20, ge=4096)
     keep: int = Field(5, ge=1)
     fsync_interval_s: float = Field(1.0, gt=0)
-
-
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-"""Where Kubernetes mounts a pod's service account token and the cluster's CA."""
 
 
 class KubernetesSettings(BaseModel):

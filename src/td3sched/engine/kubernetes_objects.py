@@ -18,10 +18,14 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 
 from td3sched.engine.decision import QOS_NAMES, PodSpec
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+"""Where Kubernetes mounts a pod's service account token and the cluster's CA."""
 
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$")
 _SUFFIX = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),

@@ -38,8 +38,8 @@ from typing import Callable
 
 import numpy as np
 
-from td3sched.engine.config import SERVICE_ACCOUNT_DIR
-from td3sched.engine.kubernetes_objects import GIB, GPU_RESOURCE, MIB, RDMA_RESOURCE, pod_from_k8s, quantity
+from td3sched.engine.kubernetes_objects import (GIB, GPU_RESOURCE, MIB, RDMA_RESOURCE, SERVICE_ACCOUNT_DIR,
+                                                pod_from_k8s, quantity)
 from td3sched.engine.metrics import EngineMetrics
 from td3sched.engine.service import EngineService
 from td3sched.engine.state import NodeInventory, NotReady
