@@ -24,9 +24,13 @@ def run(scenario, policy, seed, span, overrides):
 '''
 
 DRIVER = '''
+import signal
 import sys
 
 if __name__ == "__main__":
+    # Ctrl-C as a terminal delivers it: a test run started in the background by a non-interactive
+    # shell inherits SIGINT ignored, and a command keeps an ignored SIGINT ignored (as it should)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from td3sched.evaluate import grid
     grid.DEFAULT_RUNNER = "slow_runner:run"
     from td3sched.cli import app
