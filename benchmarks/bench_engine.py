@@ -13,14 +13,16 @@ neighbours' load, so comparisons are interleaved and repeated, and ratios are me
              Beside it, the observation's statistics against numpy's general functions.
 3. clients   decisions/s with 1, 4 and 16 concurrent clients (100 candidates, closed loop).
 4. soak      1,000 decisions/s (open loop, a ReportBinding every tenth) for --soak-s (600): errors,
-             the server's RSS growth after the first minute (goal < 5%), p99 per minute.
+             the server's RSS growth after the first minute (goal < 5%), p99 per minute, CPU per call;
+             then the no-op at the same rate for --soak-noop-s (120): what the transport alone carries.
 5. twin      the simulator driving the engine over loopback gRPC and over the extender against the
              same run through the engine in process: same placements and metrics, bit for bit, on
              tiny and on a dlrm window (needs the traces).
 6. fuzz      --fuzz (100,000) generated requests, half ScoreNodes, half extender bodies: 0 crashes.
 
     python benchmarks/bench_engine.py [--sections latency,onnx,clients,soak,twin,fuzz] [--soak-s 600]
-                                      [--soak-rate 1000] [--fuzz 100000] [--trials 9] [--calls 300]
+                                      [--soak-rate 1000] [--soak-noop-s 120] [--fuzz 100000]
+                                      [--trials 9] [--calls 300]
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.engine.fuzzing: the tests' generators and contract
 
-from td3sched.engine.loadgen import ServedEngine, requests, run_load, synthetic_snapshot  # noqa: E402
+from td3sched.engine.loadgen import ServedEngine, cpu_seconds, requests, run_load, synthetic_snapshot  # noqa: E402
 from td3sched.engine.v1 import engine_pb2_grpc  # noqa: E402
 from td3sched.rl.observation import OBSERVATION_SIZE, utilisation_stats  # noqa: E402
 from td3sched.rl.onnx_actor import load_actor  # noqa: E402
@@ -156,8 +158,9 @@ def section_onnx(args) -> None:
               f"{1e6 * np.median(t[:, 1]):.1f} us ({np.median(t[:, 1] / t[:, 0]):.1f}x), same values to the bit")
 
 
-def closed_loop(port: int, reqs: list, clients: int, seconds: float) -> tuple[float, float, int]:
-    """(decisions/s, client p99 s, errors) of ``clients`` threads each calling back to back."""
+def closed_loop(port: int, reqs: list, clients: int, seconds: float, pid: int | None = None):
+    """(decisions/s, client p99 s, errors, server CPU s per call) of ``clients`` threads each calling
+    back to back (CPU from the server process ``pid``; NaN without)."""
     lat: list[float] = []
     errors = [0]
     lock = threading.Lock()
@@ -181,40 +184,59 @@ def closed_loop(port: int, reqs: list, clients: int, seconds: float) -> tuple[fl
             errors[0] += bad
 
     threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    cpu0 = cpu_seconds(pid) if pid is not None else float("nan")
     start = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return len(lat) / (time.perf_counter() - start), float(np.quantile(lat, 0.99)), errors[0]
+    elapsed = time.perf_counter() - start
+    cpu = (cpu_seconds(pid) - cpu0) / len(lat) if pid is not None and lat else float("nan")
+    return len(lat) / elapsed, float(np.quantile(lat, 0.99)), errors[0], cpu
 
 
 def section_clients(served: ServedEngine, noop: ServedEngine, names, args) -> None:
     reqs = requests(names, 100)
-    print(f"\n3. decisions/s, closed loop, 100 candidates, {args.seconds:g} s each (clients: threads of this process)")
-    print(f"{'clients':>7} {'engine/s':>9} {'engine p99':>11} {'no-op/s':>8} {'no-op p99':>10} {'errors':>6}")
+    print(f"\n3. decisions/s, closed loop, 100 candidates, {args.seconds:g} s each (clients: threads of this process); "
+          "server CPU per call from its process")
+    print(f"{'clients':>7} {'engine/s':>9} {'engine p99':>11} {'engine CPU':>11} {'no-op/s':>8} {'no-op p99':>10} "
+          f"{'no-op CPU':>10} {'errors':>6}")
     for clients in (1, 4, 16):
-        rate, p99, err = closed_loop(served.port, reqs, clients, args.seconds)
-        zrate, zp99, zerr = closed_loop(noop.port, reqs, clients, args.seconds)
-        print(f"{clients:>7} {rate:>9,.0f} {ms(p99):>8} ms {zrate:>8,.0f} {ms(zp99):>7} ms {err + zerr:>6}")
+        rate, p99, err, cpu = closed_loop(served.port, reqs, clients, args.seconds, served.pid)
+        zrate, zp99, zerr, zcpu = closed_loop(noop.port, reqs, clients, args.seconds, noop.pid)
+        print(f"{clients:>7} {rate:>9,.0f} {ms(p99):>8} ms {1e6 * cpu:>8,.0f} us {zrate:>8,.0f} {ms(zp99):>7} ms "
+              f"{1e6 * zcpu:>7,.0f} us {err + zerr:>6}")
 
 
 def section_soak(args) -> None:
     print(f"\n4. soak: {args.soak_rate:,.0f} decisions/s for {args.soak_s:g} s, open loop, a ReportBinding every "
-          f"tenth call, 100 candidates of {NODES:,}, decision log on (rotated at 16 MiB)")
+          f"tenth call, 100 candidates of {NODES:,}, decision log on (rotated at 16 MiB); then the no-op at the same "
+          f"rate for {args.soak_noop_s:g} s: what the transport alone carries on this machine")
     import tempfile
 
+    names = synthetic_snapshot(NODES).names
     with tempfile.TemporaryDirectory() as tmp, ServedEngine(NODES, args.model, log_dir=tmp) as served:
-        names = synthetic_snapshot(NODES).names
         report = run_load(f"127.0.0.1:{served.port}", args.soak_rate, args.soak_s, requests(names, 100),
                           pid=served.pid, timeout_s=10.0)
         counters = served.stop()
+    noop_report = None
+    if args.soak_noop_s > 0:
+        with ServedEngine(noop=True) as noop:
+            noop_report = run_load(f"127.0.0.1:{noop.port}", args.soak_rate, args.soak_noop_s, requests(names, 100),
+                                   pid=noop.pid, timeout_s=10.0)
     warmup = min(60.0, args.soak_s / 5)
     growth = report.rss_growth(warmup)
     minute = 60.0 if args.soak_s >= 180 else args.soak_s / 3
     p99s = [report.p99_s(a, a + minute) for a in np.arange(0, args.soak_s - minute / 2, minute)]
-    print(f"   sent {report.sent:,}, answered {report.ok:,} ({report.achieved_per_s:,.0f}/s), errors "
-          f"{report.errors or 0}; engine's own p99 (its histogram) <= {1e3 * counters.get('score_nodes_p99_le_s', float('nan')):g} ms")
+    print(f"   engine: sent {report.sent:,}, answered {report.ok:,} ({report.achieved_per_s:,.0f}/s), errors "
+          f"{report.errors or 0}; server CPU {1e6 * report.server_cpu_per_call_s:,.0f} us per answered call; "
+          f"engine's own p99 (its histogram) <= {1e3 * counters.get('score_nodes_p99_le_s', float('nan')):g} ms")
+    if noop_report is not None:
+        print(f"   no-op:  sent {noop_report.sent:,}, answered {noop_report.ok:,} ({noop_report.achieved_per_s:,.0f}/s), "
+              f"errors {noop_report.errors or 0}; server CPU {1e6 * noop_report.server_cpu_per_call_s:,.0f} us per "
+              f"answered call; client p99 {ms(noop_report.p99_s())} ms")
+    print(f"   one serving process has at most one core for its interpreter: at {args.soak_rate:,.0f}/s that is "
+          f"{1e6 / args.soak_rate:,.0f} us of CPU per call, the client's share of the machine aside")
     rss0 = [b for s, b in report.rss if s >= warmup][0]
     print(f"   server RSS {rss0 / 2**20:.0f} MiB at {warmup:g} s -> {report.rss[-1][1] / 2**20:.0f} MiB at the end: "
           f"{100 * growth:+.1f}%  goal < {100 * GOAL_RSS_GROWTH:g}% {'met' if growth < GOAL_RSS_GROWTH else 'NOT met'}")
@@ -304,6 +326,8 @@ def main() -> None:
     parser.add_argument("--soak-s", type=float, default=600.0)
     parser.add_argument("--soak-rate", type=float, default=GOAL_SOAK_RATE,
                         help="Decisions/s of the soak (the goal is 1,000; a loaded machine may not serve that).")
+    parser.add_argument("--soak-noop-s", type=float, default=120.0,
+                        help="Length of the no-op's soak at the same rate (0: none).")
     parser.add_argument("--twin-dlrm-s", type=float, default=600.0, help="Length of the dlrm twin window.")
     parser.add_argument("--fuzz", type=int, default=100_000)
     args = parser.parse_args()

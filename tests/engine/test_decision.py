@@ -117,10 +117,10 @@ def test_bindings_raise_the_nodes_utilisation_until_a_newer_scrape(actor):
     snap = snapshot(3, cpu_util=[0.2, 0.2, 0.2])
     service, clock = make_service(actor, snap)
     _, before = service.score_nodes(POD, list(snap.names))
-    for _ in range(4):
+    for k in range(1, 5):  # each binding counts from the next decision on (the state keeps its sums between them)
         service.report_binding(PodSpec("x", cpu_milli=2000, mem_mib=4096), "node-1")
-    _, after = service.score_nodes(POD, list(snap.names))
-    assert after.utilisation[1, 0] == pytest.approx(before.utilisation[1, 0] + 8000 / 16000)
+        _, after = service.score_nodes(POD, list(snap.names))
+        assert after.utilisation[1, 0] == pytest.approx(before.utilisation[1, 0] + k * 2000 / 16000)
     assert after.utilisation[0, 0] == before.utilisation[0, 0]
     clock.t += 30  # a scrape after the bindings sees them: the cache no longer adds them
     newer = snapshot(3, cpu_util=[0.2, 0.7, 0.2], now=clock.t)
@@ -141,3 +141,19 @@ def test_scores_stay_in_range_and_weights_on_the_simplex(actor, n, cpu, mem, qos
     assert np.all((d.scores >= 0) & (d.scores <= 1)) and len(d.scores) == n
     assert d.weights.sum() == pytest.approx(1.0) and np.all(d.weights >= 0) and 0 <= d.tau <= 1
     assert all(0 <= s <= 100 for s in d.scores_0_100())
+
+
+@pytest.mark.parametrize("with_model", [True, False])
+def test_warm_up_decides_on_its_own_cluster_and_leaves_the_served_state_alone(actor, with_model, tmp_path):
+    from td3sched.engine.decision_log import DecisionLog
+
+    snap = snapshot(3)
+    log = DecisionLog(tmp_path / "decisions.jsonl")
+    service, _ = make_service(actor if with_model else None, snap, log=log)
+    service.engine.warm_up()
+    assert service.engine.state.snapshot is snap and service.engine.state.assigned() == {}
+    assert sum(s.value for m in service.metrics.decisions.collect() for s in m.samples if s.name.endswith("_total")) == 0
+    log.close()
+    assert (tmp_path / "decisions.jsonl").read_text() == ""
+    _, d = service.score_nodes(POD, list(snap.names))  # and the engine decides as before
+    assert d.fallback == (not with_model) and d.candidates == list(snap.names)

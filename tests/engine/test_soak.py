@@ -24,6 +24,7 @@ def test_a_30_second_soak_has_no_error_and_bounded_memory(tmp_path):
                           timeout_s=120.0)
         counters = served.stop()
     assert report.errors == {} and report.ok == report.sent == int(RATE_PER_S * SECONDS)
+    assert report.server_cpu_s > 0 and report.server_cpu_per_call_s > 0
     assert counters["rejected"] == 0 and counters["decisions"] == report.sent
     growth = report.rss_growth(WARMUP_S)
     assert growth < MAX_RSS_GROWTH, f"server RSS grew {100 * growth:.1f}% after the warm-up: {report.rss}"

@@ -37,6 +37,7 @@ decision reads the slot once, so a decision in flight finishes on the model it s
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from itertools import repeat
@@ -205,18 +206,21 @@ class DecisionEngine:
         if "" in unique:
             raise ValueError("candidates: expected non-empty node names")
         idx = np.fromiter(map(snap.index.get, names, repeat(-1)), dtype=np.int64, count=len(names))
-        known = idx >= 0
-        fresh = known.copy()
-        fresh[known] = self.state.fresh(snap, now, idx[known])
+        fresh, n_fresh = self.state.fresh_candidates(snap, now, idx)
         stale = ~fresh
-        excluded = stale if self.state.staleness.mode == "fail-closed" else np.zeros(len(names), dtype=bool)
-        scores = np.where(excluded, 0.0, NEUTRAL_SCORE)
+        scores = np.full(len(names), NEUTRAL_SCORE)
+        if self.state.staleness.mode == "fail-closed":
+            excluded = stale
+            scores[excluded] = 0.0
+        else:
+            excluded = np.zeros(len(names), dtype=bool)
         actor = self.models.actor
         version = actor.version if actor is not None else "none"
-        if not fresh.any():
+        if not n_fresh:
             return Decision(names, scores, excluded, stale, self.fallback_weights, self.fallback_tau, None, version,
                             "no_fresh_metrics", time_s=now, advisory=self.shadow)
-        nodes = idx[fresh]
+        every = n_fresh == len(names)  # the usual case: no mask to apply
+        nodes = idx if every else idx[fresh]
         request = pod.request(now)
         u = utilisation(request, nodes, snap, self.state.recent_usage(snap))
         obs = observe(request, nodes, snap, u, snap.oom_kills_recent)
@@ -229,9 +233,28 @@ class DecisionEngine:
             fresh_scores[over] = 0.0
             held = np.zeros(len(names), dtype=bool)
             held[fresh] = over
-        scores[fresh] = fresh_scores
+        if every:
+            scores = fresh_scores
+        else:
+            scores[fresh] = fresh_scores
         return Decision(names, scores, excluded, stale, args.weights, args.tau, action, version, reason, obs, u, now,
                         advisory=self.shadow, ceiling=args.ceiling, held_back=held)
+
+    def warm_up(self) -> None:
+        """Decide and filter on a two-node cluster of its own, before and after a binding, so that every
+        compiled kernel of the decision path is loaded (compiled, on a first run) before the first
+        request rather than during it. Reads the served model; touches nothing the engine serves."""
+        state = ShadowState(lambda: 0.0, self.state.staleness)
+        capacity = np.array([[64000.0, 262144.0, 1.0, 25000.0]] * 2)
+        state.publish(NodeSnapshot(("warm-up-a", "warm-up-b"), np.array([[64000.0, 262144.0, 1000.0, 100.0]] * 2),
+                                   capacity, 0.3 * capacity, np.zeros(2)))
+        probe = dataclasses.replace(self, state=state)
+        pod = PodSpec("warm-up", cpu_milli=100.0, mem_mib=128.0)
+        for bound in (False, True):
+            if bound:
+                state.report_binding("warm-up-a", pod.request(0.0).nonzero_cpu_mem, t=0.0)
+            probe.decide(pod, ["warm-up-a", "warm-up-b"])
+            probe.filter(["warm-up-a", "warm-up-b"], pod)
 
     def serves_ceiling(self) -> bool:
         """Whether the served model's card declares the hold-back ceiling."""

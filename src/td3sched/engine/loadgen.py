@@ -21,6 +21,7 @@ Both sides bind and dial loopback only.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 import time
 from concurrent import futures
@@ -86,8 +87,10 @@ def _serve(conn, nodes: int, model: str | None, max_workers: int, log_dir: str |
     state = ShadowState()
     state.publish(synthetic_snapshot(nodes, 0))
     log = DecisionLog(Path(log_dir) / "decisions.jsonl", max_bytes=16 << 20, keep=2) if log_dir else None
-    service = EngineService(DecisionEngine(state, ModelSlot(load_actor(model) if model else None)), log=log)
-    engine = GrpcFrontDoor(service, "127.0.0.1", 0, max_workers=max_workers)
+    engine = DecisionEngine(state, ModelSlot(load_actor(model) if model else None))
+    engine.warm_up()
+    service = EngineService(engine, log=log)
+    front = GrpcFrontDoor(service, "127.0.0.1", 0, max_workers=max_workers)
     stop = threading.Event()
 
     def refresh() -> None:  # new metrics every second, like a Prometheus source
@@ -98,11 +101,11 @@ def _serve(conn, nodes: int, model: str | None, max_workers: int, log_dir: str |
 
     refresher = threading.Thread(target=refresh, name="refresher", daemon=True)
     refresher.start()
-    conn.send(engine.port)
+    conn.send(front.port)
     while conn.recv() != "stop":
         pass
     stop.set()
-    engine.stop(1.0)
+    front.stop(1.0)
     if log is not None:
         log.close()
     m = service.metrics
@@ -169,6 +172,13 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def requests(names: tuple[str, ...], candidates: int, count: int = 16, seed: int = 0) -> list:
     """``count`` ScoreNodes requests, pods of different sizes over different candidate sets."""
     rng = np.random.default_rng(seed)
@@ -194,10 +204,17 @@ class LoadReport:
     rss: list = field(default_factory=list)
     """(second of the run, resident bytes of the server) sampled each second."""
     elapsed_s: float = 0.0
+    server_cpu_s: float = float("nan")
+    """CPU time the server used during the run (with ``pid``)."""
 
     @property
     def achieved_per_s(self) -> float:
         return self.ok / self.elapsed_s if self.elapsed_s else 0.0
+
+    @property
+    def server_cpu_per_call_s(self) -> float:
+        """Server CPU per ScoreNodes answered (its ReportBinding calls included)."""
+        return self.server_cpu_s / self.ok if self.ok else float("nan")
 
     def p99_s(self, first_s: float = 0.0, last_s: float = float("inf")) -> float:
         window = [x for s, lat in enumerate(self.latency_s) if first_s <= s < last_s for x in lat]
@@ -234,6 +251,7 @@ def run_load(target: str, rate_per_s: float, seconds: float, reqs: list, pid: in
         stub = engine_pb2_grpc.DecisionEngineStub(channel)
         grpc.channel_ready_future(channel).result(timeout=30)
         total = int(rate_per_s * seconds)
+        cpu0 = cpu_seconds(pid) if pid is not None else float("nan")
         start = time.perf_counter()
         next_rss = 0
         for i in range(total):
@@ -263,4 +281,5 @@ def run_load(target: str, rate_per_s: float, seconds: float, reqs: list, pid: in
         report.elapsed_s = time.perf_counter() - start
         if pid is not None:
             report.rss.append((int(report.elapsed_s), rss_bytes(pid)))
+            report.server_cpu_s = cpu_seconds(pid) - cpu0
     return report

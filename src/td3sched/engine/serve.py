@@ -79,6 +79,7 @@ class RunningEngine:
         log.info("model %s, fallback %s (%s)", actor.version if actor else "none", weights.tolist(), source)
         self.state = ShadowState(time.time, Staleness(config.staleness.max_age_s, config.staleness.mode))
         self.engine = DecisionEngine(self.state, ModelSlot(actor), weights, tau, config.safety_cpu_util, config.shadow)
+        self.engine.warm_up()
         dl = config.decision_log
         self.log = DecisionLog(dl.path, dl.max_bytes, dl.keep, dl.fsync_interval_s) if dl is not None else None
         self.metrics = EngineMetrics()

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+from numba import njit
 
 from td3sched.policy.assign_cache import AssignCache
 from td3sched.simulator.cluster import USAGE_COLUMNS
@@ -43,6 +44,19 @@ ASSIGN_HORIZON_S = 600.0
 """A binding is forgotten after this long even if no scrape of its node came (a node gone quiet)."""
 DEFAULT_NIC_MBIT = 10_000.0
 """NIC capacity of a node whose metrics do not give one (10 Gbit/s, as the Prometheus source)."""
+
+
+@njit(cache=True, nogil=True)
+def fresh_candidates(idx, scraped_at_s, complete, now, max_age_s, out):
+    """``ShadowState.fresh`` of candidates ``idx`` (node indices, -1: unknown, never fresh) into ``out``,
+    in one pass; returns how many are fresh."""
+    count = 0
+    for j in range(idx.shape[0]):
+        i = idx[j]
+        ok = i >= 0 and now - scraped_at_s[i] <= max_age_s and complete[i]
+        out[j] = ok
+        count += ok
+    return count
 
 
 def binding_key(namespace: str, name: str) -> str:
@@ -71,6 +85,9 @@ class NodeSnapshot:
 
     def __post_init__(self):
         n = len(self.names)
+        for name in ("allocatable", "capacity_usage", "observed", "scraped_at_s"):
+            # one array type whatever the source built: the decision's compiled kernels see one signature
+            object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.float64))
         for name, shape in (("allocatable", (n, 4)), ("capacity_usage", (n, len(USAGE_COLUMNS))),
                             ("observed", (n, len(USAGE_COLUMNS))), ("scraped_at_s", (n,))):
             if np.shape(getattr(self, name)) != shape:
@@ -160,6 +177,10 @@ class ShadowState:
         self._inventory: NodeInventory | None = None
         self._lock = threading.Lock()
         self._cache = AssignCache(0, horizon_s=ASSIGN_HORIZON_S)
+        self._cache_version = 0
+        """Counts the bindings added to the cache and its replacements."""
+        self._recent: tuple[NodeSnapshot, int, np.ndarray | None] | None = None
+        """``recent_usage``'s last answer: (snapshot, cache version, usage), valid while both hold."""
         self._bound: OrderedDict[str, tuple[str, float, frozenset]] = OrderedDict()
         """binding_key -> (node, time, sources that reported it) of the bindings counted within the
         horizon, oldest first."""
@@ -209,6 +230,7 @@ class ShadowState:
                     if new is not None:
                         cache.add(new, t, estimate)
             self._cache = cache
+            self._cache_version += 1
         self._snapshot = snap
 
     def assigned(self) -> dict[str, np.ndarray]:
@@ -249,6 +271,7 @@ class ShadowState:
                 while self._bound and next(iter(self._bound.values()))[1] < t - ASSIGN_HORIZON_S:
                     self._bound.popitem(last=False)
             self._cache.add(i, t, np.asarray(estimate_cpu_mem, dtype=float))
+            self._cache_version += 1
             return True
 
     def forget_binding(self, pod: str) -> None:
@@ -257,12 +280,27 @@ class ShadowState:
         with self._lock:
             self._bound.pop(pod, None)
 
-    def recent_usage(self, snap: NodeSnapshot) -> np.ndarray:
-        """[N, 2] CPU milli and memory MiB of pods bound to each node since its metrics were taken."""
+    def recent_usage(self, snap: NodeSnapshot) -> np.ndarray | None:
+        """[N, 2] CPU milli and memory MiB of pods bound to each node since its metrics were taken, or
+        None when no binding is held. The answer is kept until the snapshot or the cache changes (a
+        binding is added, the nodes change), so that decisions between bindings do not sum the cache
+        again: callers share it and must not modify it."""
         with self._lock:
             if self._snapshot is not snap and (self._snapshot is None or self._snapshot.names != snap.names):
-                return np.zeros((snap.size, 2))
-            return self._cache.usage_since_each(snap.scraped_at_s)
+                return None
+            kept = self._recent
+            if kept is not None and kept[0] is snap and kept[1] == self._cache_version:
+                return kept[2]
+            usage = None
+            if self._cache.size:
+                usage = self._cache.usage_since_each(snap.scraped_at_s)
+            self._recent = (snap, self._cache_version, usage)
+            return usage
+
+    def fresh_candidates(self, snap: NodeSnapshot, now: float, idx: np.ndarray) -> tuple[np.ndarray, int]:
+        """(bool per candidate, how many): ``fresh`` of candidates by node index, -1 (unknown) never fresh."""
+        out = np.empty(idx.shape[0], dtype=np.bool_)
+        return out, fresh_candidates(idx, snap.scraped_at_s, snap.complete, now, self.staleness.max_age_s, out)
 
     def fresh(self, snap: NodeSnapshot, now: float, nodes: np.ndarray | None = None) -> np.ndarray:
         """bool per node of ``nodes`` (default: all): metrics present (finite) and at most ``max_age_s`` old."""

@@ -23,6 +23,7 @@ import math
 from collections import deque
 
 import numpy as np
+from numba import njit
 
 from td3sched.policy.base import PodRequest
 from td3sched.policy.features import FEATURES
@@ -56,70 +57,106 @@ def std_floor() -> np.ndarray:
     for name, value in STD_FLOORS.items():
         floor[OBSERVATION_FIELDS.index(name)] = value
     return floor
-_QUANTILES = (0.1, 0.9)
-"""p10 and p90: numpy's default ("linear") quantiles, as ``np.quantile`` computes them."""
-
-
-def _linear_quantile(ordered: np.ndarray, k: int, q: float) -> np.ndarray:
-    """``np.quantile(u, q, axis=0, method="linear")`` from ``ordered``, u.T sorted along its rows:
-    numpy's own arithmetic, step by step (``numpy.lib._function_base_impl._quantile`` and ``_lerp``),
-    so the result is the same to the bit."""
+@njit(cache=True, nogil=True, inline="always")
+def _linear_quantile(ordered, k, q):
+    """``np.quantile(x, q)`` (method "linear") of the sorted ``ordered`` [k], in numpy's own arithmetic
+    (``numpy.lib._function_base_impl._quantile`` and ``_lerp``)."""
     virtual = (k - 1) * q
     if virtual >= k - 1:  # numpy takes the largest value (k = 1)
-        return ordered[:, k - 1]
-    below = math.floor(virtual)
+        return ordered[k - 1]
+    below = int(np.floor(virtual))
     gamma = virtual - below
-    a, b = ordered[:, below], ordered[:, below + 1]
+    a = ordered[below]
+    b = ordered[below + 1]
     diff = b - a
-    return a + diff * gamma if gamma < 0.5 else b - diff * (1.0 - gamma)
+    if gamma < 0.5:
+        return a + diff * gamma
+    return b - diff * (1.0 - gamma)
+
+
+@njit(cache=True, nogil=True)
+def utilisation_stats_into(u, out):
+    """``utilisation_stats`` into ``out`` [columns * 6]: per column of ``u`` [k, columns]
+    mean, std, min, max, p10, p90, the values of ``u.mean(axis=0)``, ``u.std(axis=0)`` and
+    ``np.quantile(u, [0, 0.1, 0.9, 1], axis=0)`` to the last bit: NumPy reduces a C-ordered array
+    along its first axis row by row (no pairwise summation), and so does this loop."""
+    k, columns = u.shape
+    column = np.empty(k)
+    for r in range(columns):
+        total = 0.0
+        for i in range(k):
+            total += u[i, r]
+        mean = total / k
+        squares = 0.0
+        for i in range(k):
+            d = u[i, r] - mean
+            squares += d * d
+        column[:] = u[:, r]
+        column.sort()
+        o = 6 * r
+        out[o] = mean
+        out[o + 1] = np.sqrt(squares / k)
+        out[o + 2] = column[0]
+        out[o + 3] = column[k - 1]
+        out[o + 4] = _linear_quantile(column, k, 0.1)
+        out[o + 5] = _linear_quantile(column, k, 0.9)
+    return out
+
+
+@njit(cache=True, nogil=True, boundscheck=True)
+def observation_into(request, qos, allocatable, nodes, u, ready, oom_log1p, day_sin, day_cos, out):
+    """``observe`` into ``out`` (float32, OBSERVATION_FIELDS' layout): the request over the largest
+    allocatable among ``nodes``, the QoS one-hot, ``utilisation_stats_into(u)``, the feasible share of
+    the ready nodes and the three scalars given, each rounded to float32 from the float64 NumPy
+    computes."""
+    stats = np.empty(6 * u.shape[1])
+    utilisation_stats_into(u, stats)
+    for r in range(request.shape[0]):
+        largest = allocatable[nodes[0], r]
+        for i in range(1, nodes.shape[0]):
+            largest = max(largest, allocatable[nodes[i], r])
+        out[r] = np.float32(request[r] / largest)
+    for j in range(3):
+        out[4 + j] = np.float32(1.0 if j == qos else 0.0)
+    for j in range(stats.shape[0]):
+        out[7 + j] = np.float32(stats[j])
+    count = 0
+    for n in range(ready.shape[0]):
+        count += ready[n]
+    out[31] = np.float32(nodes.shape[0] / max(count, 1))
+    out[32] = np.float32(oom_log1p)
+    out[33] = np.float32(day_sin)
+    out[34] = np.float32(day_cos)
+    return out
 
 
 def utilisation_stats(u: np.ndarray) -> np.ndarray:
     """[24]: for each resource (FEATURES order) mean, std, min, max, p10, p90 of u[:, r] (finite u).
 
     The values of ``u.mean(axis=0)``, ``u.std(axis=0)`` and ``np.quantile(u, [0, 0.1, 0.9, 1], axis=0)``
-    to the last bit (a property test holds them to it), computed without numpy's general-purpose
-    wrappers, which cost ten times the arithmetic at a hundred nodes. The simulator's td3 policy and
-    the decision engine both call this: a change here changes both alike."""
-    u = np.asarray(u, dtype=np.float64)
-    k = u.shape[0]
-    if k == 0:
-        raise ValueError("utilisation_stats: no node")
-    # mean and std as numpy's _mean and _var: sum along the axis, divide; square the deviations, sum, divide, sqrt
-    mean = np.add.reduce(u, axis=0) / k
-    dev = u - mean
-    np.square(dev, out=dev)
-    std = np.sqrt(np.add.reduce(dev, axis=0) / k)
-    ordered = np.sort(u.T, axis=1)  # [resource, k]: sorting contiguous rows beats numpy's multi-rank partition
-    out = np.empty((u.shape[1], len(UTILISATION_STATS)))
-    out[:, 0] = mean
-    out[:, 1] = std
-    out[:, 2] = ordered[:, 0]
-    out[:, 3] = ordered[:, k - 1]
-    out[:, 4] = _linear_quantile(ordered, k, _QUANTILES[0])
-    out[:, 5] = _linear_quantile(ordered, k, _QUANTILES[1])
-    return out.ravel()
+    to the last bit (a property test holds them to it), in one compiled pass (``utilisation_stats_into``)
+    instead of numpy's general-purpose wrappers, which cost ten times the arithmetic at a hundred
+    nodes. The simulator's td3 policy and the decision engine both call this: a change here changes
+    both alike."""
+    u = np.ascontiguousarray(u, dtype=np.float64)
+    if u.ndim != 2 or u.shape[0] == 0:
+        raise ValueError(f"utilisation_stats: u of shape {u.shape}: expected [nodes >= 1, resources]")
+    return utilisation_stats_into(u, np.empty(len(UTILISATION_STATS) * u.shape[1]))
 
 
 def observe(pod: PodRequest, nodes: np.ndarray, cluster: Cluster, u: np.ndarray, oom_kills_recent: float) -> np.ndarray:
-    """The observation (float32, OBSERVATION_FIELDS order) of one decision.
+    """The observation (float32, OBSERVATION_FIELDS order) of one decision, in one compiled pass
+    (``observation_into``).
 
     ``u`` is ``policy.features.utilisation(pod, nodes, cluster, recent)``; ``oom_kills_recent`` the
     node OOM kills of the last ``OOM_WINDOW_S`` seconds (``OomWindow``).
     """
     if len(nodes) == 0:
         raise ValueError("observe: no feasible node; the simulator only asks a policy when one exists")
-    obs = np.empty(OBSERVATION_SIZE, dtype=np.float64)
-    obs[0:4] = pod.request / cluster.allocatable[nodes].max(axis=0)
-    obs[4:7] = 0.0
-    obs[4 + pod.qos] = 1.0
-    obs[7:31] = utilisation_stats(u)
-    obs[31] = len(nodes) / max(int(np.count_nonzero(cluster.ready)), 1)
-    obs[32] = math.log1p(oom_kills_recent)
     angle = 2.0 * math.pi * (pod.time_s % DAY_S) / DAY_S
-    obs[33] = math.sin(angle)
-    obs[34] = math.cos(angle)
-    return obs.astype(np.float32)
+    return observation_into(pod.request, pod.qos, cluster.allocatable, np.asarray(nodes),
+                            np.ascontiguousarray(u, dtype=np.float64), cluster.ready, math.log1p(oom_kills_recent),
+                            math.sin(angle), math.cos(angle), np.empty(OBSERVATION_SIZE, dtype=np.float32))
 
 
 class OomWindow:

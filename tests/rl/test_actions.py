@@ -1,0 +1,54 @@
+"""decode: the documented squashing (softmax weights, sigmoid tau and ceiling), on Python floats."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from td3sched.rl.actions import CEILING_RANGE, LOGIT_LIMIT, decode
+
+
+def numpy_decode(action, mode):
+    """The definition, as NumPy arrays: what decode must equal (to rounding)."""
+    a = np.clip(np.asarray(action, dtype=np.float64), -LOGIT_LIMIT, LOGIT_LIMIT)
+    e = np.exp(a[:4] - a[:4].max())
+    tau = 0.0 if mode == "seed" else 1.0 / (1.0 + np.exp(-a[4]))
+    ceiling = None
+    if mode == "ceiling":
+        lo, hi = CEILING_RANGE
+        ceiling = lo + (hi - lo) / (1.0 + np.exp(-a[5]))
+    return e / e.sum(), tau, ceiling
+
+
+MODES = {"seed": 5, "full": 5, "ceiling": 6}
+
+
+@settings(max_examples=500, deadline=None)
+@given(mode=st.sampled_from(sorted(MODES)), data=st.data())
+def test_decode_is_the_softmax_and_sigmoids(mode, data):
+    action = data.draw(st.lists(st.floats(-50, 50, allow_subnormal=True), min_size=MODES[mode], max_size=MODES[mode]))
+    args = decode(np.array(action, dtype=np.float32).astype(np.float64), mode)
+    weights, tau, ceiling = numpy_decode(np.array(action, dtype=np.float32).astype(np.float64), mode)
+    np.testing.assert_allclose(args.weights, weights, rtol=1e-14, atol=0)
+    assert args.weights.dtype == np.float64 and args.weights.shape == (4,)
+    assert math.fsum(args.weights) == pytest.approx(1.0, abs=4e-16)
+    assert args.tau == pytest.approx(tau, rel=1e-14, abs=0)
+    assert (args.ceiling is None) == (ceiling is None)
+    if ceiling is not None:
+        assert args.ceiling == pytest.approx(ceiling, rel=1e-14)
+
+
+def test_clipping_to_the_box():
+    inside = decode([LOGIT_LIMIT, -LOGIT_LIMIT, 0.0, 0.0, LOGIT_LIMIT])
+    beyond = decode([50.0, -50.0, 0.0, 0.0, 80.0])
+    np.testing.assert_array_equal(inside.weights, beyond.weights)
+    assert inside.tau == beyond.tau == 1.0 / (1.0 + math.exp(-LOGIT_LIMIT))
+
+
+@pytest.mark.parametrize("action, mode", [([0.0] * 4, "full"), ([0.0] * 6, "full"), ([0.0, 0.0, float("nan"), 0.0, 0.0], "full"),
+                                          ([0.0, 0.0, 0.0, 0.0, float("inf")], "seed"), ([[0.0] * 5], "full")])
+def test_bad_actions_are_refused_naming_the_mode(action, mode):
+    with pytest.raises(ValueError, match=f"action mode '{mode}'"):
+        decode(action, mode)
