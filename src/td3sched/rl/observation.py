@@ -74,14 +74,30 @@ def _linear_quantile(ordered, k, q):
     return b - diff * (1.0 - gamma)
 
 
+SORT_IN_KERNEL_MAX = 512
+"""Up to this many nodes the statistics' kernel sorts each column itself; beyond, NumPy's vectorised
+sort (``presorted``) is several times faster than the compiled one (7x at 5,000 nodes)."""
+
+
+def presorted(u: np.ndarray) -> np.ndarray:
+    """``u.T`` sorted along its rows when the kernel should not sort (more than ``SORT_IN_KERNEL_MAX``
+    nodes); otherwise an empty [0, 0] array, and the kernel sorts."""
+    return np.sort(u.T, axis=1) if u.shape[0] > SORT_IN_KERNEL_MAX else _NOT_SORTED
+
+
+_NOT_SORTED = np.empty((0, 0))
+
+
 @njit(cache=True, nogil=True)
-def utilisation_stats_into(u, out):
+def utilisation_stats_into(u, ordered, out):
     """``utilisation_stats`` into ``out`` [columns * 6]: per column of ``u`` [k, columns]
     mean, std, min, max, p10, p90, the values of ``u.mean(axis=0)``, ``u.std(axis=0)`` and
     ``np.quantile(u, [0, 0.1, 0.9, 1], axis=0)`` to the last bit: NumPy reduces a C-ordered array
-    along its first axis row by row (no pairwise summation), and so does this loop."""
+    along its first axis row by row (no pairwise summation), and so does this loop. ``ordered``
+    is ``u.T`` sorted along its rows, or [0, 0]: sort here (``presorted``)."""
     k, columns = u.shape
-    column = np.empty(k)
+    given = ordered.shape[0] == columns and ordered.shape[1] == k
+    column = np.empty(0 if given else k)
     for r in range(columns):
         total = 0.0
         for i in range(k):
@@ -91,8 +107,11 @@ def utilisation_stats_into(u, out):
         for i in range(k):
             d = u[i, r] - mean
             squares += d * d
-        column[:] = u[:, r]
-        column.sort()
+        if given:
+            column = ordered[r]
+        else:
+            column[:] = u[:, r]
+            column.sort()
         o = 6 * r
         out[o] = mean
         out[o + 1] = np.sqrt(squares / k)
@@ -104,13 +123,13 @@ def utilisation_stats_into(u, out):
 
 
 @njit(cache=True, nogil=True, boundscheck=True)
-def observation_into(request, qos, allocatable, nodes, u, ready, oom_log1p, day_sin, day_cos, out):
+def observation_into(request, qos, allocatable, nodes, u, ordered, ready, oom_log1p, day_sin, day_cos, out):
     """``observe`` into ``out`` (float32, OBSERVATION_FIELDS' layout): the request over the largest
-    allocatable among ``nodes``, the QoS one-hot, ``utilisation_stats_into(u)``, the feasible share of
+    allocatable among ``nodes``, the QoS one-hot, ``utilisation_stats_into(u, ordered)``, the feasible share of
     the ready nodes and the three scalars given, each rounded to float32 from the float64 NumPy
     computes."""
     stats = np.empty(6 * u.shape[1])
-    utilisation_stats_into(u, stats)
+    utilisation_stats_into(u, ordered, stats)
     for r in range(request.shape[0]):
         largest = allocatable[nodes[0], r]
         for i in range(1, nodes.shape[0]):
@@ -141,7 +160,7 @@ def utilisation_stats(u: np.ndarray) -> np.ndarray:
     u = np.ascontiguousarray(u, dtype=np.float64)
     if u.ndim != 2 or u.shape[0] == 0:
         raise ValueError(f"utilisation_stats: u of shape {u.shape}: expected [nodes >= 1, resources]")
-    return utilisation_stats_into(u, np.empty(len(UTILISATION_STATS) * u.shape[1]))
+    return utilisation_stats_into(u, presorted(u), np.empty(len(UTILISATION_STATS) * u.shape[1]))
 
 
 def observe(pod: PodRequest, nodes: np.ndarray, cluster: Cluster, u: np.ndarray, oom_kills_recent: float) -> np.ndarray:
@@ -154,9 +173,10 @@ def observe(pod: PodRequest, nodes: np.ndarray, cluster: Cluster, u: np.ndarray,
     if len(nodes) == 0:
         raise ValueError("observe: no feasible node; the simulator only asks a policy when one exists")
     angle = 2.0 * math.pi * (pod.time_s % DAY_S) / DAY_S
-    return observation_into(pod.request, pod.qos, cluster.allocatable, np.asarray(nodes),
-                            np.ascontiguousarray(u, dtype=np.float64), cluster.ready, math.log1p(oom_kills_recent),
-                            math.sin(angle), math.cos(angle), np.empty(OBSERVATION_SIZE, dtype=np.float32))
+    u = np.ascontiguousarray(u, dtype=np.float64)
+    return observation_into(pod.request, pod.qos, cluster.allocatable, np.asarray(nodes), u, presorted(u),
+                            cluster.ready, math.log1p(oom_kills_recent), math.sin(angle), math.cos(angle),
+                            np.empty(OBSERVATION_SIZE, dtype=np.float32))
 
 
 class OomWindow:
