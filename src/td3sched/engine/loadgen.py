@@ -34,7 +34,7 @@ import numpy as np
 from td3sched.engine.client import MAX_MESSAGE_BYTES
 from td3sched.engine.decision import DecisionEngine, ModelSlot
 from td3sched.engine.grpc_server import GrpcFrontDoor, score_nodes_reply
-from td3sched.engine.service import EngineService
+from td3sched.engine.service import EngineService, freeze_startup_heap
 from td3sched.engine.state import NodeSnapshot, ShadowState
 from td3sched.engine.v1 import engine_pb2, engine_pb2_grpc
 
@@ -77,6 +77,7 @@ def _serve(conn, nodes: int, model: str | None, max_workers: int, log_dir: str |
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
                              options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
         engine_pb2_grpc.add_DecisionEngineServicer_to_server(NoOpServicer(), server)
+        freeze_startup_heap()  # as the engine's process below and `td3sched serve` do
         conn.send(server.add_insecure_port("127.0.0.1:0"))
         server.start()
         while conn.recv() != "stop":
@@ -90,6 +91,7 @@ def _serve(conn, nodes: int, model: str | None, max_workers: int, log_dir: str |
     engine = DecisionEngine(state, ModelSlot(load_actor(model) if model else None))
     engine.warm_up()
     service = EngineService(engine, log=log)
+    freeze_startup_heap()  # as `td3sched serve` does
     front = GrpcFrontDoor(service, "127.0.0.1", 0, max_workers=max_workers)
     stop = threading.Event()
 

@@ -32,7 +32,7 @@ from td3sched.engine.decision import DecisionEngine, ModelSlot
 from td3sched.engine.decision_log import DecisionLog
 from td3sched.engine.metrics import EngineMetrics
 from td3sched.engine.prometheus_source import PrometheusSource
-from td3sched.engine.service import EngineService
+from td3sched.engine.service import EngineService, freeze_startup_heap
 from td3sched.engine.state import ShadowState, Staleness
 from td3sched.rl.card import CARD_FILE, MODEL_FILE, ONNX_FILE
 from td3sched.rl.onnx_actor import load_actor
@@ -181,6 +181,7 @@ def serve(config: EngineConfig, ready_file: Path | None = None) -> None:
     import json
 
     engine = RunningEngine(config)
+    freeze_startup_heap()
     engine.start()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
