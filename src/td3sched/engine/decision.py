@@ -273,12 +273,11 @@ class DecisionEngine:
         failed: dict[str, str] = {}
         idx = np.fromiter(map(snap.index.get, candidates, repeat(-1)), dtype=np.int64, count=len(candidates))
         known = idx >= 0
-        fresh = np.zeros(len(candidates), dtype=bool)
-        fresh[known] = self.state.fresh(snap, now, idx[known])
-        k = idx[known & fresh]
+        fresh, _ = self.state.fresh_candidates(snap, now, idx)  # unknown nodes are never fresh
+        k = idx[fresh]
         hot = np.zeros(len(candidates), dtype=bool)
         if len(k):
-            hot[known & fresh] = ~safety_ok(snap.observed[k, 0], snap.allocatable[k, 0], self.safety_cpu_util)
+            hot[fresh] = ~safety_ok(snap.observed[k, 0], snap.allocatable[k, 0], self.safety_cpu_util)
         closed = self.state.staleness.mode == "fail-closed"
         for j in np.flatnonzero(hot | (~fresh if closed else False)).tolist():  # the failed ones only
             name = candidates[j]

@@ -304,9 +304,8 @@ class ShadowState:
 
     def fresh(self, snap: NodeSnapshot, now: float, nodes: np.ndarray | None = None) -> np.ndarray:
         """bool per node of ``nodes`` (default: all): metrics present (finite) and at most ``max_age_s`` old."""
-        if nodes is None:
-            return (now - snap.scraped_at_s <= self.staleness.max_age_s) & snap.complete
-        return (now - snap.scraped_at_s[nodes] <= self.staleness.max_age_s) & snap.complete[nodes]
+        nodes = np.arange(snap.size) if nodes is None else np.asarray(nodes, dtype=np.int64)
+        return self.fresh_candidates(snap, now, nodes)[0]
 
     def age_s(self, snap: NodeSnapshot, now: float) -> np.ndarray:
         return now - snap.scraped_at_s
