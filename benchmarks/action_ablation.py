@@ -15,13 +15,18 @@ evaluation seeds of the objective (episode_reward, cluster-hours; higher is bett
 interval, the paired difference from k8s-default, the cost in node-hours, CPU utilisation, P99
 latency and, for the learned policies, the share of the actor's pre-activations at the bound on the
 last logged training batch. Each learned design is trained with and without the pre-activation
-penalty (``--penalties``); a second table averages each design's training seeds.
+penalty (``--penalties``) and, with ``--branches 0,10``, without and with counterfactual branches
+every 10 steps (``td3sched train --branch-every``); a second table averages each design's training
+seeds. The variance-reduction ablation (docs/td3.md):
+
+    python benchmarks/action_ablation.py --designs weights+tau --penalties 1 --branches 0,10 --out runs/branch-ablation
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import subprocess
 import sys
@@ -64,18 +69,19 @@ def search_static(out: Path, design: str, budget_min: float) -> str:
     return json.loads(found[-1].read_text())["policy"]
 
 
-def model_folder(out: Path, design: str, penalty: float, seed: int) -> Path:
-    return out / "td3" / f"{design.replace('+', '-')}-p{penalty:g}-seed{seed}"
+def model_folder(out: Path, design: str, penalty: float, seed: int, branch_every: int = 0) -> Path:
+    branches = f"-b{branch_every}" if branch_every else ""
+    return out / "td3" / f"{design.replace('+', '-')}-p{penalty:g}{branches}-seed{seed}"
 
 
 def train(out: Path, design: str, penalty: float, seed: int, steps: int, learning_starts: int,
-          episode_hours: float) -> Path:
-    folder = model_folder(out, design, penalty, seed)
+          episode_hours: float, branch_every: int = 0) -> Path:
+    folder = model_folder(out, design, penalty, seed, branch_every)
     if not (folder / "model.json").exists() or json.loads((folder / "model.json").read_text())["training"]["steps"] < steps:
         run(td3sched("train", "--scenario", "tiny", "--action", design, "--seed", str(seed), "--steps", str(steps),
                      "--learning-starts", str(learning_starts), "--episode-hours", f"{episode_hours:g}",
-                     "--preactivation-penalty", f"{penalty:g}", "--checkpoint-every", "0", "--no-progress",
-                     "--out", str(folder), *sets()))
+                     "--preactivation-penalty", f"{penalty:g}", "--branch-every", str(branch_every),
+                     "--checkpoint-every", "0", "--no-progress", "--out", str(folder), *sets()))
     return folder
 
 
@@ -155,6 +161,9 @@ def main() -> None:
     ap.add_argument("--train-seeds", default="1,2,3", help="Training seeds of each learned design.")
     ap.add_argument("--penalties", default="0,1", help="Pre-activation penalties (train --preactivation-penalty) "
                                                       "each learned design is trained with.")
+    ap.add_argument("--designs", default=",".join(DESIGNS), help="Action designs to run (comma-separated).")
+    ap.add_argument("--branches", default="0", help="train --branch-every values each learned design is trained "
+                                                   "with (0: no counterfactual branches).")
     ap.add_argument("--steps", type=int, default=10000, help="Training steps of each learned policy.")
     ap.add_argument("--learning-starts", type=int, default=2000, help="Random warm-up steps of each training.")
     ap.add_argument("--episode-hours", type=float, default=6.0, help="Training episode window (simulated hours).")
@@ -168,21 +177,27 @@ def main() -> None:
     SETS[:] = args.set
     labels: dict[str, str] = {b: "baseline" for b in BASELINES}
     saturation: dict[str, float] = {}
-    for design in DESIGNS:
+    designs = [d.strip() for d in args.designs.split(",") if d.strip()]
+    unknown = sorted(set(designs) - set(DESIGNS))
+    if unknown:
+        ap.error(f"--designs {unknown}: expected some of {', '.join(DESIGNS)}")
+    for design in designs:
         spec = (search_static(out, design, args.search_budget_min) if not args.table_only else
                 json.loads(sorted((out / "best-static" / design.replace("+", "-")).glob("*.json"))[-1].read_text())
                 ["policy"])
         label = f"{design}: static best"
         labels[spec] = f"{labels[spec]}; {label}" if spec in labels else label  # two searches may pick one spec
     groups: dict[str, list[str]] = {}
-    for design in DESIGNS if not args.no_learned else ():
-        for penalty in (float(p) for p in args.penalties.split(",")):
-            group = groups.setdefault(f"{design}, penalty {penalty:g}", [])
+    for design in designs if not args.no_learned else ():
+        for penalty, every in itertools.product((float(p) for p in args.penalties.split(",")),
+                                                [int(b) for b in args.branches.split(",")]):
+            branches = f", branches every {every}" if every else ""
+            group = groups.setdefault(f"{design}, penalty {penalty:g}{branches}", [])
             for seed in (int(s) for s in args.train_seeds.split(",")):
-                folder = (train(out, design, penalty, seed, args.steps, args.learning_starts, args.episode_hours)
-                          if not args.table_only else model_folder(out, design, penalty, seed))
+                folder = (train(out, design, penalty, seed, args.steps, args.learning_starts, args.episode_hours, every)
+                          if not args.table_only else model_folder(out, design, penalty, seed, every))
                 policy = f"td3:{folder}"
-                labels[policy] = f"{design}: TD3, penalty {penalty:g}, seed {seed}"
+                labels[policy] = f"{design}: TD3, penalty {penalty:g}{branches}, seed {seed}"
                 group.append(policy)
                 card = json.loads((folder / "model.json").read_text())
                 last = card["training"].get("preactivation_saturation", {}).get("last")

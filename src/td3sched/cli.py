@@ -497,8 +497,16 @@ def train(
                                          "weights (tau fixed at 0, the reference design; 'seed'), or "
                                          "weights+tau+ceiling (a hold-back ceiling too; 'ceiling'). docs/td3.md."),
     preactivation_penalty: Optional[float] = typer.Option(None, help="Coefficient of the actor's penalty on its "
-                                                          "pre-activations (default 0.01, "
+                                                          "pre-activations (default 0, "
                                                           "TD3Config.preactivation_penalty; 0: none)."),
+    branch_every: Optional[int] = typer.Option(None, help="Counterfactual branches: every this many steps after "
+                                               "the warm-up, fork the simulator at the pending decision and "
+                                               "teach the critics the differences between the branches' "
+                                               "returns (TD3Config.branch_every; default 0: off). docs/td3.md."),
+    branch_horizon: Optional[float] = typer.Option(None, help="Simulated seconds each branch runs (default "
+                                                   "1800)."),
+    branch_workers: int = typer.Option(2, help="Branches simulated at once (processes; the result does not "
+                                               "depend on it)."),
     span: Optional[str] = typer.Option(None, help=_span_help(LEARN_SPAN, "Span whose windows are the episodes")),
     episode_hours: Optional[float] = typer.Option(None, help="Episode window in simulated hours (default: 24)."),
     learning_starts: Optional[int] = typer.Option(None, help="Random warm-up steps before learning (default: "
@@ -532,15 +540,18 @@ def train(
     if set_:
         given["overrides"] = tuple(set_)
     try:
-        if steps < 1 or checkpoint_every < 0 or threads < 1:
-            raise ValueError(f"--steps {steps}, --checkpoint-every {checkpoint_every}, --threads {threads}: expected "
-                             "steps >= 1, checkpoint-every >= 0 (0: only at the end), threads >= 1")
+        if steps < 1 or checkpoint_every < 0 or threads < 1 or branch_workers < 1:
+            raise ValueError(f"--steps {steps}, --checkpoint-every {checkpoint_every}, --threads {threads}, "
+                             f"--branch-workers {branch_workers}: expected steps >= 1, checkpoint-every >= 0 (0: only "
+                             "at the end), threads >= 1, branch-workers >= 1")
         if resume:
             settings, config, done = checkpoint_settings(out_dir)
             clash = {k: (v, getattr(settings, k)) for k, v in given.items()
                      if v is not None and v != getattr(settings, k)}
             clash.update({k: (v, getattr(config, k)) for k, v in (("algo", algo), ("learning_starts", learning_starts),
-                                                                  ("preactivation_penalty", preactivation_penalty))
+                                                                  ("preactivation_penalty", preactivation_penalty),
+                                                                  ("branch_every", branch_every),
+                                                                  ("branch_horizon_s", branch_horizon))
                           if v is not None and v != getattr(config, k)})
             if clash:
                 raise ValueError(f"--resume: options differ from the checkpoint's (given, checkpoint): {clash}")
@@ -554,7 +565,9 @@ def train(
             settings = TrainSettings(**{k: v if v is not None else getattr(defaults, k) for k, v in given.items()})
             config = TD3Config(**{k: v for k, v in (("algo", algo), ("learning_starts", learning_starts),
                                                     ("gamma_per_hour", gamma_per_hour),
-                                                    ("preactivation_penalty", preactivation_penalty)) if v is not None})
+                                                    ("preactivation_penalty", preactivation_penalty),
+                                                    ("branch_every", branch_every),
+                                                    ("branch_horizon_s", branch_horizon)) if v is not None})
         from td3sched.outputs import check_folder
         from td3sched.scenario import load_scenario
 
@@ -571,7 +584,7 @@ def train(
 
     def run(on_log=None):
         return run_training(out_dir, steps, settings, config, checkpoint_every=checkpoint_every, resume=resume,
-                            on_log=on_log)
+                            on_log=on_log, branch_workers=branch_workers)
 
     try:
         if progress:

@@ -66,7 +66,7 @@ class ReplayBuffer:
 
     def load_state_dict(self, state: dict) -> None:
         size = int(state["size"])
-        if "elapsed" not in state:  # a checkpoint from before the semi-MDP: no elapsed times recorded
+        if "elapsed" in self.FIELDS and "elapsed" not in state:  # a checkpoint from before the semi-MDP: no elapsed times recorded
             state = {**state, "elapsed": np.zeros(size, dtype=np.float32)}
         if size > self.capacity:
             raise ValueError(f"replay buffer state holds {size} transitions: expected at most {self.capacity}")
@@ -77,3 +77,46 @@ class ReplayBuffer:
                                  f"{(size,) + getattr(self, f).shape[1:]}")
             getattr(self, f)[:size] = value
         self.pos, self.size = int(state["pos"]), size
+
+
+@dataclass
+class BranchBatch:
+    obs: np.ndarray
+    """[B, observation]"""
+    actions: np.ndarray
+    """[B, K, action]: the K actions each state was branched with."""
+    returns: np.ndarray
+    """[B, K]: each branch's discounted return over the horizon (``rl.counterfactual``)."""
+
+
+class BranchBuffer(ReplayBuffer):
+    """A ring of counterfactual branches: per forked state its observation, the K actions compared and
+    their returns under common random numbers (``rl.counterfactual``). The critic learns the
+    differences between a state's returns from it (``TD3Config.branch_every``)."""
+
+    FIELDS = ("obs", "actions", "returns")
+
+    def __init__(self, capacity: int, observation_size: int, branches: int, action_size: int):
+        if capacity < 1 or branches < 2:
+            raise ValueError(f"branch buffer capacity={capacity!r}, branches={branches!r}: expected at least 1 "
+                             "state and 2 branches")
+        self.capacity = int(capacity)
+        self.obs = np.zeros((capacity, observation_size), dtype=np.float32)
+        self.actions = np.zeros((capacity, branches, action_size), dtype=np.float32)
+        self.returns = np.zeros((capacity, branches), dtype=np.float32)
+        self.pos = 0
+        self.size = 0
+
+    def add(self, obs, actions, returns) -> None:  # type: ignore[override]
+        i = self.pos
+        self.obs[i] = obs
+        self.actions[i] = actions
+        self.returns[i] = returns
+        self.pos = (i + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> BranchBatch:  # type: ignore[override]
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty branch buffer")
+        idx = rng.integers(0, self.size, size=batch_size)
+        return BranchBatch(*(getattr(self, f)[idx] for f in self.FIELDS))

@@ -101,3 +101,111 @@ def inspect_model(model: LoadedModel, scenario: str, span: str = "test", episode
         ceiling_mean=float(ceilings.mean()) if ceilings is not None else None,
         ceiling_std=float(ceilings.std()) if ceilings is not None else None,
     )
+
+
+@dataclass(frozen=True)
+class BranchStudy:
+    """How much one decision's action moves the return, measured by counterfactual branches
+    (``rl.counterfactual``): ``states`` decisions of one window, each forked into ``actions``
+    uniformly random actions, twice (the second replicate with a fresh tie-breaking generator), each
+    branch continued for ``horizon_s`` with the same continuation."""
+
+    scenario: str
+    span: str
+    window_h: tuple[float, float]
+    horizon_s: float
+    states: int
+    actions: int
+    continuation: str
+    return_std: float
+    """Std of the branch returns pooled over states and actions: what a critic regressing on returns
+    sees."""
+    action_rms: float
+    """Root mean square of the action's effect within a state (the part of the centred returns both
+    replicates agree on)."""
+    noise_rms: float
+    """Root mean square of the centred returns' part the second replicate does not reproduce."""
+    action_share_returns: float
+    """action_rms^2 / return_std^2: the action's share of the pooled returns' variance (the audit's
+    measure; the rest is the state's value and noise)."""
+    action_share_differences: float
+    """The action's share of the variance of the centred returns, the branch loss's target."""
+    critic_corr: float | None = None
+    """With a model: correlation of its Q1(s, a_k) - mean_j Q1(s, a_j) with the centred returns."""
+    critic_action_rms: float | None = None
+    """With a model: root mean square of its centred Q1 (against action_rms: the scale it hears)."""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+HOLD_SPREAD = np.array([0.0, 0.0, 0.0, 0.0, -LOGIT_LIMIT, 0.0], dtype=np.float32)
+"""A study's continuation without a model: equal weights, tau at its lowest (spread)."""
+
+
+def branch_study(model: LoadedModel | None, scenario: str, span: str = "test", episode_hours: float = 6.0,
+                 seed: int = 1, states: int = 40, actions: int = 6, horizon_s: float = 1800.0, every: int = 5,
+                 action_mode: str = "full", workers: int = 2, overrides: tuple[str, ...] = ()) -> BranchStudy:
+    """Walk one window with ``model``'s deterministic actor (or the spread continuation without one)
+    and branch every ``every``-th decision until ``states`` are studied or the window ends."""
+    from td3sched.rl.counterfactual import numpy_actor
+    from td3sched.rl.env import ClusterSchedulingEnv
+
+    if actions < 2 or states < 1 or every < 1:
+        raise ValueError(f"actions={actions}, states={states}, every={every}: expected at least 2 actions per "
+                         "state, 1 state and a positive spacing")
+    mode = model.action_mode if model is not None else action_mode
+    size = len(HOLD_SPREAD) if mode == "ceiling" else len(HOLD_SPREAD) - 1
+    if model is not None:
+        act = numpy_actor(model)
+        name = f"the model's actor ({model.folder})"
+    else:
+        fixed = HOLD_SPREAD[:size].copy()
+        act, name = (lambda obs: fixed), "equal weights, tau 0 (no model)"
+    rng = np.random.default_rng([seed, 17])
+    env = ClusterSchedulingEnv(scenario, span, episode_hours, mode, overrides)
+    observations, tried, first, second = [], [], [], []
+    try:
+        obs, _ = env.reset(seed=seed)
+        step = 0
+        while len(observations) < states:
+            if step % every == 0:
+                candidates = rng.uniform(-LOGIT_LIMIT, LOGIT_LIMIT, (actions, size)).astype(np.float32)
+                a = env.branches(candidates, horizon_s, act, workers=workers)
+                b = env.branches(candidates, horizon_s, act, workers=workers, reseed=int(rng.integers(2**31)))
+                observations.append(obs)
+                tried.append(candidates)
+                first.append([x.discounted() for x in a])
+                second.append([x.discounted() for x in b])
+            obs, _, terminated, truncated, _ = env.step_logits(act(obs))
+            step += 1
+            if terminated or truncated:
+                break
+        episode = env.episode
+    finally:
+        env.close()
+    if not observations:
+        raise ValueError(f"{scenario}/{span}: the window held no decision to branch")
+    g1, g2 = np.array(first), np.array(second)
+    d1, d2 = g1 - g1.mean(axis=1, keepdims=True), g2 - g2.mean(axis=1, keepdims=True)
+    signal = max(float(np.mean(d1 * d2)), 0.0)
+    spread = float(np.mean((d1 ** 2 + d2 ** 2) / 2))
+    pooled = float(g1.var())
+    critic_corr = critic_rms = None
+    if model is not None:
+        k = g1.shape[1]
+        with torch.no_grad():
+            x = torch.from_numpy(model.normalizer.normalize(np.asarray(observations))).repeat_interleave(k, dim=0)
+            q = model.critic.q1(x, torch.from_numpy(np.concatenate(tried))).view(-1, k).numpy().astype(np.float64)
+        qc = q - q.mean(axis=1, keepdims=True)
+        denom = float(np.linalg.norm(qc) * np.linalg.norm(d1))
+        critic_corr = float(np.sum(qc * d1) / denom) if denom > 0 else float("nan")
+        critic_rms = float(np.sqrt(np.mean(qc ** 2)))
+    return BranchStudy(
+        scenario=scenario, span=span, window_h=(episode.start_s / 3600, episode.end_s / 3600), horizon_s=horizon_s,
+        states=len(observations), actions=actions, continuation=name,
+        return_std=float(np.sqrt(pooled)), action_rms=float(np.sqrt(signal)),
+        noise_rms=float(np.sqrt(max(spread - signal, 0.0))),
+        action_share_returns=signal / pooled if pooled > 0 else float("nan"),
+        action_share_differences=signal / spread if spread > 0 else float("nan"),
+        critic_corr=critic_corr, critic_action_rms=critic_rms)

@@ -46,7 +46,9 @@ import numpy as np
 from td3sched.envs import ENV_ID  # noqa: F401 (registers it; re-exported)
 from td3sched.policy.base import PodRequest
 from td3sched.reward import StepRewardTracker
+from td3sched.rl import counterfactual
 from td3sched.rl.actions import LOGIT_LIMIT, action_size, check_action_mode, decode
+from td3sched.rl.counterfactual import Branch, BranchRequest, BranchState, fork_branches
 from td3sched.rl.observation import OBSERVATION_SIZE
 from td3sched.rl.policy import ActionPolicy
 from td3sched.scenario import load_scenario
@@ -86,6 +88,8 @@ class _HandOffPolicy(ActionPolicy):
         self.to_env, self.to_sim = to_env, to_sim
         self.sim: Simulation | None = None
         self.decision: tuple[float, int] = (0.0, 0)
+        self.branch: BranchState | None = None
+        """Set in a forked child only (``rl.counterfactual``)."""
 
     def decide(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
         self.decision = (pod.time_s, len(nodes))
@@ -94,21 +98,43 @@ class _HandOffPolicy(ActionPolicy):
     def act(self, obs: np.ndarray) -> np.ndarray:
         tracker = self.sim.reward
         previous = tracker.take() if tracker.count else None
+        if self.branch is not None:  # a forked child (rl.counterfactual): no agent on the other side
+            return self.branch.act(obs, self.decision[0], 0.0 if previous is None else previous)
         self.to_env.put(("decision", obs, previous, self.decision))
-        action = self.to_sim.get()
-        if action is _STOP:
-            raise _Abandoned
-        return action
+        while True:
+            action = self.to_sim.get()
+            if action is _STOP:
+                raise _Abandoned
+            if not isinstance(action, BranchRequest):
+                return action
+            try:
+                answer = fork_branches(action, self.decision[0], self._enter_branch)
+            except Exception as exc:  # handed to the agent, who asked; the decision still waits
+                self.to_env.put(("branch-error", exc, None, None))
+                continue
+            if self.branch is not None:  # this is the child: its first action goes to the simulator
+                return answer
+            self.to_env.put(("branches", answer, None, None))
+
+    def _enter_branch(self, state: BranchState) -> None:
+        self.branch = state
+        if state.reseed is not None:
+            self.sim.rng = np.random.default_rng(state.reseed)
 
 
 def _work(sim: Simulation, to_env: queue.Queue) -> None:
+    policy = sim.policy
     try:
         record = sim.run()
     except _Abandoned:
         return
     except BaseException as exc:  # handed to the env, which raises it in step/reset
+        if policy.branch is not None:
+            policy.branch.finish(error=counterfactual.child_error(exc))
         to_env.put(("error", exc, None, None))
         return
+    if policy.branch is not None:  # a child that reached the episode's end before its horizon
+        policy.branch.finish(sim.reward.take() if sim.reward.count else 0.0, sim.end_s)
     to_env.put(("end", record, sim.reward.take() if sim.reward.count else None, None))
 
 
@@ -197,6 +223,28 @@ class ClusterSchedulingEnv(gym.Env):
         info.update(time_s=decision[0], feasible=decision[1], elapsed_s=decision[0] - self._decision_t)
         self._decision_t = decision[0]
         return payload, reward, False, False, info
+
+    def branches(self, actions, horizon_s: float, continuation=None, workers: int = 2,
+                 reseed: int | None = None) -> list[Branch]:
+        """Counterfactual branches of the pending decision (``rl.counterfactual``): the simulation is
+        forked once per row of ``actions`` (pre-activations), each branch takes its action, then
+        ``continuation(obs)`` (None: the same action) until ``horizon_s`` simulated seconds later or
+        the episode's end; their charges, in the order of ``actions``. The episode itself is untouched:
+        the next ``step`` answers the same decision."""
+        if not self._running:
+            raise RuntimeError("branches() without a pending decision: call reset() first")
+        request = BranchRequest(np.asarray(actions, dtype=np.float32), float(horizon_s), continuation, workers, reseed)
+        if request.actions.shape[1] != self.action_space.shape[0]:
+            raise ValueError(f"actions of shape {request.actions.shape}: expected rows of "
+                             f"{self.action_space.shape[0]} pre-activations")
+        for a in request.actions:
+            decode(a, self.action_mode)
+        self._to_sim.put(request)
+        kind, payload, _, _ = self._to_env.get()
+        if kind == "branch-error":
+            raise RuntimeError(f"counterfactual branches at {self._decision_t:g} s of {self.episode}: {payload}") \
+                from payload
+        return payload
 
     def close(self) -> None:
         self._abandon()

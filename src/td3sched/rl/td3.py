@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import optim
 
 from td3sched.rl.actions import LOGIT_LIMIT, SATURATION, action_size, check_action_mode
-from td3sched.rl.buffer import ReplayBuffer
+from td3sched.rl.buffer import BranchBuffer, ReplayBuffer
 from td3sched.rl.networks import Actor, Critic
 from td3sched.rl.normalizer import ObservationNormalizer
 from td3sched.rl.observation import OBSERVATION_SIZE, std_floor
@@ -99,6 +99,24 @@ class TD3Config:
     """With bc_alpha, online after offline: the behaviour term's weight falls linearly from 1 at step 0
     to 0 at this step (then plain TD3's actor objective, with the Q term still scaled by lambda). None:
     the weight stays 1."""
+    branch_every: int = 0
+    """Counterfactual branches (``rl.counterfactual``): every this many steps after the warm-up the
+    pending decision is forked ``branch_actions`` times, each branch followed for
+    ``branch_horizon_s`` simulated seconds with the current deterministic actor, all with the same
+    random numbers; the critic then also learns, on a batch of ``branch_batch`` such states, the
+    differences between a state's branch returns (the action's effect without the cluster's noise):
+    ``branch_weight`` x mean_k ((Q(s, a_k) - mean_j Q(s, a_j)) - (G_k - mean_j G_j))^2 per critic.
+    0: off (plain TD3, to the bit)."""
+    branch_actions: int = 4
+    """Actions per branched state: the one taken and branch_actions - 1 around the actor's."""
+    branch_noise: float = 1.5
+    """Standard deviation of the noise on the actor's pre-activations for the other branches."""
+    branch_horizon_s: float = 1800.0
+    """Simulated seconds each branch runs (to the first decision at or after it)."""
+    branch_weight: float = 1.0
+    """Weight of the branch-difference loss beside each critic's TD loss."""
+    branch_batch: int = 64
+    """Branched states per gradient step."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -116,6 +134,15 @@ class TD3Config:
         for name in ("batch_size", "buffer_size", "policy_frequency", "log_every"):
             checks.append((name, isinstance(getattr(self, name), int) and getattr(self, name) >= 1,
                            "a whole number >= 1"))
+        checks.append(("branch_every", isinstance(self.branch_every, int) and self.branch_every >= 0,
+                       "a whole number of steps >= 0 (0: off)"))
+        checks.append(("branch_actions", isinstance(self.branch_actions, int) and 2 <= self.branch_actions <= 64,
+                       "a whole number of actions in [2, 64]"))
+        checks.append(("branch_noise", self.branch_noise > 0, "a positive standard deviation"))
+        checks.append(("branch_horizon_s", self.branch_horizon_s > 0, "a positive number of simulated seconds"))
+        checks.append(("branch_weight", self.branch_weight >= 0, "a weight >= 0"))
+        checks.append(("branch_batch", isinstance(self.branch_batch, int) and self.branch_batch >= 1,
+                       "a whole number >= 1"))
         checks.append(("learning_starts", isinstance(self.learning_starts, int) and self.learning_starts >= 0,
                        "a whole number >= 0"))
         checks.append(("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "positive layer widths"))
@@ -141,7 +168,9 @@ class TD3Config:
         return cls(**{**{k: v for k, v in LATER_FIELDS.items() if k not in d}, **d})
 
 
-LATER_FIELDS = {"gamma_per_hour": None, "preactivation_penalty": 0.0, "bc_alpha": None, "bc_decay_steps": None}
+LATER_FIELDS = {"gamma_per_hour": None, "preactivation_penalty": 0.0, "bc_alpha": None, "bc_decay_steps": None,
+                "branch_every": 0, "branch_actions": 4, "branch_noise": 1.5, "branch_horizon_s": 1800.0,
+                "branch_weight": 1.0, "branch_batch": 64}
 """Fields added after models were shipped, with the value that reproduces those models' training."""
 
 
@@ -182,6 +211,7 @@ class TD3:
         self.critic_optimizer = optim.Adam(self.critic.parameters(), lr=config.learning_rate)
         self.normalizer = ObservationNormalizer(observation_size, min_std=observation_std_floor(observation_size))
         self._buffer: ReplayBuffer | None = None
+        self._branch_buffer: BranchBuffer | None = None
         self.actor_loss = float("nan")
         self.saturation_log: list[list[float]] = []
         """[step, share of the actor's pre-activations beyond SATURATION of the bound on the logged
@@ -193,6 +223,21 @@ class TD3:
         if self._buffer is None:
             self._buffer = ReplayBuffer(self.config.buffer_size, self.observation_size, self.action_size)
         return self._buffer
+
+    @property
+    def branch_buffer(self) -> BranchBuffer:
+        """The counterfactual branches, allocated on first use."""
+        if self._branch_buffer is None:
+            self._branch_buffer = BranchBuffer(max(1, self.config.buffer_size // 10), self.observation_size,
+                                               self.config.branch_actions, self.action_size)
+        return self._branch_buffer
+
+    def branch_actions(self, obs: np.ndarray, taken: np.ndarray) -> np.ndarray:
+        """The actions a state is branched with: the one taken, then the actor's plus branch noise."""
+        k = self.config.branch_actions
+        noise = self.rng.normal(0.0, self.config.branch_noise, (k - 1, self.action_size))
+        others = np.clip(self.predict(obs) + noise, -LOGIT_LIMIT, LOGIT_LIMIT)
+        return np.vstack([np.asarray(taken, dtype=np.float32)[None, :], others]).astype(np.float32)
 
     # --- acting -----------------------------------------------------------------------------------
     def predict(self, obs: np.ndarray) -> np.ndarray:
@@ -246,6 +291,10 @@ class TD3:
         q_values = [q.view(-1) for q in self.critic(obs, actions)]
         q_losses = [F.mse_loss(q, target) for q in q_values]
         critic_loss = sum(q_losses)
+        branch = self.branch_loss() if cfg.branch_every and self._branch_buffer is not None \
+            and len(self._branch_buffer) else None
+        if branch is not None:
+            critic_loss = critic_loss + cfg.branch_weight * branch[0]
         self.critic_optimizer.zero_grad()
         critic_loss.backward()
         self.critic_optimizer.step()
@@ -278,8 +327,33 @@ class TD3:
         logged.update({f"qf{i + 1}_loss": loss.item() for i, loss in enumerate(q_losses)})
         logged.update(qf_loss=critic_loss.item() / len(q_losses), actor_loss=self.actor_loss)
         logged["saturated"] = self.saturation(obs)
+        if branch is not None:
+            logged.update(branch_loss=branch[0].item(), branch_corr=branch[1])
         self.saturation_log.append([global_step, logged["saturated"]])
         return logged
+
+    def branch_loss(self) -> tuple[torch.Tensor, float]:
+        """The critics' loss on a batch of branched states: each state's Q values centred over its K
+        actions against its branch returns centred the same way (the state's value cancels in both);
+        and the correlation of the two for Q1 (1: the critic ranks a state's actions as the branches
+        did)."""
+        data = self.branch_buffer.sample(self.config.branch_batch, self.rng)
+        b, k, a = data.actions.shape
+        obs = torch.from_numpy(self.normalizer.normalize(data.obs)).repeat_interleave(k, dim=0)
+        actions = torch.from_numpy(data.actions.reshape(b * k, a))
+        returns = torch.from_numpy(data.returns)
+        target = returns - returns.mean(dim=1, keepdim=True)
+        loss, centred_q1 = 0.0, None
+        for q in self.critic(obs, actions):
+            q = q.view(b, k)
+            centred = q - q.mean(dim=1, keepdim=True)
+            centred_q1 = centred if centred_q1 is None else centred_q1
+            loss = loss + F.mse_loss(centred, target)
+        with torch.no_grad():
+            x, y = centred_q1.flatten(), target.flatten()
+            denom = (x.norm() * y.norm()).item()
+            corr = float((x @ y).item() / denom) if denom > 0 else float("nan")
+        return loss, corr
 
     def saturation(self, obs: torch.Tensor) -> float:
         """Share of the actor's pre-activations on ``obs`` (normalised) beyond SATURATION of the bound."""
@@ -311,6 +385,9 @@ class TD3:
             "normalizer": self.normalizer.to_json(),
             "actor_loss": self.actor_loss,
             "saturation_log": [list(x) for x in self.saturation_log],
+            **({"branch_buffer": {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                                  for k, v in self._branch_buffer.state_dict().items()}}
+               if self._branch_buffer is not None else {}),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -325,6 +402,9 @@ class TD3:
         self.normalizer = ObservationNormalizer.from_json(state["normalizer"], self.observation_size)
         self.actor_loss = float(state["actor_loss"])
         self.saturation_log = [[int(a), float(b)] for a, b in state.get("saturation_log", [])]
+        if "branch_buffer" in state:
+            self.branch_buffer.load_state_dict({k: v.numpy() if isinstance(v, torch.Tensor) else v
+                                                for k, v in state["branch_buffer"].items()})
 
     def save(self, folder, card: dict | None = None) -> None:
         """Write the model (actor and critics, normaliser, config) to ``folder`` (``rl.model``)."""

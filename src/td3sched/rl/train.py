@@ -98,13 +98,15 @@ class LearnResult:
 def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpoint_every: int = 0,
           resume: bool = False, settings: TrainSettings | None = None,
           on_log: Callable[[dict], None] | None = None,
-          callback: Callable[[int, TD3], None] | None = None) -> LearnResult:
+          callback: Callable[[int, TD3], None] | None = None, branch_workers: int = 2) -> LearnResult:
     """Train ``agent`` on ``env`` until ``total_steps`` steps. With ``out``: TensorBoard logs, a
     checkpoint every ``checkpoint_every`` steps and at the end, and the model at each checkpoint.
     ``resume`` goes on from ``out``'s checkpoint. ``on_log`` receives the logged values.
     ``callback(steps_done, agent)`` runs after every step, once its transition is stored, its gradient
     step taken and its checkpoint written, with the steps done so far (1 after the first); it may read
     the agent (e.g. evaluate it on another env) but must not change it or step ``env``.
+    ``branch_workers``: simulator processes running counterfactual branches at once
+    (``TD3Config.branch_every``; the results do not depend on it).
     ``settings`` (recorded in checkpoints and the model card) default to the env's, with the agent's
     seed; the first episode is drawn with ``settings.seed``."""
     cfg = agent.config
@@ -136,6 +138,8 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
             # Act: uniformly random during the warm-up, then the actor plus exploration noise.
             agent.normalizer.update(obs)
             action = agent.random_action() if global_step < cfg.learning_starts else agent.explore(obs)
+            if cfg.branch_every and global_step >= cfg.learning_starts and global_step % cfg.branch_every == 0:
+                branch(agent, env, obs, action, branch_workers)
             next_obs, reward, terminated, truncated, info = env.step_logits(action)
             if not truncated:  # a truncated step has no next decision to bootstrap from: not stored
                 agent.buffer.add(obs, action, reward, next_obs, terminated, info.get("elapsed_s", 0.0))
@@ -179,6 +183,17 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
     steps_run = loop.global_step - first_step
     return LearnResult(loop.global_step, loop.episodes, wall_s,
                        steps_run / max(time.perf_counter() - started, 1e-9), list(loop.recent_returns))
+
+
+def branch(agent: TD3, env, obs: np.ndarray, action: np.ndarray, workers: int) -> None:
+    """Branch the pending decision (``rl.counterfactual``) with the action about to be taken and the
+    agent's others, continuing each with the current actor; store the state's returns."""
+    from td3sched.rl.counterfactual import numpy_actor
+
+    cfg = agent.config
+    actions = agent.branch_actions(obs, action)
+    branches = env.unwrapped.branches(actions, cfg.branch_horizon_s, numpy_actor(agent), workers=workers)
+    agent.branch_buffer.add(obs, actions, [b.discounted(cfg.gamma, cfg.gamma_per_hour) for b in branches])
 
 
 def save_checkpoint(out: Path, agent: TD3, env, loop: LoopState, settings: TrainSettings, wall_s: float) -> None:
@@ -269,7 +284,7 @@ def checkpoint_settings(out: Path) -> tuple[TrainSettings, TD3Config, int]:
 
 
 def train(out: Path, total_steps: int, settings: TrainSettings, config: TD3Config, *, checkpoint_every: int = 0,
-          resume: bool = False, on_log: Callable[[dict], None] | None = None) -> LearnResult:
+          resume: bool = False, on_log: Callable[[dict], None] | None = None, branch_workers: int = 2) -> LearnResult:
     """Build the env and the agent of ``settings`` and ``config``, then ``learn`` into run folder ``out``."""
     from td3sched.rl.observation import OBSERVATION_SIZE
 
@@ -277,6 +292,6 @@ def train(out: Path, total_steps: int, settings: TrainSettings, config: TD3Confi
     try:
         agent = TD3(OBSERVATION_SIZE, config, settings.seed, settings.action_mode)
         return learn(agent, env, total_steps, out=out, checkpoint_every=checkpoint_every, resume=resume,
-                     settings=settings, on_log=on_log)
+                     settings=settings, on_log=on_log, branch_workers=branch_workers)
     finally:
         env.close()

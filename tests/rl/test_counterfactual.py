@@ -1,0 +1,171 @@
+"""Counterfactual branches: a forked branch is charged exactly what the episode itself is charged for
+the same actions, branching leaves the episode untouched, failures reach the caller, and the critic
+learns a state's action differences from them (``rl.counterfactual``, ``TD3Config.branch_every``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from td3sched.rl.counterfactual import Branch, BranchRequest, numpy_actor  # noqa: E402
+from td3sched.rl.diagnose import branch_study  # noqa: E402
+from td3sched.rl.env import ClusterSchedulingEnv  # noqa: E402
+from td3sched.rl.model import load_model  # noqa: E402
+from td3sched.rl.observation import OBSERVATION_SIZE  # noqa: E402
+from td3sched.rl.td3 import TD3, TD3Config  # noqa: E402
+from td3sched.rl.train import CHECKPOINT_FILE, TrainSettings, read_checkpoint, train  # noqa: E402
+
+SETTINGS = TrainSettings("tiny", seed=3, episode_hours=2.0)
+SMALL = TD3Config(hidden=(32, 32), batch_size=32, buffer_size=5000, learning_starts=60, log_every=25,
+                  branch_every=15, branch_batch=8, branch_horizon_s=600.0)
+
+
+def _walk(env, actions, n):
+    rewards, times = [], []
+    for i in range(n):
+        _, r, terminated, truncated, info = env.step_logits(actions[i % len(actions)])
+        rewards.append(r)
+        times.append(info.get("time_s"))
+        if terminated or truncated:
+            break
+    return rewards, times
+
+
+@pytest.fixture()
+def env():
+    e = ClusterSchedulingEnv("tiny", "train", 2.0, "full")
+    e.reset(seed=5)
+    yield e
+    e.close()
+
+
+def test_a_branch_is_charged_what_the_episode_is_charged_for_the_same_actions(env):
+    rng = np.random.default_rng(1)
+    _walk(env, rng.uniform(-5, 5, (7, 5)).astype(np.float32), 40)  # somewhere inside the window
+    held = rng.uniform(-5, 5, (3, 5)).astype(np.float32)
+    branches = env.branches(held, 900.0, workers=2)
+    assert len(branches) == 3 and all(len(b.rewards) >= 2 for b in branches)
+    # the episode itself, holding the first branch's action: the same charges, decision by decision
+    rewards, times = _walk(env, held[:1], len(branches[0].rewards))
+    first = branches[0]
+    np.testing.assert_array_equal(first.rewards[: len(rewards)], rewards)
+    np.testing.assert_array_equal(first.times_s[: len(times) - 1], times[: len(first.times_s) - 1])
+    assert first.times_s[-1] >= first.start_s + 900.0 or np.isclose(first.times_s[-1], env.episode.end_s)
+    assert not np.allclose([b.discounted() for b in branches], branches[0].discounted())  # actions matter
+
+
+def test_branching_leaves_the_episode_untouched():
+    rng = np.random.default_rng(2)
+    actions = rng.uniform(-5, 5, (60, 5)).astype(np.float32)
+    plain = ClusterSchedulingEnv("tiny", "train", 2.0, "full")
+    branched = ClusterSchedulingEnv("tiny", "train", 2.0, "full")
+    try:
+        plain.reset(seed=7)
+        branched.reset(seed=7)
+        expected, _ = _walk(plain, actions, 60)
+        got = []
+        for i in range(60):
+            if i % 20 == 5:
+                branched.branches(actions[i:i + 2], 300.0, continuation=lambda obs: actions[0])
+            got += _walk(branched, actions[i:i + 1], 1)[0]
+        assert got == expected
+    finally:
+        plain.close()
+        branched.close()
+
+
+def test_reseed_gives_every_branch_one_other_generator(env):
+    _walk(env, np.zeros((1, 5), np.float32), 30)
+    a = np.random.default_rng(3).uniform(-5, 5, (2, 5)).astype(np.float32)
+    twice = [env.branches(a, 600.0, reseed=11) for _ in range(2)]
+    for x, y in zip(*twice):  # the same fresh generator: the same charges
+        np.testing.assert_array_equal(x.rewards, y.rewards)
+
+
+def test_bad_requests_and_failed_branches_name_the_problem(env):
+    with pytest.raises(ValueError, match="expected rows of 5"):
+        env.branches(np.zeros((2, 4)), 600.0)
+    with pytest.raises(ValueError, match="horizon_s=0"):
+        env.branches(np.zeros((2, 5)), 0.0)
+    with pytest.raises(ValueError, match="finite rows"):
+        BranchRequest(np.full((2, 5), np.nan), 60.0)
+
+    def broken(obs):
+        raise KeyError("no such node")
+
+    with pytest.raises(RuntimeError, match="branch 0: .*no such node"):
+        env.branches(np.zeros((2, 5), np.float32), 3600.0, continuation=broken)
+    _, reward, _, _, _ = env.step_logits(np.zeros(5, np.float32))  # the decision still waits, and goes on
+    assert np.isfinite(reward)
+    idle = ClusterSchedulingEnv("tiny", "train", 2.0, "full")
+    with pytest.raises(RuntimeError, match="without a pending decision"):
+        idle.branches(np.zeros((2, 5)), 60.0)
+
+
+def test_discounting_per_decision_and_per_hour():
+    b = Branch(100.0, np.array([-1.0, -2.0, -4.0]), np.array([100.0, 3700.0, 7300.0]))
+    assert b.discounted() == -7.0
+    assert b.discounted(0.5) == pytest.approx(-1.0 - 1.0 - 1.0)
+    # decision i opened at times [100, 100, 3700]: hours 0, 0, 1 after the fork
+    assert b.discounted(gamma_per_hour=0.5) == pytest.approx(-1.0 - 2.0 - 2.0)
+
+
+def test_the_numpy_actor_is_the_agents():
+    agent = TD3(OBSERVATION_SIZE, TD3Config(hidden=(16, 16)), seed=4)
+    obs = np.random.default_rng(4).normal(size=(8, OBSERVATION_SIZE)).astype(np.float32)
+    agent.normalizer.update(obs * 3 + 1)
+    np.testing.assert_allclose(numpy_actor(agent)(obs), agent.predict(obs), atol=1e-5)
+
+
+def test_the_branch_loss_teaches_the_critic_a_states_action_differences():
+    cfg = TD3Config(hidden=(32, 32), branch_every=1, branch_actions=4, branch_batch=32, learning_rate=1e-3)
+    agent = TD3(OBSERVATION_SIZE, cfg, seed=5)
+    rng = np.random.default_rng(5)
+    for _ in range(200):  # the return is the state's value plus an effect of the CPU weight (softmax)
+        obs = rng.normal(size=OBSERVATION_SIZE).astype(np.float32)
+        actions = rng.uniform(-5, 5, (4, 5)).astype(np.float32)
+        w_cpu = np.exp(actions[:, 0]) / np.exp(actions[:, :4]).sum(axis=1)
+        agent.branch_buffer.add(obs, actions, 100.0 * obs[0] + 0.1 * w_cpu)
+    before = agent.branch_loss()[1]
+    for _ in range(500):
+        loss, _ = agent.branch_loss()
+        agent.critic_optimizer.zero_grad()
+        loss.backward()
+        agent.critic_optimizer.step()
+    after = agent.branch_loss()[1]
+    assert after > 0.9 and after > before + 0.3, (before, after)
+
+
+def test_training_with_branches_resumes_exactly(tmp_path):
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    train(straight, 150, SETTINGS, SMALL, checkpoint_every=100)
+    train(broken, 110, SETTINGS, SMALL, checkpoint_every=100)
+    train(broken, 150, SETTINGS, SMALL, checkpoint_every=100, resume=True)
+    a, b = read_checkpoint(straight / CHECKPOINT_FILE), read_checkpoint(broken / CHECKPOINT_FILE)
+    branches = a["agent"]["branch_buffer"]
+    assert branches["size"] == len(range(60, 150, 15))  # every 15th step after the 60-step warm-up
+    for key, value in branches.items():
+        assert (torch.equal(value, b["agent"]["branch_buffer"][key]) if isinstance(value, torch.Tensor)
+                else value == b["agent"]["branch_buffer"][key]), key
+    for key, value in a["agent"]["critic"].items():
+        assert torch.equal(value, b["agent"]["critic"][key]), key
+    returns = branches["returns"].numpy()
+    assert np.isfinite(returns).all() and (returns <= 0).all() and returns.std(axis=1).max() > 0
+    assert load_model(straight).config.branch_every == 15
+
+
+def test_config_refuses_bad_branch_settings():
+    with pytest.raises(ValueError, match="branch_actions=1"):
+        TD3Config(branch_actions=1)
+    with pytest.raises(ValueError, match="branch_horizon_s=-1"):
+        TD3Config(branch_horizon_s=-1.0)
+
+
+def test_branch_study_separates_the_action_from_the_state():
+    study = branch_study(None, "tiny", span="train", episode_hours=2.0, states=4, actions=3, horizon_s=1800.0,
+                         every=10)
+    assert study.states == 4 and study.actions == 3
+    assert 0 < study.action_share_returns <= study.action_share_differences <= 1.0
+    assert study.action_rms > 0 and study.return_std > study.action_rms
