@@ -505,6 +505,9 @@ def train(
                                                "returns (TD3Config.branch_every; default 0: off). docs/td3.md."),
     branch_horizon: Optional[float] = typer.Option(None, help="Simulated seconds each branch runs (default "
                                                    "1800)."),
+    branch_imitation: Optional[float] = typer.Option(None, help="With --branch-every: pull the actor towards each "
+                                                     "branched state's best branch with this weight "
+                                                     "(TD3Config.branch_imitation; default 0: off)."),
     branch_workers: int = typer.Option(2, help="Branches simulated at once (processes; the result does not "
                                                "depend on it)."),
     span: Optional[str] = typer.Option(None, help=_span_help(LEARN_SPAN, "Span whose windows are the episodes")),
@@ -551,7 +554,8 @@ def train(
             clash.update({k: (v, getattr(config, k)) for k, v in (("algo", algo), ("learning_starts", learning_starts),
                                                                   ("preactivation_penalty", preactivation_penalty),
                                                                   ("branch_every", branch_every),
-                                                                  ("branch_horizon_s", branch_horizon))
+                                                                  ("branch_horizon_s", branch_horizon),
+                                                                  ("branch_imitation", branch_imitation))
                           if v is not None and v != getattr(config, k)})
             if clash:
                 raise ValueError(f"--resume: options differ from the checkpoint's (given, checkpoint): {clash}")
@@ -567,7 +571,8 @@ def train(
                                                     ("gamma_per_hour", gamma_per_hour),
                                                     ("preactivation_penalty", preactivation_penalty),
                                                     ("branch_every", branch_every),
-                                                    ("branch_horizon_s", branch_horizon)) if v is not None})
+                                                    ("branch_horizon_s", branch_horizon),
+                                                    ("branch_imitation", branch_imitation)) if v is not None})
         from td3sched.outputs import check_folder
         from td3sched.scenario import load_scenario
 

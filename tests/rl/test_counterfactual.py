@@ -169,3 +169,31 @@ def test_branch_study_separates_the_action_from_the_state():
     assert study.states == 4 and study.actions == 3
     assert 0 < study.action_share_returns <= study.action_share_differences <= 1.0
     assert study.action_rms > 0 and study.return_std > study.action_rms
+
+
+def test_branch_imitation_pulls_the_actor_to_each_states_best_branch():
+    cfg = TD3Config(hidden=(32, 32), branch_every=1, branch_actions=3, branch_batch=32, branch_imitation=1.0,
+                    learning_rate=1e-3)
+    agent = TD3(OBSERVATION_SIZE, cfg, seed=6)
+    rng = np.random.default_rng(6)
+    best = np.array([3.0, -3.0, 0.0, 0.0, 2.0], np.float32)
+    for i in range(100):
+        obs = rng.normal(size=OBSERVATION_SIZE).astype(np.float32)
+        actions = np.vstack([rng.uniform(-5, 5, (2, 5)), best]).astype(np.float32)[rng.permutation(3)]
+        returns = -np.abs(actions - best).sum(axis=1)  # the best branch is `best`, wherever it sits
+        agent.branch_buffer.add(obs, actions, returns if i % 10 else np.zeros(3))  # every 10th: a tie
+    obs = torch.from_numpy(agent.normalizer.normalize(rng.normal(size=(16, OBSERVATION_SIZE)).astype(np.float32)))
+    def distance():
+        with torch.no_grad():
+            return float((agent.actor(obs) - torch.from_numpy(best)).abs().mean())
+
+    start = distance()
+    for _ in range(300):
+        loss = agent.branch_imitation_loss()
+        agent.actor_optimizer.zero_grad()
+        loss.backward()
+        agent.actor_optimizer.step()
+    end = distance()
+    assert end < 0.5 < 2.0 < start, (start, end)
+    with pytest.raises(ValueError, match="branch_imitation=-1"):
+        TD3Config(branch_imitation=-1.0)
