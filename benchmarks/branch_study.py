@@ -39,20 +39,23 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=5, help="Decisions between two branched states.")
     ap.add_argument("--horizons", default="600,1800,7200", help="Branch horizons in simulated seconds.")
     ap.add_argument("--models", action="append", default=[], help="A model folder (repeatable); none: no model.")
+    ap.add_argument("--around-actor", type=float, default=None, help="Draw the branches' actions as the actor's "
+                    "plus noise of this std (training's TD3Config.branch_noise is 1.5); default: uniform.")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
     models = [load_model(m) for m in args.models] or [None]
-    print("| continuation | horizon (s) | states x actions | return std | action RMS | noise RMS | action share of "
+    print("| continuation | actions | horizon (s) | states x actions | return std | action RMS | noise RMS | action share of "
           "returns | action share of centred returns | critic corr | critic centred-Q RMS | wall s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for model in models:
         for horizon in (float(h) for h in args.horizons.split(",")):
             started = time.perf_counter()
             s = branch_study(model, args.scenario, args.span, args.episode_hours, args.seed, args.states,
-                             args.actions, horizon, args.every, workers=args.workers)
+                             args.actions, horizon, args.every, workers=args.workers,
+                             around_actor=args.around_actor)
             corr = f"{s.critic_corr:.3f}" if s.critic_corr is not None else ""
             rms = f"{s.critic_action_rms:.2e}" if s.critic_action_rms is not None else ""
-            print(f"| {s.continuation} | {horizon:.0f} | {s.states} x {s.actions} | {s.return_std:.2e} | "
+            print(f"| {s.continuation} | {s.actions_drawn} | {horizon:.0f} | {s.states} x {s.actions} | {s.return_std:.2e} | "
                   f"{s.action_rms:.2e} | {s.noise_rms:.2e} | {s.action_share_returns:.1%} | "
                   f"{s.action_share_differences:.1%} | {corr} | {rms} | {time.perf_counter() - started:.0f} |",
                   flush=True)

@@ -117,6 +117,8 @@ class BranchStudy:
     states: int
     actions: int
     continuation: str
+    actions_drawn: str
+    """How the branches' actions were drawn."""
     return_std: float
     """Std of the branch returns pooled over states and actions: what a critic regressing on returns
     sees."""
@@ -145,9 +147,12 @@ HOLD_SPREAD = np.array([0.0, 0.0, 0.0, 0.0, -LOGIT_LIMIT, 0.0], dtype=np.float32
 
 def branch_study(model: LoadedModel | None, scenario: str, span: str = "test", episode_hours: float = 6.0,
                  seed: int = 1, states: int = 40, actions: int = 6, horizon_s: float = 1800.0, every: int = 5,
-                 action_mode: str = "full", workers: int = 2, overrides: tuple[str, ...] = ()) -> BranchStudy:
+                 action_mode: str = "full", workers: int = 2, overrides: tuple[str, ...] = (),
+                 around_actor: float | None = None) -> BranchStudy:
     """Walk one window with ``model``'s deterministic actor (or the spread continuation without one)
-    and branch every ``every``-th decision until ``states`` are studied or the window ends."""
+    and branch every ``every``-th decision until ``states`` are studied or the window ends. The
+    branches' actions are uniformly random, or with ``around_actor`` the actor's plus Gaussian noise
+    of that standard deviation (as training branches them, ``TD3Config.branch_noise``)."""
     from td3sched.rl.counterfactual import numpy_actor
     from td3sched.rl.env import ClusterSchedulingEnv
 
@@ -170,7 +175,11 @@ def branch_study(model: LoadedModel | None, scenario: str, span: str = "test", e
         step = 0
         while len(observations) < states:
             if step % every == 0:
-                candidates = rng.uniform(-LOGIT_LIMIT, LOGIT_LIMIT, (actions, size)).astype(np.float32)
+                if around_actor is None:
+                    candidates = rng.uniform(-LOGIT_LIMIT, LOGIT_LIMIT, (actions, size)).astype(np.float32)
+                else:
+                    candidates = np.clip(act(obs) + rng.normal(0.0, around_actor, (actions, size)),
+                                         -LOGIT_LIMIT, LOGIT_LIMIT).astype(np.float32)
                 a = env.branches(candidates, horizon_s, act, workers=workers)
                 b = env.branches(candidates, horizon_s, act, workers=workers, reseed=int(rng.integers(2**31)))
                 observations.append(obs)
@@ -204,6 +213,7 @@ def branch_study(model: LoadedModel | None, scenario: str, span: str = "test", e
     return BranchStudy(
         scenario=scenario, span=span, window_h=(episode.start_s / 3600, episode.end_s / 3600), horizon_s=horizon_s,
         states=len(observations), actions=actions, continuation=name,
+        actions_drawn="uniform" if around_actor is None else f"actor + N(0, {around_actor:g})",
         return_std=float(np.sqrt(pooled)), action_rms=float(np.sqrt(signal)),
         noise_rms=float(np.sqrt(max(spread - signal, 0.0))),
         action_share_returns=signal / pooled if pooled > 0 else float("nan"),
