@@ -197,3 +197,14 @@ def test_branch_imitation_pulls_the_actor_to_each_states_best_branch():
     assert end < 0.5 < 2.0 < start, (start, end)
     with pytest.raises(ValueError, match="branch_imitation=-1"):
         TD3Config(branch_imitation=-1.0)
+
+
+def test_pending_utilisation_is_what_the_action_ranks(env):
+    _walk(env, np.zeros((1, 5), np.float32), 10)
+    u = env.pending_utilisation()
+    assert u.ndim == 2 and u.shape[1] == 4 and len(u) >= 1 and np.isfinite(u).all()
+    u[:] = -1.0  # a copy: the simulator's own is untouched
+    assert (env.pending_utilisation() >= 0).all()
+    idle = ClusterSchedulingEnv("tiny", "train", 2.0, "full")
+    with pytest.raises(RuntimeError, match="without a pending decision"):
+        idle.pending_utilisation()

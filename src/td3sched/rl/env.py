@@ -90,10 +90,18 @@ class _HandOffPolicy(ActionPolicy):
         self.decision: tuple[float, int] = (0.0, 0)
         self.branch: BranchState | None = None
         """Set in a forked child only (``rl.counterfactual``)."""
+        self.utilisation_seen: np.ndarray | None = None
+        """The pending decision's [k, 4] utilisations of the feasible nodes, pod included."""
 
     def decide(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
         self.decision = (pod.time_s, len(nodes))
+        self.utilisation_seen = None
         return super().decide(pod, nodes, cluster)
+
+    def utilisation(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        u = super().utilisation(pod, nodes, cluster)
+        self.utilisation_seen = u
+        return u
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         tracker = self.sim.reward
@@ -159,6 +167,7 @@ class ClusterSchedulingEnv(gym.Env):
         self.world_seed: int | None = None
         self.episode: Episode | None = None
         self._worker: threading.Thread | None = None
+        self._policy: _HandOffPolicy | None = None
         self._to_env: queue.Queue = queue.Queue(maxsize=1)
         self._to_sim: queue.Queue = queue.Queue(maxsize=1)
         self._running = False
@@ -246,6 +255,13 @@ class ClusterSchedulingEnv(gym.Env):
                 from payload
         return payload
 
+    def pending_utilisation(self) -> np.ndarray:
+        """A copy of the pending decision's [k, 4] utilisations (CPU, memory, disk IO, network) of its
+        feasible nodes, pod included: what the score of any action ranks (diagnostics)."""
+        if not self._running or self._policy.utilisation_seen is None:
+            raise RuntimeError("pending_utilisation() without a pending decision: call reset() first")
+        return np.array(self._policy.utilisation_seen, dtype=np.float64)
+
     def close(self) -> None:
         self._abandon()
         super().close()
@@ -290,6 +306,7 @@ class ClusterSchedulingEnv(gym.Env):
         """Start the worker on ``episode``; the first observation, or None if no decision came."""
         world = self._world_for(episode.world_seed)
         policy = _HandOffPolicy(self.action_mode, self._to_env, self._to_sim)
+        self._policy = policy
         sim = Simulation(world, policy, episode.sim_seed, episode.start_s, episode.end_s)
         sim.reward = StepRewardTracker(world.reward, sim._max_nodes)
         policy.sim = sim
