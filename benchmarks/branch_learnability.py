@@ -113,9 +113,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3000, help="Gradient steps of each fit.")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--save", default=None, help="Also write the branched states to this .npz file.")
     args = ap.parse_args()
     torch.set_num_threads(1)
     data = collect(args)
+    if args.save:
+        np.savez_compressed(args.save, **data)
     n = len(data["obs"])
     moving = np.ptp(data["returns"], axis=1) > 0
     print(f"{n} states, {moving.mean():.0%} of them with branches that differ; returns' centred RMS "
