@@ -70,19 +70,25 @@ def search_static(out: Path, design: str, budget_min: float) -> str:
 
 
 def model_folder(out: Path, design: str, penalty: float, seed: int, branch_every: int = 0,
-                 imitation: float = 0.0) -> Path:
-    branches = (f"-b{branch_every}" if branch_every else "") + (f"-i{imitation:g}" if imitation else "")
-    return out / "td3" / f"{design.replace('+', '-')}-p{penalty:g}{branches}-seed{seed}"
+                 imitation: float = 0.0, hold: float = 0.0) -> Path:
+    variant = ((f"-b{branch_every}" if branch_every else "") + (f"-i{imitation:g}" if imitation else "")
+               + (f"-h{hold:g}" if hold else ""))
+    return out / "td3" / f"{design.replace('+', '-')}-p{penalty:g}{variant}-seed{seed}"
+
+
+TRAIN_OPTIONS: list[str] = []
+"""Options passed to every training (main: --gamma-per-hour)."""
 
 
 def train(out: Path, design: str, penalty: float, seed: int, steps: int, learning_starts: int,
-          episode_hours: float, branch_every: int = 0, imitation: float = 0.0) -> Path:
-    folder = model_folder(out, design, penalty, seed, branch_every, imitation)
+          episode_hours: float, branch_every: int = 0, imitation: float = 0.0, hold: float = 0.0) -> Path:
+    folder = model_folder(out, design, penalty, seed, branch_every, imitation, hold)
     if not (folder / "model.json").exists() or json.loads((folder / "model.json").read_text())["training"]["steps"] < steps:
         run(td3sched("train", "--scenario", "tiny", "--action", design, "--seed", str(seed), "--steps", str(steps),
                      "--learning-starts", str(learning_starts), "--episode-hours", f"{episode_hours:g}",
                      "--preactivation-penalty", f"{penalty:g}", "--branch-every", str(branch_every),
                      *(("--branch-imitation", f"{imitation:g}") if imitation else ()),
+                     *(("--action-hold", f"{hold:g}") if hold else ()), *TRAIN_OPTIONS,
                      "--checkpoint-every", "0", "--no-progress", "--out", str(folder), *sets()))
     return folder
 
@@ -168,6 +174,10 @@ def main() -> None:
                                                    "with (0: no counterfactual branches).")
     ap.add_argument("--imitation", default="0", help="train --branch-imitation weights each learned design with "
                                                     "branches is trained with (0: none).")
+    ap.add_argument("--holds", default="0", help="train --action-hold values (simulated seconds) each learned design "
+                                                "is trained with (0: an action per decision).")
+    ap.add_argument("--gamma-per-hour", type=float, default=None, help="train --gamma-per-hour for every training "
+                                                                       "(default: train's, 0.99 per decision).")
     ap.add_argument("--steps", type=int, default=10000, help="Training steps of each learned policy.")
     ap.add_argument("--learning-starts", type=int, default=2000, help="Random warm-up steps of each training.")
     ap.add_argument("--episode-hours", type=float, default=6.0, help="Training episode window (simulated hours).")
@@ -179,6 +189,7 @@ def main() -> None:
     args = ap.parse_args()
     out = args.out
     SETS[:] = args.set
+    TRAIN_OPTIONS[:] = ["--gamma-per-hour", f"{args.gamma_per_hour:g}"] if args.gamma_per_hour is not None else []
     labels: dict[str, str] = {b: "baseline" for b in BASELINES}
     saturation: dict[str, float] = {}
     designs = [d.strip() for d in args.designs.split(",") if d.strip()]
@@ -193,15 +204,18 @@ def main() -> None:
         labels[spec] = f"{labels[spec]}; {label}" if spec in labels else label  # two searches may pick one spec
     groups: dict[str, list[str]] = {}
     for design in designs if not args.no_learned else ():
-        variants = [(every, w) for every in (int(b) for b in args.branches.split(","))
-                    for w in ((float(i) for i in args.imitation.split(",")) if every else (0.0,))]
-        for penalty, (every, imitation) in itertools.product((float(p) for p in args.penalties.split(",")), variants):
-            branches = (f", branches every {every}" if every else "") + (f", imitation {imitation:g}" if imitation else "")
+        variants = [(every, w, hold) for every in (int(b) for b in args.branches.split(","))
+                    for w in ((float(i) for i in args.imitation.split(",")) if every else (0.0,))
+                    for hold in (float(h) for h in args.holds.split(","))]
+        for penalty, (every, imitation, hold) in itertools.product((float(p) for p in args.penalties.split(",")),
+                                                                   variants):
+            branches = ((f", branches every {every}" if every else "") + (f", imitation {imitation:g}" if imitation else "")
+                        + (f", held {hold:g} s" if hold else ""))
             group = groups.setdefault(f"{design}, penalty {penalty:g}{branches}", [])
             for seed in (int(s) for s in args.train_seeds.split(",")):
                 folder = (train(out, design, penalty, seed, args.steps, args.learning_starts, args.episode_hours, every,
-                                imitation)
-                          if not args.table_only else model_folder(out, design, penalty, seed, every, imitation))
+                                imitation, hold)
+                          if not args.table_only else model_folder(out, design, penalty, seed, every, imitation, hold))
                 policy = f"td3:{folder}"
                 labels[policy] = f"{design}: TD3, penalty {penalty:g}{branches}, seed {seed}"
                 group.append(policy)

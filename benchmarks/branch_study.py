@@ -41,6 +41,10 @@ def main() -> None:
     ap.add_argument("--models", action="append", default=[], help="A model folder (repeatable); none: no model.")
     ap.add_argument("--around-actor", type=float, default=None, help="Draw the branches' actions as the actor's "
                     "plus noise of this std (training's TD3Config.branch_noise is 1.5); default: uniform.")
+    ap.add_argument("--hold", action="store_true", help="Each branch holds its action for the whole horizon "
+                    "(the action of a policy that decides once per horizon) instead of one decision.")
+    ap.add_argument("--action-hold", type=float, default=0.0, help="Without a model: seconds every action holds "
+                    "in the walk and the branches (a model's card says its own).")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
     models = [load_model(m) for m in args.models] or [None]
@@ -52,7 +56,8 @@ def main() -> None:
             started = time.perf_counter()
             s = branch_study(model, args.scenario, args.span, args.episode_hours, args.seed, args.states,
                              args.actions, horizon, args.every, workers=args.workers,
-                             around_actor=args.around_actor)
+                             around_actor=args.around_actor, hold=args.hold,
+                             action_hold_s=args.action_hold)
             corr = f"{s.critic_corr:.3f}" if s.critic_corr is not None else ""
             rms = f"{s.critic_action_rms:.2e}" if s.critic_action_rms is not None else ""
             print(f"| {s.continuation} | {s.actions_drawn} | {horizon:.0f} | {s.states} x {s.actions} | {s.return_std:.2e} | "

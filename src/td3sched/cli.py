@@ -483,7 +483,7 @@ def search_static(
 
 @app.command()
 def train(
-    steps: int = typer.Option(..., help="Environment steps (scheduling decisions) to train for, in total."),
+    steps: int = typer.Option(..., help="Environment steps (scheduling decisions, or held actions with --action-hold) to train for, in total."),
     out_dir: Path = typer.Option(..., "--out", help="Run folder, e.g. runs/NAME/: checkpoint, model (then "
                                                     "--policy td3:runs/NAME) and TensorBoard logs (tb/)."),
     scenario: Optional[str] = typer.Option(None, help=_scenario_help("Scenario to train on")),
@@ -496,6 +496,10 @@ def train(
     action: Optional[str] = typer.Option(None, help="The action design: weights+tau (default; the mode 'full'), "
                                          "weights (tau fixed at 0, the reference design; 'seed'), or "
                                          "weights+tau+ceiling (a hold-back ceiling too; 'ceiling'). docs/td3.md."),
+    action_hold: Optional[float] = typer.Option(None, help="Simulated seconds each action holds: the policy decides "
+                                                "the scoring for the pods of the next this many seconds, and each "
+                                                "step is that long (default 0: an action per decision). The model "
+                                                "card declares it and td3:FOLDER acts so. docs/td3.md."),
     preactivation_penalty: Optional[float] = typer.Option(None, help="Coefficient of the actor's penalty on its "
                                                           "pre-activations (default 0, "
                                                           "TD3Config.preactivation_penalty; 0: none)."),
@@ -532,7 +536,15 @@ def train(
         from td3sched.rl.train import train as run_training
     except ImportError as exc:
         _fail(f"training needs the rl extra ({exc}): pip install 'td3sched[rl]'")
-    given = {"scenario": scenario, "seed": seed, "span": span, "episode_hours": episode_hours, "action_mode": action}
+    given = {"scenario": scenario, "seed": seed, "span": span, "episode_hours": episode_hours, "action_mode": action,
+             "action_hold_s": action_hold}
+    if action_hold is not None:
+        from td3sched.rl.actions import check_hold
+
+        try:
+            check_hold(action_hold)
+        except ValueError as exc:
+            _fail(f"--action-hold: {exc}")
     if action is not None:
         from td3sched.rl.actions import action_mode_of
 
@@ -583,8 +595,9 @@ def train(
     torch.set_num_threads(threads)
     from td3sched.rl.actions import design_of
 
+    hold = f" held {settings.action_hold_s:g} s" if settings.action_hold_s else ""
     console.print(f"train: {settings.scenario}/{settings.span}, {settings.episode_hours:g} h windows, seed "
-                  f"{settings.seed}, {config.algo}, action {design_of(settings.action_mode)} -> {escape(str(out_dir))}"
+                  f"{settings.seed}, {config.algo}, action {design_of(settings.action_mode)}{hold} -> {escape(str(out_dir))}"
                   + (" (resumed)" if resume else ""))
 
     def run(on_log=None):

@@ -208,3 +208,19 @@ def test_pending_utilisation_is_what_the_action_ranks(env):
     idle = ClusterSchedulingEnv("tiny", "train", 2.0, "full")
     with pytest.raises(RuntimeError, match="without a pending decision"):
         idle.pending_utilisation()
+
+
+def test_a_branch_holds_its_action_as_the_episode_does():
+    """With an action hold the branch's first action holds for the hold, as the episode's step would."""
+    env = ClusterSchedulingEnv("tiny", "train", 2.0, "full", action_hold_s=300.0)
+    try:
+        env.reset(seed=5)
+        rng = np.random.default_rng(3)
+        _walk(env, rng.uniform(-5, 5, (3, 5)).astype(np.float32), 3)
+        actions = rng.uniform(-5, 5, (2, 5)).astype(np.float32)
+        branches = env.branches(actions, 900.0, workers=2)
+        rewards, times = _walk(env, actions[:1], len(branches[0].rewards))
+        np.testing.assert_array_equal(branches[0].rewards[: len(rewards)], rewards)
+        assert np.diff(branches[0].times_s[:-1]).min() >= 300.0  # one charge per held action
+    finally:
+        env.close()

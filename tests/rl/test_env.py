@@ -278,3 +278,39 @@ def test_each_step_says_how_long_its_transition_took_and_the_steps_cover_the_win
     assert times[0] - elapsed[0] >= window.start_s            # the first decision came after the start
     assert sum(elapsed) == pytest.approx(window.end_s - (times[0] - elapsed[0]))
     env.close()
+
+
+def test_a_held_action_is_one_step_per_hold_charged_what_its_decisions_were_charged():
+    """action_hold_s: the step's action scores every pod of the next hold_s seconds, the step's reward
+    is their charges, and the next observation is the first decision after the hold. A constant action
+    is the same run whatever the hold; a varying one is another run."""
+    constant = np.array([1.0, 0.5, -5.0, 0.5, -5.0], np.float32)
+    per_decision = ClusterSchedulingEnv("tiny", "train", HOURS)
+    held = ClusterSchedulingEnv("tiny", "train", HOURS, action_hold_s=600.0)
+    per_decision.reset(seed=4)
+    held.reset(seed=4)
+    rewards, last = _episode(per_decision, lambda: constant / 5)
+    held_rewards, held_last = _episode(held, lambda: constant / 5)
+    assert held_last["record"]["metrics"] == last["record"]["metrics"]
+    assert sum(held_rewards) == pytest.approx(sum(rewards), rel=1e-12)
+    assert 3 < len(held_rewards) < len(rewards) / 2
+    # every step but the last spans at least the hold, and they cover the window as before
+    held.reset(seed=4)
+    elapsed, times = [], []
+    rng = np.random.default_rng(0)
+    while True:
+        _, _, _, truncated, info = held.step(rng.uniform(-1, 1, 5))
+        elapsed.append(info["elapsed_s"])
+        if truncated:
+            break
+        times.append(info["time_s"])
+    assert min(elapsed[1:-1]) >= 600.0 and np.diff(times).min() >= 600.0
+    assert sum(elapsed) == pytest.approx(held.episode.end_s - (times[0] - elapsed[0]))
+    per_decision.close()
+    held.close()
+
+
+def test_a_bad_action_hold_is_refused_by_name():
+    for bad in (-1.0, float("nan"), float("inf"), "ten"):
+        with pytest.raises(ValueError, match=f"action hold {bad!r}: expected a finite number"):
+            ClusterSchedulingEnv("tiny", "train", HOURS, action_hold_s=bad)

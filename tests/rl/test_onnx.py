@@ -63,11 +63,11 @@ def test_shipped_graphs_match_torch_on_recorded_observations(folder, recorded_ob
     np.testing.assert_array_equal(one_by_one, batch)
 
 
-def _train_tiny_model(folder: Path, seed: int, mode: str = "full") -> None:
+def _train_tiny_model(folder: Path, seed: int, mode: str = "full", **card) -> None:
     config = TD3Config(hidden=(16, 16), batch_size=8, buffer_size=100, learning_starts=0)
     agent = TD3(OBSERVATION_SIZE, config, seed=seed, action_mode=mode)
     agent.normalizer.update(np.random.default_rng(seed).normal(size=(50, OBSERVATION_SIZE)))
-    agent.save(folder, {"scenario": "tiny", "span": "train", "training": {"steps": 0}})
+    agent.save(folder, {"scenario": "tiny", "span": "train", "training": {"steps": 0}, **card})
 
 
 def test_export_onnx_command_writes_the_graph_the_policy_serves(tmp_path):
@@ -147,3 +147,38 @@ def test_shipped_models_act_as_before_the_action_designs():
         np.testing.assert_allclose(got, expected["torch"], rtol=0, atol=PARITY_TOLERANCE, err_msg=name)
         np.testing.assert_allclose(load_actor(name).act(obs), expected["onnx"], rtol=0, atol=PARITY_TOLERANCE,
                                    err_msg=name)
+
+
+def test_a_model_whose_card_declares_a_hold_acts_once_per_hold(tmp_path):
+    """The card's action_hold_s is how the td3 policy acts: its run is the env's episode with that hold
+    and the same actor, and another run than acting at every decision."""
+    from td3sched.policy import make_policy
+    from td3sched.simulator.engine import Simulation
+
+    folder = tmp_path / "m"
+    _train_tiny_model(folder, seed=3, action_hold_s=900)
+    actor = load_actor(folder)
+    assert actor.action_hold_s == 900.0 and load_model(folder).action_hold_s == 900.0
+    policy = make_policy(f"td3:{folder}")
+    assert policy.hold_s == 900.0
+    runs = {}
+    for hold in (900.0, 0.0):
+        env = ClusterSchedulingEnv("tiny", "train", 2.0, "full", action_hold_s=hold)
+        obs, _ = env.reset(seed=2)
+        while True:
+            obs, _, _, truncated, info = env.step_logits(actor.act(obs))
+            if truncated:
+                break
+        runs[hold] = info["record"]["metrics"]
+        ep, world = env.episode, env.world
+        env.close()
+    record = Simulation(world, policy, ep.sim_seed, ep.start_s, ep.end_s).run()
+    assert record["metrics"] == runs[900.0]
+    assert runs[0.0] != runs[900.0]
+
+
+def test_a_card_with_a_bad_hold_is_refused_by_name(tmp_path):
+    folder = tmp_path / "m"
+    _train_tiny_model(folder, seed=3, action_hold_s=-3)
+    with pytest.raises(ModelError, match="action hold -3: expected a finite number"):
+        load_actor(folder)

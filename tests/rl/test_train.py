@@ -140,3 +140,26 @@ def test_a_checkpoint_from_before_the_penalty_field_resumes(tmp_path):
     assert train(tmp_path, 80, SETTINGS, SMALL, resume=True).steps == 80
     with pytest.raises(CheckpointError, match="config differ"):
         train(tmp_path, 90, SETTINGS, TD3Config(**{**SMALL.to_json(), "preactivation_penalty": 1.0}), resume=True)
+
+
+def test_train_command_holds_actions_and_the_card_says_so(tmp_path):
+    import json
+
+    out = tmp_path / "held"
+    args = ["train", "--scenario", "tiny", "--steps", "40", "--episode-hours", "2", "--learning-starts", "20",
+            "--action-hold", "600", "--gamma-per-hour", "0.5", "--checkpoint-every", "20", "--out", str(out),
+            "--no-progress"]
+    result = runner.invoke(app, args[:4] + ["30"] + args[5:])
+    assert result.exit_code == 0, result.output
+    assert "held 600 s" in " ".join(result.output.split())
+    card = json.loads((out / "model.json").read_text())
+    assert card["action_hold_s"] == 600.0 and card["config"]["gamma_per_hour"] == 0.5
+    assert card["training"]["steps"] == 30 and card["training"]["episodes"] >= 2  # 2 h windows of 10-minute steps
+    clash = runner.invoke(app, args + ["--resume"] + ["--action-hold", "60"])
+    assert clash.exit_code == 2 and "'action_hold_s': (60.0, 600.0)" in " ".join(clash.output.split())
+    resumed = runner.invoke(app, args + ["--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads((out / "model.json").read_text())["action_hold_s"] == 600.0
+    bad = runner.invoke(app, ["train", "--steps", "10", "--out", str(tmp_path / "bad"), "--action-hold", "-5"])
+    assert bad.exit_code == 2 and "--action-hold: action hold -5.0: expected a finite number" in " ".join(
+        bad.output.split())

@@ -93,6 +93,26 @@ def card_action_dimensions(card: dict) -> tuple[str, ...]:
     return ACTION_DIMENSIONS[mode]
 
 
+def check_hold(hold_s) -> float:
+    """An action hold (``rl.policy.ActionPolicy``) as a float, or a ValueError naming it: a finite number
+    of simulated seconds >= 0 (0: an action per decision)."""
+    try:
+        value = float(hold_s)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if isinstance(hold_s, bool) or not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"action hold {hold_s!r}: expected a finite number of simulated seconds >= 0 (0: an action "
+                         "per decision)")
+    return value
+
+
+def card_action_hold(card: dict) -> float:
+    """The seconds a model card's action holds (``action_hold_s``; a card written before the key
+    existed: 0, an action per decision). ValueError names a bad value."""
+    hold = card.get("action_hold_s")
+    return 0.0 if hold is None else check_hold(hold)
+
+
 @dataclass(frozen=True)
 class ScoreArgs:
     """What an action stands for: the score's weights and tau, and the hold-back ceiling (None: none)."""

@@ -22,9 +22,10 @@ ONNX_FILE = "model.onnx"
 CARD_FORMAT = 1
 CARD_KEYS = ("format", "scenario", "overrides", "span", "episode_hours", "seed", "action_mode", "config",
              "observation", "normalizer", "code_version", "training", "created", "model_sha256")
-OPTIONAL_CARD_KEYS = ("action_dimensions",)
+OPTIONAL_CARD_KEYS = ("action_dimensions", "action_hold_s")
 """Keys added after models were shipped: a card without them reads as before (``action_dimensions``:
-the action mode's, ``rl.actions.card_action_dimensions``)."""
+the action mode's, ``rl.actions.card_action_dimensions``; ``action_hold_s``: 0, an action per decision,
+``rl.actions.card_action_hold``)."""
 
 
 class ModelError(ValueError):
@@ -63,10 +64,11 @@ def read_card(folder: Path) -> dict:
         raise ModelError(f"{path}: missing keys {missing}: expected {', '.join(CARD_KEYS)}")
     if card["format"] != CARD_FORMAT:
         raise ModelError(f"{path}: format {card['format']!r}: expected {CARD_FORMAT}")
-    from td3sched.rl.actions import card_action_dimensions
+    from td3sched.rl.actions import card_action_dimensions, card_action_hold
 
     try:
         card_action_dimensions(card)
+        card_action_hold(card)
     except ValueError as exc:
         raise ModelError(f"{path}: {exc}") from None
     return card

@@ -148,11 +148,15 @@ HOLD_SPREAD = np.array([0.0, 0.0, 0.0, 0.0, -LOGIT_LIMIT, 0.0], dtype=np.float32
 def branch_study(model: LoadedModel | None, scenario: str, span: str = "test", episode_hours: float = 6.0,
                  seed: int = 1, states: int = 40, actions: int = 6, horizon_s: float = 1800.0, every: int = 5,
                  action_mode: str = "full", workers: int = 2, overrides: tuple[str, ...] = (),
-                 around_actor: float | None = None) -> BranchStudy:
+                 around_actor: float | None = None, hold: bool = False, action_hold_s: float = 0.0) -> BranchStudy:
     """Walk one window with ``model``'s deterministic actor (or the spread continuation without one)
     and branch every ``every``-th decision until ``states`` are studied or the window ends. The
     branches' actions are uniformly random, or with ``around_actor`` the actor's plus Gaussian noise
-    of that standard deviation (as training branches them, ``TD3Config.branch_noise``)."""
+    of that standard deviation (as training branches them, ``TD3Config.branch_noise``). With ``hold``
+    each branch keeps its action for every decision of its horizon (an action held for ``horizon_s``,
+    ``--action-hold``) instead of handing over to the continuation after the first. The env holds
+    every action for the model's ``action_hold_s`` (without a model: ``action_hold_s``), as the
+    model was trained and acts."""
     from td3sched.rl.counterfactual import numpy_actor
     from td3sched.rl.env import ClusterSchedulingEnv
 
@@ -168,7 +172,10 @@ def branch_study(model: LoadedModel | None, scenario: str, span: str = "test", e
         fixed = HOLD_SPREAD[:size].copy()
         act, name = (lambda obs: fixed), "equal weights, tau 0 (no model)"
     rng = np.random.default_rng([seed, 17])
-    env = ClusterSchedulingEnv(scenario, span, episode_hours, mode, overrides)
+    env = ClusterSchedulingEnv(scenario, span, episode_hours, mode, overrides,
+                               action_hold_s=model.action_hold_s if model is not None else action_hold_s)
+    if env.action_hold_s:
+        name += f", every action held {env.action_hold_s:g} s"
     observations, tried, first, second = [], [], [], []
     try:
         obs, _ = env.reset(seed=seed)
@@ -180,8 +187,9 @@ def branch_study(model: LoadedModel | None, scenario: str, span: str = "test", e
                 else:
                     candidates = np.clip(act(obs) + rng.normal(0.0, around_actor, (actions, size)),
                                          -LOGIT_LIMIT, LOGIT_LIMIT).astype(np.float32)
-                a = env.branches(candidates, horizon_s, act, workers=workers)
-                b = env.branches(candidates, horizon_s, act, workers=workers, reseed=int(rng.integers(2**31)))
+                after = None if hold else act
+                a = env.branches(candidates, horizon_s, after, workers=workers)
+                b = env.branches(candidates, horizon_s, after, workers=workers, reseed=int(rng.integers(2**31)))
                 observations.append(obs)
                 tried.append(candidates)
                 first.append([x.discounted() for x in a])
@@ -212,7 +220,8 @@ def branch_study(model: LoadedModel | None, scenario: str, span: str = "test", e
         critic_rms = float(np.sqrt(np.mean(qc ** 2)))
     return BranchStudy(
         scenario=scenario, span=span, window_h=(episode.start_s / 3600, episode.end_s / 3600), horizon_s=horizon_s,
-        states=len(observations), actions=actions, continuation=name,
+        states=len(observations), actions=actions,
+        continuation=f"each branch's action held for {horizon_s:g} s" if hold else name,
         actions_drawn="uniform" if around_actor is None else f"actor + N(0, {around_actor:g})",
         return_std=float(np.sqrt(pooled)), action_rms=float(np.sqrt(signal)),
         noise_rms=float(np.sqrt(max(spread - signal, 0.0))),

@@ -19,7 +19,9 @@ simulator charged that decision (``reward.py``: the cluster's cost rate after it
 the next decision, and the events in between), so the step rewards of an episode sum to the run's
 ``episode_reward``. **Episode**: a window of ``episode_hours`` (the whole span if shorter) at a
 random start within the scenario's span, with a random tie-breaking seed, both drawn from the env's
-seed. ``info["elapsed_s"]`` is the simulated time the step's transition took (to the next decision,
+seed. **Action hold** (``action_hold_s`` > 0): a step's action holds for every decision within that
+many simulated seconds of the step's own (``rl.policy.ActionPolicy``); the step's reward is what all
+of them were charged, and the next observation is the first decision after the hold. ``info["elapsed_s"]`` is the simulated time the step's transition took (to the next decision,
 or to the window's end): a semi-MDP learner discounts by it. It ends with the window: ``truncated``
 is True on its last step (the cluster would go on), whose observation repeats the last decision's
 (there is no next decision, so a learner should not bootstrap from it); ``info["record"]`` is then the run's record.
@@ -47,7 +49,7 @@ from td3sched.envs import ENV_ID  # noqa: F401 (registers it; re-exported)
 from td3sched.policy.base import PodRequest
 from td3sched.reward import StepRewardTracker
 from td3sched.rl import counterfactual
-from td3sched.rl.actions import LOGIT_LIMIT, action_size, check_action_mode, decode
+from td3sched.rl.actions import LOGIT_LIMIT, action_size, check_action_mode, check_hold, decode
 from td3sched.rl.counterfactual import Branch, BranchRequest, BranchState, fork_branches
 from td3sched.rl.observation import OBSERVATION_SIZE
 from td3sched.rl.policy import ActionPolicy
@@ -83,8 +85,8 @@ class _HandOffPolicy(ActionPolicy):
 
     name = "env"
 
-    def __init__(self, action_mode: str, to_env: queue.Queue, to_sim: queue.Queue):
-        super().__init__(action_mode)
+    def __init__(self, action_mode: str, to_env: queue.Queue, to_sim: queue.Queue, hold_s: float = 0.0):
+        super().__init__(action_mode, hold_s)
         self.to_env, self.to_sim = to_env, to_sim
         self.sim: Simulation | None = None
         self.decision: tuple[float, int] = (0.0, 0)
@@ -150,9 +152,11 @@ class ClusterSchedulingEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, scenario: str = "tiny", span: str = "train", episode_hours: float = 24.0,
-                 action_mode: str = "full", overrides: tuple[str, ...] | list[str] = (), lenient: bool = False):
+                 action_mode: str = "full", overrides: tuple[str, ...] | list[str] = (), lenient: bool = False,
+                 action_hold_s: float = 0.0):
         if not (np.isfinite(episode_hours) and episode_hours > 0):
             raise ValueError(f"episode_hours={episode_hours!r}: expected a positive number of hours")
+        self.action_hold_s = check_hold(action_hold_s)
         self.scenario_name = scenario
         self.scenario = load_scenario(scenario, list(overrides))
         self.span = span
@@ -305,7 +309,7 @@ class ClusterSchedulingEnv(gym.Env):
     def _start(self, episode: Episode) -> np.ndarray | None:
         """Start the worker on ``episode``; the first observation, or None if no decision came."""
         world = self._world_for(episode.world_seed)
-        policy = _HandOffPolicy(self.action_mode, self._to_env, self._to_sim)
+        policy = _HandOffPolicy(self.action_mode, self._to_env, self._to_sim, self.action_hold_s)
         self._policy = policy
         sim = Simulation(world, policy, episode.sim_seed, episode.start_s, episode.end_s)
         sim.reward = StepRewardTracker(world.reward, sim._max_nodes)

@@ -45,7 +45,7 @@ def save_model(folder, agent, card: dict) -> None:
     torch.save(state, buf)
     data = buf.getvalue()
     full = {key: None for key in CARD_KEYS}
-    full.update({k: v for k, v in card.items() if k in CARD_KEYS})
+    full.update({k: v for k, v in card.items() if k in CARD_KEYS or k in OPTIONAL_CARD_KEYS})
     full.update(
         format=CARD_FORMAT, seed=card.get("seed", agent.seed), action_mode=agent.action_mode,
         action_dimensions=list(ACTION_DIMENSIONS[agent.action_mode]),
@@ -73,6 +73,13 @@ class LoadedModel:
     content_sha256: str = ""
     """sha256 of everything the model is made of: the card (config, normaliser, action mode) and the
     state dict; a change to either is another model."""
+
+    @property
+    def action_hold_s(self) -> float:
+        """Seconds an action holds (the card's ``action_hold_s``; 0: one action per decision)."""
+        from td3sched.rl.actions import card_action_hold
+
+        return card_action_hold(self.card)
 
     @property
     def observation_size(self) -> int:

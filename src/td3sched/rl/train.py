@@ -52,17 +52,21 @@ class TrainSettings:
     episode_hours: float = 24.0
     action_mode: str = "full"
     overrides: tuple[str, ...] = ()
+    action_hold_s: float = 0.0
+    """Simulated seconds an action holds (``rl.policy.ActionPolicy``; 0: an action per decision)."""
 
     def make_env(self):
         from td3sched.rl.env import ClusterSchedulingEnv
 
-        return ClusterSchedulingEnv(self.scenario, self.span, self.episode_hours, self.action_mode, self.overrides)
+        return ClusterSchedulingEnv(self.scenario, self.span, self.episode_hours, self.action_mode, self.overrides,
+                                    action_hold_s=self.action_hold_s)
 
     @classmethod
     def of_env(cls, env, seed: int) -> "TrainSettings":
         """The settings ``env`` was made with, and ``seed``."""
         e = env.unwrapped
-        return cls(e.scenario_name, seed, e.span, e.episode_s / 3600.0, e.action_mode, tuple(e.scenario.overrides))
+        return cls(e.scenario_name, seed, e.span, e.episode_s / 3600.0, e.action_mode, tuple(e.scenario.overrides),
+                   e.action_hold_s)
 
     def to_json(self) -> dict:
         return {**asdict(self), "overrides": list(self.overrides)}
