@@ -157,3 +157,32 @@ def test_warm_up_decides_on_its_own_cluster_and_leaves_the_served_state_alone(ac
     assert (tmp_path / "decisions.jsonl").read_text() == ""
     _, d = service.score_nodes(POD, list(snap.names))  # and the engine decides as before
     assert d.fallback == (not with_model) and d.candidates == list(snap.names)
+
+
+def test_a_model_that_holds_its_action_is_asked_once_per_hold(tmp_path):
+    """A card's action_hold_s: decisions within the hold of the last action use it (action_held), as
+    the simulator's td3 policy does; after the hold, or for another model, the actor is asked again."""
+    torch = pytest.importorskip("torch")
+    from td3sched.rl.observation import OBSERVATION_SIZE
+    from td3sched.rl.onnx_actor import load_actor
+    from td3sched.rl.td3 import TD3, TD3Config
+
+    torch.manual_seed(0)
+    agent = TD3(OBSERVATION_SIZE, TD3Config(hidden=(16, 16)), seed=3)  # untrained: its action moves with the state
+    agent.normalizer.update(np.random.default_rng(3).normal(size=(50, OBSERVATION_SIZE)))
+    folder = tmp_path / "held"
+    agent.save(folder, {"scenario": "tiny", "span": "train", "training": {"steps": 0}, "action_hold_s": 600})
+    held = load_actor(folder)
+    snap = snapshot(6)
+    service, clock = make_service(held, snap, max_age_s=3600)
+    _, first = service.score_nodes(POD, list(snap.names))
+    clock.t += 300
+    other = PodSpec("batch-7", cpu_milli=4000, mem_mib=8192, qos=2)
+    _, second = service.score_nodes(other, list(snap.names))
+    assert not first.action_held and second.action_held
+    np.testing.assert_array_equal(second.pre_activations, first.pre_activations)
+    assert not np.array_equal(held.act(second.observation), first.pre_activations)  # it would have chosen anew
+    clock.t += 300  # the hold is over
+    _, third = service.score_nodes(other, list(snap.names))
+    assert not third.action_held
+    np.testing.assert_array_equal(third.pre_activations, held.act(third.observation))

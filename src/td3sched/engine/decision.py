@@ -31,6 +31,11 @@ arguments (default: the best-static weights and tau of the model's scenario), an
     out_of_range      an action value lies outside [-LOGIT_LIMIT, LOGIT_LIMIT] (beyond rounding)
     no_fresh_metrics  no candidate has fresh metrics: nothing to observe
 
+**Action hold** (a card's ``action_hold_s`` > 0, ``rl.policy.ActionPolicy``): the actor is asked at most
+once per hold, on the engine's clock; a decision within the hold of the last action the model took
+uses that action (``Decision.action_held``), as the simulator's ``td3`` policy does. A fallback takes
+no hold, and a reload starts afresh.
+
 The model is held in a ``ModelSlot``: a reload validates the new model, then swaps the reference; a
 decision reads the slot once, so a decision in flight finishes on the model it started with.
 """
@@ -131,6 +136,8 @@ class Decision:
     """The action's hold-back ceiling (None: the model declares none, or a fallback)."""
     held_back: np.ndarray | None = None
     """[k] bool: above the ceiling with the pod (score 0); None without a ceiling."""
+    action_held: bool = False
+    """The action is an earlier decision's, still holding (the card's ``action_hold_s``)."""
 
     @property
     def fallback(self) -> bool:
@@ -172,8 +179,19 @@ class DecisionEngine:
     shadow: bool = False
     """Decide and log, but answers are advisory (ScoreNodes) or neutral (the extender)."""
 
+    _held: tuple | None = field(default=None, init=False, repr=False)
+    """(model version, time, pre-activations) of the last action a holding model took."""
+
     def __post_init__(self):
         self.fallback_weights, self.fallback_tau = validate_weights(self.fallback_weights, self.fallback_tau)
+
+    def _holding(self, actor, version: str, now: float) -> np.ndarray | None:
+        """The action still held at ``now`` (the card's ``action_hold_s``), or None: ask the actor."""
+        hold = getattr(actor, "action_hold_s", 0.0) if actor is not None else 0.0
+        held = self._held  # read once: another thread may replace it
+        if hold and held is not None and held[0] == version and 0.0 <= now - held[1] < hold:
+            return held[2]
+        return None
 
     def _action(self, actor, obs: np.ndarray) -> tuple[np.ndarray | None, str]:
         if actor is None:
@@ -224,7 +242,14 @@ class DecisionEngine:
         request = pod.request(now)
         u = utilisation(request, nodes, snap, self.state.recent_usage(snap))
         obs = observe(request, nodes, snap, u, snap.oom_kills_recent)
-        action, reason = self._action(actor, obs)
+        action = self._holding(actor, version, now)
+        held_action = action is not None
+        if held_action:
+            reason = ""
+        else:
+            action, reason = self._action(actor, obs)
+            if not reason and getattr(actor, "action_hold_s", 0.0):
+                self._held = (version, now, action)
         args = ScoreArgs(self.fallback_weights, self.fallback_tau) if reason else decode(action, actor.action_mode)
         fresh_scores = weighted_closeness(u, args.weights, args.tau)
         held = None
@@ -238,7 +263,7 @@ class DecisionEngine:
         else:
             scores[fresh] = fresh_scores
         return Decision(names, scores, excluded, stale, args.weights, args.tau, action, version, reason, obs, u, now,
-                        advisory=self.shadow, ceiling=args.ceiling, held_back=held)
+                        advisory=self.shadow, ceiling=args.ceiling, held_back=held, action_held=held_action)
 
     def warm_up(self) -> None:
         """Decide and filter on a two-node cluster of its own, before and after a binding, so that every
