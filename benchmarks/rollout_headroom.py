@@ -1,0 +1,113 @@
+"""How much a held action could gain over the best static weights, measured with hindsight (issue 9).
+
+    python benchmarks/rollout_headroom.py                       # tiny's test span, 5 seeds, 10-minute holds
+    python benchmarks/rollout_headroom.py --hold 1800 --horizon 7200 --candidates 16
+
+A rollout policy (one step of policy improvement over a base policy, Bertsekas): at every held step of
+an episode (``ClusterSchedulingEnv(action_hold_s=--hold)``) the simulator is forked into the base
+action and ``--candidates - 1`` others (``rl.counterfactual``), each held for one step and then
+continued with the base action for ``--horizon`` simulated seconds; the step takes the action whose
+branch was charged least (the base on a tie). The branches see the episode's own future (the same
+trace and random numbers), so this is a hindsight bound for the held-action design, not a policy a
+cluster can run: if it does not beat the base, no policy of weights and tau held for that long can
+by much; what it gains is the head-room a learned policy could close.
+
+Printed per seed (the env's draw of a ``--episode-hours`` window and its random numbers): the base's
+episode reward (the static policy as a constant action, which the env runs exactly as static-weights
+up to the softmax's floor on a zero weight), the rollout's, and their paired difference with its
+95% interval over seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numpy as np
+
+from td3sched.evaluate.stats import summarize
+from td3sched.policy import make_policy
+from td3sched.rl.actions import LOGIT_LIMIT, decode
+from td3sched.rl.env import ClusterSchedulingEnv
+
+
+def base_action(spec: str) -> np.ndarray:
+    """The pre-activations closest to a static-weights spec's weights and tau inside the action box."""
+    policy = make_policy(spec)
+    if policy.name != "static-weights":
+        raise ValueError(f"--base {spec!r}: expected a static-weights spec")
+    w = np.maximum(np.asarray(policy.weights, dtype=np.float64), 1e-12)
+    logits = np.log(w) - np.log(w).max() + LOGIT_LIMIT  # the largest weight at the top of the box
+    tau = min(max(float(policy.tau), 1e-9), 1 - 1e-9)
+    action = np.append(np.clip(logits, -LOGIT_LIMIT, LOGIT_LIMIT), math.log(tau / (1 - tau)))
+    return np.clip(action, -LOGIT_LIMIT, LOGIT_LIMIT).astype(np.float32)
+
+
+def run_episode(env: ClusterSchedulingEnv, episode: dict, choose) -> float:
+    obs, _ = env.reset(options={"episode": episode})
+    total = 0.0
+    while True:
+        obs, reward, terminated, truncated, _ = env.step_logits(choose(obs))
+        total += reward
+        if terminated or truncated:
+            return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenario", default="tiny")
+    ap.add_argument("--span", default="test")
+    ap.add_argument("--episode-hours", type=float, default=6.0)
+    ap.add_argument("--seeds", type=int, default=5, help="Episodes (env seeds 1..N).")
+    ap.add_argument("--base", default="static-weights:w=0.5/0.25/0/0.25:tau=0",
+                    help="The base policy, a static-weights spec (default: tiny's static best, docs/td3.md).")
+    ap.add_argument("--hold", type=float, default=600.0, help="Seconds each action holds.")
+    ap.add_argument("--horizon", type=float, default=3600.0, help="Seconds each branch runs.")
+    ap.add_argument("--candidates", type=int, default=8, help="Actions tried per step, the base's included.")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    if args.candidates < 2:
+        ap.error(f"--candidates {args.candidates}: expected at least 2 (the base and one other)")
+    base = base_action(args.base)
+    weights = decode(base).weights
+    print(f"base {args.base}: pre-activations {np.round(base, 3).tolist()} (weights "
+          f"{np.round(weights, 5).tolist()}, tau {decode(base).tau:.4f}); hold {args.hold:g} s, horizon "
+          f"{args.horizon:g} s, {args.candidates} candidates per step")
+    print("| seed | window (h) | steps | base episode_reward | rollout episode_reward | rollout - base | base chosen | wall s |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    env = ClusterSchedulingEnv(args.scenario, args.span, args.episode_hours, "full", action_hold_s=args.hold)
+    gains = []
+    try:
+        for seed in range(1, args.seeds + 1):
+            started = time.perf_counter()
+            env.reset(seed=seed)
+            episode = {**vars(env.episode)}
+            static = run_episode(env, episode, lambda obs: base)
+            rng = np.random.default_rng([seed, 29])
+            steps = kept = 0
+
+            def choose(obs):
+                nonlocal steps, kept
+                candidates = np.vstack([base, rng.uniform(-LOGIT_LIMIT, LOGIT_LIMIT, (args.candidates - 1, 5))])
+                branches = env.branches(candidates.astype(np.float32), args.horizon, lambda o: base,
+                                        workers=args.workers)
+                returns = np.array([b.discounted() for b in branches])
+                best = int(np.argmax(returns)) if returns.max() > returns[0] else 0
+                steps, kept = steps + 1, kept + (best == 0)
+                return candidates[best].astype(np.float32)
+
+            rollout = run_episode(env, episode, choose)
+            gains.append(rollout - static)
+            print(f"| {seed} | {episode['start_s'] / 3600:.1f}-{episode['end_s'] / 3600:.1f} | {steps} | {static:.4f} | "
+                  f"{rollout:.4f} | {rollout - static:+.4f} | {kept / max(steps, 1):.0%} | "
+                  f"{time.perf_counter() - started:.0f} |", flush=True)
+    finally:
+        env.close()
+    s = summarize(gains)
+    half = f" ± {s.half:.4f} (95% interval)" if s.half is not None else ""
+    print(f"\nrollout - base over {s.n} seeds: {s.mean:+.4f}{half}")
+
+
+if __name__ == "__main__":
+    main()
