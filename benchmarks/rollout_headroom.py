@@ -29,7 +29,7 @@ import numpy as np
 from td3sched.evaluate.stats import summarize
 from td3sched.policy import make_policy
 from td3sched.rl.actions import LOGIT_LIMIT, decode
-from td3sched.rl.env import ClusterSchedulingEnv
+from td3sched.rl.env import ClusterSchedulingEnv, episode_return
 
 
 def base_action(spec: str) -> np.ndarray:
@@ -42,16 +42,6 @@ def base_action(spec: str) -> np.ndarray:
     tau = min(max(float(policy.tau), 1e-9), 1 - 1e-9)
     action = np.append(np.clip(logits, -LOGIT_LIMIT, LOGIT_LIMIT), math.log(tau / (1 - tau)))
     return np.clip(action, -LOGIT_LIMIT, LOGIT_LIMIT).astype(np.float32)
-
-
-def run_episode(env: ClusterSchedulingEnv, episode: dict, choose) -> float:
-    obs, _ = env.reset(options={"episode": episode})
-    total = 0.0
-    while True:
-        obs, reward, terminated, truncated, _ = env.step_logits(choose(obs))
-        total += reward
-        if terminated or truncated:
-            return total
 
 
 def main() -> None:
@@ -83,7 +73,7 @@ def main() -> None:
             started = time.perf_counter()
             env.reset(seed=seed)
             episode = {**vars(env.episode)}
-            static = run_episode(env, episode, lambda obs: base)
+            static = episode_return(env, episode, lambda obs: base)
             rng = np.random.default_rng([seed, 29])
             steps = kept = 0
 
@@ -97,7 +87,7 @@ def main() -> None:
                 steps, kept = steps + 1, kept + (best == 0)
                 return candidates[best].astype(np.float32)
 
-            rollout = run_episode(env, episode, choose)
+            rollout = episode_return(env, episode, choose)
             gains.append(rollout - static)
             print(f"| {seed} | {episode['start_s'] / 3600:.1f}-{episode['end_s'] / 3600:.1f} | {steps} | {static:.4f} | "
                   f"{rollout:.4f} | {rollout - static:+.4f} | {kept / max(steps, 1):.0%} | "

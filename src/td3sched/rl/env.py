@@ -334,6 +334,13 @@ class ClusterSchedulingEnv(gym.Env):
         self._worker.join()
         self._worker = None
         self._running = False
+        # The finished simulation and its policy point at each other: a reference cycle holding the whole
+        # run (gigabytes of arrays on dlrm), which the cyclic collector, counting objects and not bytes,
+        # can leave for many episodes (a dlrm training grew by a gigabyte an episode until it was killed
+        # at 24 GB). Breaking it frees the run as the episode ends.
+        if self._policy is not None and self._policy.sim is not None:
+            self._policy.sim.policy = None
+            self._policy.sim = None
 
     def _abandon(self) -> None:
         if self._worker is None:
