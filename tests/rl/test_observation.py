@@ -93,6 +93,19 @@ def test_oom_window_counts_the_last_five_minutes():
     assert w.kills(2000.0, 6) == 0       # base: t=560 (6)
 
 
+def test_oom_window_reads_a_count_that_starts_afresh_as_a_counter_reset():
+    """The simulator's counts start afresh when its measured span begins after the warm-up: the
+    window keeps the kills before the reset and never goes negative (a td3 policy on dlrm crashed on
+    log1p of a negative count)."""
+    w = OomWindow(300.0)
+    assert w.kills(0.0, 0) == 0
+    assert w.kills(100.0, 4) == 4
+    assert w.kills(200.0, 0) == 4        # reset: the 4 kills of the last 5 minutes still count
+    assert w.kills(300.0, 1) == 5        # one more since the reset
+    assert w.kills(450.0, 1) == 1        # base: t=100 (4): what is left is the kill after the reset
+    assert w.kills(2000.0, 1) == 0
+
+
 def numpy_stats(u: np.ndarray) -> np.ndarray:
     """The statistics as numpy's general functions compute them: what utilisation_stats must equal."""
     q = np.quantile(u, [0.0, 0.1, 0.9, 1.0], axis=0)

@@ -185,14 +185,25 @@ class OomWindow:
     ``kills(t, total)`` records ``total`` (kills since the run started) at time ``t`` and returns
     ``total`` minus the total recorded at the latest decision at or before ``t - window_s`` (0
     before the first window has passed). Kill times are thus known to the decision that first saw
-    them: a kill between two decisions counts from the later one.
+    them: a kill between two decisions counts from the later one. A count lower than the last one
+    read is a counter that started afresh (a simulation's measured span starts its counts after the
+    warm-up), read as Prometheus reads a counter reset: the kills before it still count in the
+    window, and the result is never negative.
     """
 
     def __init__(self, window_s: float = OOM_WINDOW_S):
         self.window_s = window_s
         self.records: deque[tuple[float, int]] = deque([(-math.inf, 0)])
+        self._last = 0
+        """The last count read, as given."""
+        self._offset = 0
+        """Kills counted before the counter's resets."""
 
     def kills(self, t: float, total: int) -> int:
+        if total < self._last:
+            self._offset += self._last
+        self._last = total
+        total += self._offset
         self.records.append((t, total))
         horizon = t - self.window_s
         while len(self.records) > 1 and self.records[1][0] <= horizon:
