@@ -185,9 +185,8 @@ class DecisionEngine:
     def __post_init__(self):
         self.fallback_weights, self.fallback_tau = validate_weights(self.fallback_weights, self.fallback_tau)
 
-    def _holding(self, actor, version: str, now: float) -> np.ndarray | None:
-        """The action still held at ``now`` (the card's ``action_hold_s``), or None: ask the actor."""
-        hold = getattr(actor, "action_hold_s", 0.0) if actor is not None else 0.0
+    def _holding(self, hold: float, version: str, now: float) -> np.ndarray | None:
+        """The action still held at ``now`` under a hold of ``hold`` seconds, or None: ask the actor."""
         held = self._held  # read once: another thread may replace it
         if hold and held is not None and held[0] == version and 0.0 <= now - held[1] < hold:
             return held[2]
@@ -242,13 +241,14 @@ class DecisionEngine:
         request = pod.request(now)
         u = utilisation(request, nodes, snap, self.state.recent_usage(snap))
         obs = observe(request, nodes, snap, u, snap.oom_kills_recent)
-        action = self._holding(actor, version, now)
+        hold = getattr(actor, "action_hold_s", 0.0) if actor is not None else 0.0
+        action = self._holding(hold, version, now)
         held_action = action is not None
         if held_action:
             reason = ""
         else:
             action, reason = self._action(actor, obs)
-            if not reason and getattr(actor, "action_hold_s", 0.0):
+            if hold and not reason:
                 self._held = (version, now, action)
         args = ScoreArgs(self.fallback_weights, self.fallback_tau) if reason else decode(action, actor.action_mode)
         fresh_scores = weighted_closeness(u, args.weights, args.tau)
