@@ -9,7 +9,12 @@ import (
 	enginev1 "td3-scheduler/scheduler/pkg/engine/v1"
 )
 
-const gpuResource v1.ResourceName = "nvidia.com/gpu"
+const (
+	gpuResource v1.ResourceName = "nvidia.com/gpu"
+	// rdmaResource is RDMA in percent of one device (Koordinator's device-share convention), the
+	// simulator's rdma_pct (kubernetes_objects.RDMA_RESOURCE).
+	rdmaResource v1.ResourceName = "koordinator.sh/rdma"
+)
 
 // EnginePod is what the engine needs of a v1.Pod, read as src/td3sched/engine/kubernetes_objects.py
 // reads it (the shared test vectors hold the two equal): each request is what NodeResourcesFit counts
@@ -81,6 +86,7 @@ func EnginePod(pod *v1.Pod) (*enginev1.Pod, error) {
 		CpuMilli:      request(v1.ResourceCPU) * 1000,
 		MemMib:        request(v1.ResourceMemory) / (1 << 20),
 		DiskGib:       request(v1.ResourceEphemeralStorage) / (1 << 30),
+		RdmaPct:       request(rdmaResource),
 		GpuCount:      uint32(gpus),
 		CpuLimitMilli: limit(v1.ResourceCPU) * 1000,
 		MemLimitMib:   limit(v1.ResourceMemory) / (1 << 20),

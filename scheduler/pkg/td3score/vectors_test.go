@@ -48,6 +48,7 @@ type vectors struct {
 			CPUMilli      float64  `json:"cpu_milli"`
 			MemMiB        float64  `json:"mem_mib"`
 			DiskGiB       float64  `json:"disk_gib"`
+			RdmaPct       float64  `json:"rdma_pct"`
 			GPUCount      uint32   `json:"gpu_count"`
 			GPUMilli      uint32   `json:"gpu_milli"`
 			QoS           string   `json:"qos"`
@@ -128,7 +129,7 @@ func TestEnginePodMatchesPython(t *testing.T) {
 		}
 		e := c.Expected
 		if got.Name != e.Name || got.Namespace != e.Namespace || !near(got.CpuMilli, e.CPUMilli) ||
-			!near(got.MemMib, e.MemMiB) || !near(got.DiskGib, e.DiskGiB) || got.GpuCount != e.GPUCount ||
+			!near(got.MemMib, e.MemMiB) || !near(got.DiskGib, e.DiskGiB) || !near(got.RdmaPct, e.RdmaPct) || got.GpuCount != e.GPUCount ||
 			got.GpuMilli != e.GPUMilli || got.Qos != qos[e.QoS] || !near(got.CpuLimitMilli, orZero(e.CPULimitMilli)) ||
 			!near(got.MemLimitMib, orZero(e.MemLimitMiB)) {
 			t.Errorf("pod %s: Go %v, Python %+v", c.Pod.Name, got, e)

@@ -171,8 +171,9 @@ def pod_to_k8s(pod: PodSpec, uid: str = "") -> dict:
         limits["cpu"] = format_quantity(pod.cpu_limit_milli, "m")
     if math.isfinite(pod.mem_limit_mib):
         limits["memory"] = format_quantity(pod.mem_limit_mib, "Mi")
-    if pod.gpu_count:
-        limits[GPU_RESOURCE] = requests[GPU_RESOURCE]  # extended resources: limits equal requests
+    for key in (RDMA_RESOURCE, GPU_RESOURCE):  # extended resources: the API server wants limits equal to requests
+        if key in requests:
+            limits[key] = requests[key]
     resources = {"requests": requests, **({"limits": limits} if limits else {})}
     return {"kind": "Pod", "apiVersion": "v1",
             "metadata": {"name": pod.name, "namespace": pod.namespace or "default", "uid": uid},

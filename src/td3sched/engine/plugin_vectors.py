@@ -142,6 +142,8 @@ POD_EXAMPLES = [
                             {"nvidia.com/gpu": "2"})]),
     _pod("status-qos", [_container("a", {"cpu": "100m"})], qos="Burstable"),
     _pod("exponent", [_container("a", {"cpu": "2e-1", "memory": "134217728"})]),
+    _pod("rdma", [_container("a", {"cpu": "8", "memory": "16Gi", "koordinator.sh/rdma": "25"},
+                             {"koordinator.sh/rdma": "25"}), _container("b", {"koordinator.sh/rdma": "10"})]),
 ]
 
 
@@ -154,7 +156,7 @@ def pod_vectors() -> list[dict]:
     for pod in POD_EXAMPLES:
         spec = pod_from_k8s(pod)
         expected = {"name": spec.name, "namespace": spec.namespace, "cpu_milli": spec.cpu_milli,
-                    "mem_mib": spec.mem_mib, "disk_gib": spec.disk_gib, "gpu_count": spec.gpu_count,
+                    "mem_mib": spec.mem_mib, "disk_gib": spec.disk_gib, "rdma_pct": spec.rdma_pct, "gpu_count": spec.gpu_count,
                     "gpu_milli": spec.gpu_milli, "qos": ("Guaranteed", "Burstable", "BestEffort")[spec.qos],
                     "cpu_limit_milli": _finite_or_none(spec.cpu_limit_milli),
                     "mem_limit_mib": _finite_or_none(spec.mem_limit_mib)}
