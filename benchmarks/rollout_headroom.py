@@ -2,6 +2,7 @@
 
     python benchmarks/rollout_headroom.py                       # tiny's test span, 5 seeds, 10-minute holds
     python benchmarks/rollout_headroom.py --hold 1800 --horizon 7200 --candidates 16
+    python benchmarks/rollout_headroom.py --action ceiling --base static-weights:w=0.5/0.25/0/0.25:tau=0:ceiling=0.9
 
 A rollout policy (one step of policy improvement over a base policy, Bertsekas): at every held step of
 an episode (``ClusterSchedulingEnv(action_hold_s=--hold)``) the simulator is forked into the base
@@ -28,12 +29,13 @@ import numpy as np
 
 from td3sched.evaluate.stats import summarize
 from td3sched.policy import make_policy
-from td3sched.rl.actions import LOGIT_LIMIT, decode
+from td3sched.rl.actions import ACTION_MODES, CEILING_RANGE, LOGIT_LIMIT, action_size, decode
 from td3sched.rl.env import ClusterSchedulingEnv, episode_return
 
 
-def base_action(spec: str) -> np.ndarray:
-    """The pre-activations closest to a static-weights spec's weights and tau inside the action box."""
+def base_action(spec: str, mode: str = "full") -> np.ndarray:
+    """The pre-activations closest to a static-weights spec's weights and tau (and, for the ceiling
+    mode, its hold-back ceiling; none is the box's highest, 0.997) inside the action box."""
     policy = make_policy(spec)
     if policy.name != "static-weights":
         raise ValueError(f"--base {spec!r}: expected a static-weights spec")
@@ -41,6 +43,14 @@ def base_action(spec: str) -> np.ndarray:
     logits = np.log(w) - np.log(w).max() + LOGIT_LIMIT  # the largest weight at the top of the box
     tau = min(max(float(policy.tau), 1e-9), 1 - 1e-9)
     action = np.append(np.clip(logits, -LOGIT_LIMIT, LOGIT_LIMIT), math.log(tau / (1 - tau)))
+    if mode == "ceiling":
+        lo, hi = CEILING_RANGE
+        share = (policy.ceiling - lo) / (hi - lo) if policy.ceiling is not None else 1.0
+        if not 0 < share <= 1:
+            raise ValueError(f"--base {spec!r}: ceiling {policy.ceiling}: expected one in ({lo}, {hi}]")
+        action = np.append(action, math.log(share / (1 - share)) if share < 1 else LOGIT_LIMIT)
+    elif policy.ceiling is not None:
+        raise ValueError(f"--base {spec!r}: a ceiling needs --action ceiling")
     return np.clip(action, -LOGIT_LIMIT, LOGIT_LIMIT).astype(np.float32)
 
 
@@ -56,17 +66,23 @@ def main() -> None:
     ap.add_argument("--horizon", type=float, default=3600.0, help="Seconds each branch runs.")
     ap.add_argument("--candidates", type=int, default=8, help="Actions tried per step, the base's included.")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--action", default="full", choices=[m for m in ACTION_MODES if m != "seed"],
+                    help="The action design: full (weights and tau) or ceiling (and the hold-back ceiling).")
     args = ap.parse_args()
     if args.candidates < 2:
         ap.error(f"--candidates {args.candidates}: expected at least 2 (the base and one other)")
-    base = base_action(args.base)
-    weights = decode(base).weights
+    try:
+        base = base_action(args.base, args.action)
+    except ValueError as exc:
+        ap.error(str(exc))
+    args_ = decode(base, args.action)
+    ceiling = f", ceiling {args_.ceiling:.4f}" if args_.ceiling is not None else ""
     print(f"base {args.base}: pre-activations {np.round(base, 3).tolist()} (weights "
-          f"{np.round(weights, 5).tolist()}, tau {decode(base).tau:.4f}); hold {args.hold:g} s, horizon "
+          f"{np.round(args_.weights, 5).tolist()}, tau {args_.tau:.4f}{ceiling}); hold {args.hold:g} s, horizon "
           f"{args.horizon:g} s, {args.candidates} candidates per step")
     print("| seed | window (h) | steps | base episode_reward | rollout episode_reward | rollout - base | base chosen | wall s |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|")
-    env = ClusterSchedulingEnv(args.scenario, args.span, args.episode_hours, "full", action_hold_s=args.hold)
+    env = ClusterSchedulingEnv(args.scenario, args.span, args.episode_hours, args.action, action_hold_s=args.hold)
     gains = []
     try:
         for seed in range(1, args.seeds + 1):
@@ -79,7 +95,7 @@ def main() -> None:
 
             def choose(obs):
                 nonlocal steps, kept
-                candidates = np.vstack([base, rng.uniform(-LOGIT_LIMIT, LOGIT_LIMIT, (args.candidates - 1, 5))])
+                candidates = np.vstack([base, rng.uniform(-LOGIT_LIMIT, LOGIT_LIMIT, (args.candidates - 1, action_size(args.action)))])
                 branches = env.branches(candidates.astype(np.float32), args.horizon, lambda o: base,
                                         workers=args.workers)
                 returns = np.array([b.discounted() for b in branches])
