@@ -35,7 +35,7 @@ from td3sched.rl.env import ClusterSchedulingEnv, episode_return
 
 def base_action(spec: str, mode: str = "full") -> np.ndarray:
     """The pre-activations closest to a static-weights spec's weights and tau (and, for the ceiling
-    mode, its hold-back ceiling; none is the box's highest, 0.997) inside the action box."""
+    mode, its hold-back ceiling; none: the box's highest, 1.493) inside the action box."""
     policy = make_policy(spec)
     if policy.name != "static-weights":
         raise ValueError(f"--base {spec!r}: expected a static-weights spec")

@@ -15,7 +15,7 @@ from td3sched.engine.decision import PodSpec  # noqa: E402
 from td3sched.engine.twin import EngineTwin  # noqa: E402
 from td3sched.policy import make_policy  # noqa: E402
 from td3sched.policy.features import utilisation  # noqa: E402
-from td3sched.rl.actions import ACTION_DIMENSIONS, decode  # noqa: E402
+from td3sched.rl.actions import ACTION_DIMENSIONS, LOGIT_LIMIT, ceiling_of, decode  # noqa: E402
 from td3sched.rl.observation import OBSERVATION_SIZE  # noqa: E402
 from td3sched.rl.onnx_actor import load_actor  # noqa: E402
 from td3sched.rl.td3 import TD3, TD3Config  # noqa: E402
@@ -26,7 +26,7 @@ from tests.engine.conftest import make_service, snapshot  # noqa: E402
 
 POD = PodSpec("web-1", cpu_milli=2000, mem_mib=512)
 CEILING_PRE_ACTIVATION = -10.0
-"""The ceiling output's bias before the tanh: the pre-activation is -5, the ceiling 0.503."""
+"""The ceiling output's bias before the tanh: the pre-activation is -5, the ceiling 0.507."""
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +50,12 @@ def test_filter_fails_the_held_back_nodes_and_names_the_ceiling(ceiling_model):
     failed = service.filter(list(snap.names), POD)
     u = utilisation(POD.request(clock()), np.arange(6), snap, np.zeros((6, 2)))[:, 0]
     ceiling = decode(actor.act(np.zeros(OBSERVATION_SIZE, dtype=np.float32)), "ceiling").ceiling
-    assert ceiling == pytest.approx(0.503, abs=1e-3)
+    assert ceiling == pytest.approx(ceiling_of(-LOGIT_LIMIT)) == pytest.approx(0.507, abs=1e-3)
     held = {f"node-{i}" for i in range(6) if i != 4 and u[i] > ceiling}  # node-4: the safety filter's
     assert held == {"node-1", "node-2", "node-5"}  # the pod adds 12.5% of a node
     assert set(failed) == held | {"node-4"} and "safety filter" in failed["node-4"]
     for name in held:
-        assert f"would exceed the model's ceiling of 50% for this pod" in failed[name] and "hold-back ceiling" in failed[name]
+        assert f"would exceed the model's ceiling of {ceiling_of(-LOGIT_LIMIT):.0%} for this pod" in failed[name] and "hold-back ceiling" in failed[name]
     # /prioritize then scores the nodes that passed with the filter's own decision
     passing = [n for n in snap.names if n not in failed]
     _, d = service.score_nodes(POD, passing, api="prioritize")
@@ -90,7 +90,7 @@ def test_score_nodes_reply_carries_the_ceiling_and_the_held_back_nodes(ceiling_m
                                            candidates=list(snap.names))
     reply = DecisionEngineServicer(service).ScoreNodes(request, None)
     assert reply.action.action_mode == "ceiling" and list(reply.action.dimensions) == list(ACTION_DIMENSIONS["ceiling"])
-    assert reply.action.ceiling == pytest.approx(0.503, abs=1e-3) and len(reply.action.pre_activations) == 6
+    assert reply.action.ceiling == pytest.approx(ceiling_of(-LOGIT_LIMIT)) and len(reply.action.pre_activations) == 6
     held = [s.node for s in reply.scores if s.held_back]
     assert held and all(s.excluded and s.score == 0 for s in reply.scores if s.held_back)
     assert all(not s.excluded for s in reply.scores if not s.held_back)

@@ -180,5 +180,5 @@ def test_a_search_with_ceilings_tries_each_weights_and_tau_point_with_each_and_r
           default, tmp_path)
     assert resolve_policy("best-static-ceiling", "tiny", [], models_dir=tmp_path) == ("best-static-ceiling",
                                                                                       result["policy"])
-    with pytest.raises(ValueError, match=r"ceiling=1.5: expected a CPU utilisation in \(0, 1\]"):
-        SearchSettings("tiny", ceiling_values=(1.5,))
+    with pytest.raises(ValueError, match=r"ceiling=1.6: expected a CPU utilisation in \(0, 1.5\]"):
+        SearchSettings("tiny", ceiling_values=(1.6,))

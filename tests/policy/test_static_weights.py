@@ -172,7 +172,7 @@ def test_the_ceiling_in_a_run_keeps_the_pod_pending_until_a_node_has_room():
     assert {e["pod"]: e["t"] for e in no_ceiling.of("placement")}["b"] == 100.0
 
 
-@pytest.mark.parametrize("spec", ["static-weights:ceiling=0", "static-weights:ceiling=1.5",
+@pytest.mark.parametrize("spec", ["static-weights:ceiling=0", "static-weights:ceiling=1.6",
                                   "static-weights:ceiling=nan", "static-weights:ceiling=x"])
 def test_a_bad_ceiling_is_refused_by_name(spec):
     with pytest.raises(ValueError, match="ceiling"):

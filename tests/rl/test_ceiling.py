@@ -57,7 +57,7 @@ def test_a_ceiling_action_decodes_to_weights_tau_and_a_ceiling_in_range(raw):
 
 def test_the_ceiling_grows_with_its_pre_activation_and_a_wrong_width_is_named():
     ceilings = [decode([0, 0, 0, 0, 0, x], "ceiling").ceiling for x in (-5, -1, 0, 1, 5)]
-    assert ceilings == sorted(ceilings) and ceilings[2] == pytest.approx(0.75)
+    assert ceilings == sorted(ceilings) and ceilings[2] == pytest.approx(sum(CEILING_RANGE) / 2) == pytest.approx(1.0)
     with pytest.raises(ValueError, match=r"expected 6 finite numbers \(w_cpu, .*, tau, ceiling; action mode 'ceiling'\)"):
         decode([0, 0, 0, 0, 0], "ceiling")
 

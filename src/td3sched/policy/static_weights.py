@@ -71,13 +71,20 @@ def parse_list(value: str) -> list[str]:
     return value.replace(OLD_SEPARATORS[1], LIST_SEPARATOR).split(LIST_SEPARATOR)
 
 
+MAX_CEILING = 1.5
+"""The highest ceiling: CPU utilisation with the pod at one and a half times the node's allocatable.
+A ceiling counts the pod's request on top of the node's observed usage (and the assign cache), so a
+ceiling of 1 still holds back pods that fit by requests wherever usage runs above the requests;
+at 1.5 practically nothing is held back."""
+
+
 def validate_ceiling(ceiling) -> float | None:
-    """None (no hold-back), or a CPU utilisation in (0, 1], or a ValueError naming it."""
+    """None (no hold-back), or a CPU utilisation in (0, ``MAX_CEILING``], or a ValueError naming it."""
     if ceiling is None:
         return None
     c = float(ceiling)
-    if not (math.isfinite(c) and 0 < c <= 1):
-        raise ValueError(f"ceiling={ceiling!r}: expected a CPU utilisation in (0, 1]")
+    if not (math.isfinite(c) and 0 < c <= MAX_CEILING):
+        raise ValueError(f"ceiling={ceiling!r}: expected a CPU utilisation in (0, {MAX_CEILING:g}]")
     return c
 
 

@@ -17,8 +17,11 @@ Three action designs (``td3sched train --action``), each an action mode recorded
 The seed mode's actor outputs a fifth number which the decoding ignores (the shipped seed models do).
 The ceiling is ``static-weights``' hold-back ceiling (``policy.static_weights``): nodes whose CPU
 utilisation with the pod would exceed it are filtered for the pod, and with none left the pod waits.
-Its range ``CEILING_RANGE`` is [0.5, 1]: 1 holds nothing back that fits, and below half a node the
-hold-back would only leave capacity idle. The model card declares the dimensions
+Its range ``CEILING_RANGE`` is [0.5, 1.5]: the ceiling counts the pod's request on top of the node's
+observed usage, so 1 still holds back pods that fit by requests where usage runs above them (on
+one dlrm test window a ceiling of 0.997 cost a tenth of the static best's reward, docs/td3.md), the top of the
+box (1.497) holds practically nothing back, and below half a node the hold-back would only leave
+capacity idle. The model card declares the dimensions
 (``card_action_dimensions``); cards written before it are read as their mode's.
 """
 
@@ -29,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from td3sched.policy.static_weights import MAX_CEILING
+
 ACTION_SIZE = 5
 """Width of the weights-and-tau action (modes full and seed): the shipped models' actors."""
 LOGIT_LIMIT = 5.0
@@ -37,8 +42,8 @@ LOGIT_LIMIT = 5.0
 SATURATION = 0.9
 """A pre-activation counts as saturated (at the bound) beyond this fraction of LOGIT_LIMIT: there the
 tanh's slope is under 0.19 and exploration noise barely moves the squashed action."""
-CEILING_RANGE = (0.5, 1.0)
-"""The ceiling a pre-activation of -inf and +inf stands for: in the box, [0.503, 0.997]."""
+CEILING_RANGE = (0.5, MAX_CEILING)
+"""The ceiling a pre-activation of -inf and +inf stands for: in the box, [0.507, 1.493]."""
 WEIGHT_DIMENSIONS = ("w_cpu", "w_mem", "w_io", "w_net")
 ACTION_DIMENSIONS: dict[str, tuple[str, ...]] = {
     "full": (*WEIGHT_DIMENSIONS, "tau"),
