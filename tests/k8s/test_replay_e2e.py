@@ -356,9 +356,9 @@ def test_trace_replay_places_as_the_simulator(cluster, prometheus, namespace, st
     safety = world.config.safety_cpu_util
     mirror = LiveMirror(cluster, namespace, world, start, end)
 
-    def scheduler_for(port: int):
+    def scheduler_for(port: int):  # generous deadlines: a missed one (static score, lost report) is other tests' subject
         return start_scheduler("plugin", plugin_config(f"127.0.0.1:{port}", prometheus, engineTimeoutMillis=10_000,
-                                                       safetyCPUUtil=safety))
+                                                       bindingTimeoutMillis=10_000, safetyCPUUtil=safety))
     replay = KubeSchedulerReplay(load_actor(MODEL), mirror, scheduler_for, safety)
     began = time.monotonic()
     try:

@@ -20,7 +20,7 @@ utilisation with the pod would exceed it are filtered for the pod, and with none
 Its range ``CEILING_RANGE`` is [0.5, 1.5]: the ceiling counts the pod's request on top of the node's
 observed usage, so 1 still holds back pods that fit by requests where usage runs above them (on
 one dlrm test window a ceiling of 0.997 cost a tenth of the static best's reward, docs/td3.md), the top of the
-box (1.497) holds practically nothing back, and below half a node the hold-back would only leave
+box (1.493) holds practically nothing back, and below half a node the hold-back would only leave
 capacity idle. The model card declares the dimensions
 (``card_action_dimensions``); cards written before it are read as their mode's.
 """
