@@ -75,10 +75,10 @@ def main() -> None:
         base = base_action(args.base, args.action)
     except ValueError as exc:
         ap.error(str(exc))
-    args_ = decode(base, args.action)
-    ceiling = f", ceiling {args_.ceiling:.4f}" if args_.ceiling is not None else ""
+    score_args = decode(base, args.action)
+    ceiling = f", ceiling {score_args.ceiling:.4f}" if score_args.ceiling is not None else ""
     print(f"base {args.base}: pre-activations {np.round(base, 3).tolist()} (weights "
-          f"{np.round(args_.weights, 5).tolist()}, tau {args_.tau:.4f}{ceiling}); hold {args.hold:g} s, horizon "
+          f"{np.round(score_args.weights, 5).tolist()}, tau {score_args.tau:.4f}{ceiling}); hold {args.hold:g} s, horizon "
           f"{args.horizon:g} s, {args.candidates} candidates per step")
     print("| seed | window (h) | steps | base episode_reward | rollout episode_reward | rollout - base | base chosen | wall s |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|")
@@ -95,7 +95,8 @@ def main() -> None:
 
             def choose(obs):
                 nonlocal steps, kept
-                candidates = np.vstack([base, rng.uniform(-LOGIT_LIMIT, LOGIT_LIMIT, (args.candidates - 1, action_size(args.action)))])
+                others = rng.uniform(-LOGIT_LIMIT, LOGIT_LIMIT, (args.candidates - 1, action_size(args.action)))
+                candidates = np.vstack([base, others])
                 branches = env.branches(candidates.astype(np.float32), args.horizon, lambda o: base,
                                         workers=args.workers)
                 returns = np.array([b.discounted() for b in branches])
