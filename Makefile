@@ -73,9 +73,13 @@ $(K8S_BIN)/kube-scheduler: scheduler/go.mod scheduler/go.sum
 $(K8S_BIN)/td3-scheduler: scheduler/go.mod scheduler/go.sum $(GO_SOURCES)
 	cd scheduler && go build -o ../$@ ./cmd/scheduler
 
-# the Go gRPC stubs under scheduler/pkg/engine/v1 (committed; needs protoc-gen-go and protoc-gen-go-grpc on PATH)
+# the Go gRPC stubs under scheduler/pkg/engine/v1 (committed), with the generators they were made with,
+# installed from the Go module proxy into build/gobin
+GOBIN_DIR := $(CURDIR)/build/gobin
 go-stubs: $(STAMP)
-	$(PY) -m grpc_tools.protoc -Iproto --go_out=scheduler --go_opt=module=td3-scheduler/scheduler \
+	GOBIN=$(GOBIN_DIR) go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.11
+	GOBIN=$(GOBIN_DIR) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
+	PATH="$(GOBIN_DIR):$$PATH" $(PY) -m grpc_tools.protoc -Iproto --go_out=scheduler --go_opt=module=td3-scheduler/scheduler \
 		--go-grpc_out=scheduler --go-grpc_opt=module=td3-scheduler/scheduler $(PROTOS)
 
 # 50 fake nodes, 500 pods of the tiny scenario scheduled by the td3-scheduler, and where they went and why

@@ -1,7 +1,9 @@
-"""Scheduling throughput on a real control plane, the three ways side by side in one run (issue 11,
-section 6): the stock kube-scheduler alone, the td3-scheduler (TD3Score plugin, engine over gRPC)
-and the stock kube-scheduler with the engine as its HTTP extender; the same fake cluster (Node
-objects, node_exporter metrics through a real Prometheus), the same pods.
+"""Scheduling throughput on a real control plane, side by side in one run (issue 11, section 6): the
+stock kube-scheduler alone; the td3-scheduler (TD3Score plugin, engine over gRPC) serving a model that
+decides per pod (one engine call per pod) and one that holds its action (one engine call per hold, the
+pods of the hold scored in the plugin); and the stock kube-scheduler with the engine as its HTTP
+extender. The same fake cluster (Node objects, node_exporter metrics through a real Prometheus), the
+same pods.
 
 For each scheduler the pods are created first, with that scheduler's name and no scheduler running,
 then the scheduler starts; pods/s is measured from its first to its last successful scheduling
@@ -10,7 +12,7 @@ and process start do not count. Latency: the p99 of the scheduler's own
 `scheduler_scheduling_attempt_duration_seconds{result="scheduled"}` (histogram buckets, interpolated
 as PromQL's histogram_quantile does). Goal: the plugin path at least 0.9x the stock throughput.
 
-    make k8s-bin && python benchmarks/bench_k8s.py [--nodes 1000] [--pods 5000]
+    make k8s-bin && python benchmarks/bench_k8s.py [--nodes 1000] [--pods 5000] [--model DIR] [--held-model DIR]
 
 All processes on 127.0.0.1; the binaries from build/k8s/<version> (make k8s-bin). Every scheduler gets
 client QPS 5,000 (the default 50 would cap every path at 50 bindings/s) and the default
@@ -33,6 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from td3sched.engine.prometheus_source import DEFAULT_QUERIES  # noqa: E402
+from td3sched.rl.actions import card_action_hold  # noqa: E402
+from td3sched.rl.card import read_card  # noqa: E402
 from tests.engine.prometheus_harness import (NodeExporterStub, PrometheusServer, SimulatedNode,  # noqa: E402
                                              ensure_prometheus, wait_for)
 from tests.k8s.control_plane import (ControlPlane, Engine, Processes, Scheduler, build_binaries,  # noqa: E402
@@ -42,6 +46,8 @@ GOAL_PLUGIN_RATIO = 0.9
 SCRAPE_S = 2
 QUERIES = {name: q.replace("[1m]", f"[{5 * SCRAPE_S}s]") for name, q in DEFAULT_QUERIES.items()}
 CLIENT = {"qps": 5000, "burst": 5000}
+MODEL = REPO / "models" / "td3-dlrm"
+HELD_MODEL = REPO / "models" / "td3-dlrm-held"
 
 
 def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
@@ -96,7 +102,10 @@ def run(plane, processes, bins, name: str, kind: str, config: dict, namespace: s
     samples = []  # (time, pods scheduled)
     try:
         end = time.monotonic() + 1800
-        while time.monotonic() < end:
+        while True:
+            if time.monotonic() > end:
+                raise RuntimeError(f"{name}: {samples[-1][1] if samples else 0:.0f} of {pods} pods scheduled "
+                                   "in 1,800 s")
             done = scheduler.metric("scheduler_schedule_attempts_total", result="scheduled", profile=name)
             samples.append((time.monotonic(), done))
             if done >= pods:
@@ -115,6 +124,8 @@ def run(plane, processes, bins, name: str, kind: str, config: dict, namespace: s
     if kind == "plugin":
         result["fallbacks"] = {m.group(1): float(m.group(2)) for m in
                                re.finditer(r'^td3score_fallbacks_total\{reason="(\w+)"\} (\S+)$', metrics, re.M)}
+        result["sources"] = {m.group(1): float(m.group(2)) for m in
+                             re.finditer(r'^td3score_decisions_total\{source="(\w+)"\} (\S+)$', metrics, re.M)}
     plane.request("DELETE", f"/api/v1/namespaces/{namespace}/pods",
                   {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}, timeout_s=600)
     wait_for(lambda: not plane.pods(namespace), deadline_s=600)
@@ -125,8 +136,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=5000)
+    parser.add_argument("--model", type=Path, default=MODEL, help="The per-pod model (default: %(default)s).")
+    parser.add_argument("--held-model", type=Path, default=HELD_MODEL,
+                        help="A model whose card declares action_hold_s (default: %(default)s).")
     parser.add_argument("--out", type=Path, help="Also write the results here as JSON.")
     args = parser.parse_args()
+    for flag, folder, held in (("--model", args.model, False), ("--held-model", args.held_model, True)):
+        try:
+            hold = card_action_hold(read_card(folder))
+        except (OSError, ValueError) as exc:
+            parser.error(f"{flag} {folder}: {exc}")
+        if bool(hold) != held:
+            parser.error(f"{flag} {folder}: its card's action_hold_s is {hold:g}: expected "
+                         f"{'a hold > 0' if held else 'none (a per-pod model)'}")
 
     bins, build_s = build_binaries()
     print(f"binaries: {bins.relative_to(REPO)} (make k8s-bin: {build_s:.0f} s)")
@@ -149,12 +171,22 @@ def main() -> None:
                                 scrape_interval_s=SCRAPE_S)
         prom.start()
         wait_rates_settled(prom, nodes, deadline_s=180, queries=QUERIES)
-        engine = Engine(folder / "engine", prom, processes, decision_log=None,
-                        prometheus={"url": prom.url, "interval_s": float(SCRAPE_S), "queries": QUERIES})
+        prometheus = {"url": prom.url, "interval_s": float(SCRAPE_S), "queries": QUERIES}
+        engine = Engine(folder / "engine", prom, processes, decision_log=None, model=str(args.model),
+                        prometheus=prometheus)
         engine.wait_fresh([n.name for n in nodes[:100]])
-        plugin = with_client(plugin_config(f"127.0.0.1:{engine.grpc_port}", prom, metricsIntervalSeconds=SCRAPE_S))
-        plugin["profiles"][0]["pluginConfig"][0]["args"]["queries"] = QUERIES
-        runs = [("stock", "stock", stock_config()), ("td3-scheduler", "plugin", plugin),
+        held = Engine(folder / "engine-held", prom, processes, decision_log=None, model=str(args.held_model),
+                      prometheus=prometheus)
+        held.wait_fresh([n.name for n in nodes[:100]])
+
+        def plugin(address: str, name: str) -> dict:
+            config = with_client(plugin_config(address, prom, metricsIntervalSeconds=SCRAPE_S))
+            config["profiles"][0]["schedulerName"] = name  # the pods' schedulerName
+            config["profiles"][0]["pluginConfig"][0]["args"]["queries"] = QUERIES
+            return config
+        runs = [("stock", "stock", stock_config()),
+                ("td3-scheduler", "plugin", plugin(f"127.0.0.1:{engine.grpc_port}", "td3-scheduler")),
+                ("td3-held", "plugin", plugin(f"127.0.0.1:{held.grpc_port}", "td3-held")),
                 ("td3-extender", "extender", with_client(extender_config(f"http://127.0.0.1:{engine.http_port}")))]
         results = []
         for name, kind, config in runs:
@@ -171,13 +203,17 @@ def main() -> None:
                 server.stop()
     stock = results[0]["pods_per_s"]
     print(f"\n{args.nodes} nodes, {args.pods} pods; scheduling attempts of scheduled pods, from the scheduler's /metrics")
-    print(f"{'scheduler':>14} {'pods/s':>8} {'x stock':>8} {'p50 ms':>8} {'p99 ms':>8}  bound  fallbacks")
+    print(f"per-pod model {args.model.name}, held model {args.held_model.name}")
+    print(f"{'scheduler':>14} {'pods/s':>8} {'x stock':>8} {'p50 ms':>8} {'p99 ms':>8}  bound  scores by source, fallbacks")
     for r in results:
         print(f"{r['scheduler']:>14} {r['pods_per_s']:>8.1f} {r['pods_per_s'] / stock:>8.2f} {r['p50_attempt_ms']:>8.1f} "
-              f"{r['p99_attempt_ms']:>8.1f}  {r['bound']:>5}  {r.get('fallbacks', '')}")
-    ratio = results[1]["pods_per_s"] / stock
-    print(f"\nplugin path {ratio:.2f}x the stock scheduler (goal >= {GOAL_PLUGIN_RATIO}): "
-          f"{'met' if ratio >= GOAL_PLUGIN_RATIO else 'not met'}; extender path {results[2]['pods_per_s'] / stock:.2f}x")
+              f"{r['p99_attempt_ms']:>8.1f}  {r['bound']:>5}  {r.get('sources', '')} {r.get('fallbacks', '')}")
+    by_name = {r["scheduler"]: r["pods_per_s"] / stock for r in results}
+    for name in ("td3-scheduler", "td3-held"):
+        ratio = by_name[name]
+        print(f"{name}: plugin path {ratio:.2f}x the stock scheduler (goal >= {GOAL_PLUGIN_RATIO}): "
+              f"{'met' if ratio >= GOAL_PLUGIN_RATIO else 'not met'}")
+    print(f"td3-extender: extender path {by_name['td3-extender']:.2f}x")
     if args.out:
         args.out.write_text(json.dumps({"nodes": args.nodes, "pods": args.pods, "results": results}, indent=1))
 

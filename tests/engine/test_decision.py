@@ -182,7 +182,31 @@ def test_a_model_that_holds_its_action_is_asked_once_per_hold(tmp_path):
     assert not first.action_held and second.action_held
     np.testing.assert_array_equal(second.pre_activations, first.pre_activations)
     assert not np.array_equal(held.act(second.observation), first.pre_activations)  # it would have chosen anew
+    assert (first.action_valid_s, second.action_valid_s) == (600.0, 300.0)  # what a scheduler may reuse it for
     clock.t += 300  # the hold is over
     _, third = service.score_nodes(other, list(snap.names))
-    assert not third.action_held
+    assert not third.action_held and third.action_valid_s == 600.0
     np.testing.assert_array_equal(third.pre_activations, held.act(third.observation))
+
+
+@pytest.mark.parametrize("mode, shadow", [("fail-closed", False), ("fail-open", True)])
+def test_a_held_action_is_not_offered_for_reuse_where_a_scheduler_would_score_differently(tmp_path, mode, shadow):
+    """action_valid_s is 0 under fail-closed staleness (its exclusions are the engine's, not the
+    plugin's) and in shadow mode (the answer is advisory); a model without a hold offers 0 too."""
+    torch = pytest.importorskip("torch")
+    from td3sched.rl.observation import OBSERVATION_SIZE
+    from td3sched.rl.onnx_actor import load_actor
+    from td3sched.rl.td3 import TD3, TD3Config
+
+    torch.manual_seed(0)
+    agent = TD3(OBSERVATION_SIZE, TD3Config(hidden=(16, 16)), seed=3)
+    agent.normalizer.update(np.random.default_rng(3).normal(size=(50, OBSERVATION_SIZE)))
+    agent.save(tmp_path / "held", {"scenario": "tiny", "span": "train", "training": {"steps": 0}, "action_hold_s": 600})
+    agent.save(tmp_path / "per-pod", {"scenario": "tiny", "span": "train", "training": {"steps": 0}})
+    snap = snapshot(6)
+    service, _ = make_service(load_actor(tmp_path / "held"), snap, mode=mode, max_age_s=3600, shadow=shadow)
+    _, d = service.score_nodes(POD, list(snap.names))
+    assert not d.fallback and d.action_valid_s == 0.0
+    service, _ = make_service(load_actor(tmp_path / "per-pod"), snap, max_age_s=3600)
+    _, d = service.score_nodes(POD, list(snap.names))
+    assert not d.fallback and d.action_valid_s == 0.0

@@ -67,20 +67,31 @@ def test_vectors_cover_the_rules_edges():
     assert any(u > 1 for s in scores if s["fresh"] for u in s["utilisation"]), "no over-full node"
     assert {True, False} == {s["ok"] for s in v["safety"]}
     assert len({s["score_0_100"] for s in scores}) > 20
+    ceilings = [s for s in scores if s["fresh"] and s["ceiling"] is not None]
+    assert {True, False} == {s["held_back"] for s in ceilings}, "no ceiling vector on both sides of its ceiling"
 
 
 def test_static_score_is_the_engines_for_one_node():
     """The vector's score is the decision engine's weighted closeness (a hand-checked case):
     u = ([4000 + 500 + 100] / 16000, [8192 + 0 + 200] / 65536, 0.25, 0.1), tau 0: score = mean(1 - u)."""
-    u, score, score_100 = static_score(100, 0, [4000, 8192, 0.25, 1000], [16000, 65536, 1, 10000], [500, 0],
-                                       [0.25] * 4, 0.0, True)
+    u, score, score_100, held_back = static_score(100, 0, [4000, 8192, 0.25, 1000], [16000, 65536, 1, 10000],
+                                                  [500, 0], [0.25] * 4, 0.0, True)
     expected_u = np.array([4600 / 16000, 8392 / 65536, 0.25, 0.1])
     np.testing.assert_allclose(u, expected_u)
     assert abs(score - float(np.mean(1 - expected_u))) < 1e-12
     assert score_100 == int(np.rint(100 * score))
-    assert static_score(100, 0, [0] * 4, [1] * 4, [0, 0], [0.25] * 4, 0.0, False)[1:] == (0.5, 50)
+    assert not held_back
+    assert static_score(100, 0, [0] * 4, [1] * 4, [0, 0], [0.25] * 4, 0.0, False)[1:] == (0.5, 50, False)
+
+
+def test_a_node_above_the_ceiling_scores_zero():
+    """u_cpu = 4600 / 16000 = 0.2875: a ceiling of 0.28 holds the node back (score 0), 0.29 keeps its score."""
+    args = (100, 0, [4000, 8192, 0.25, 1000], [16000, 65536, 1, 10000], [500, 0], [0.25] * 4, 0.0, True)
+    _, free, _, _ = static_score(*args)
+    assert static_score(*args, ceiling=0.28)[1:] == (0.0, 0, True)
+    assert static_score(*args, ceiling=0.29)[1:] == (free, int(np.rint(100 * free)), False)
 
 
 def test_vectors_file_is_json_with_the_schema():
     data = json.loads(VECTORS.read_text(encoding="utf-8"))
-    assert data["schema"] == 1 and set(data) >= {"static_score", "safety", "pods", "prometheus_queries"}
+    assert data["schema"] == 2 and set(data) >= {"static_score", "safety", "pods", "prometheus_queries"}

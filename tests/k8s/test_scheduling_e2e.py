@@ -22,7 +22,7 @@ import pytest
 from td3sched.policy.static_weights import weighted_closeness
 from tests.engine.prometheus_harness import free_port, wait_for
 from tests.k8s.conftest import HOT_NODE, NODES
-from tests.k8s.control_plane import extender_config, plugin_config
+from tests.k8s.control_plane import MODEL, Engine, extender_config, plugin_config
 
 PLUGIN_SCHEDULER = "td3-scheduler"
 EXTENDER_SCHEDULER = "td3-extender"
@@ -91,6 +91,52 @@ def test_plugin_binds_where_the_engine_scores_highest(cluster, engine, prometheu
     assert len({r["pod"]["name"] for r in decisions.values() if r["pod"]["namespace"] == namespace}) == len(names)
     assert len(set(bound.values())) > 1, f"every pod on one node: {bound}"
     assert scheduler.metric("td3score_decisions_total", source="engine") >= len(names)
+    assert scheduler.metric("td3score_fallbacks_total") == 0
+    assert scheduler.metric("td3score_safety_filtered_nodes_total") >= len(names)
+
+
+def held_copy(model, folder, hold_s: float):
+    """The shipped model with a card that declares an action hold: the same network, asked once per hold
+    (the ONNX graph exported again, as it names the card it was made from)."""
+    import json
+    import shutil
+
+    from td3sched.rl.onnx_export import export_onnx
+
+    shutil.copytree(model, folder)
+    card = json.loads((folder / "model.json").read_text())
+    card["action_hold_s"] = hold_s
+    (folder / "model.json").write_text(json.dumps(card, indent=1))
+    export_onnx(folder)
+    return folder
+
+
+def test_plugin_scores_a_held_action_itself_one_engine_call_per_hold(cluster, prometheus, processes, tmp_path,
+                                                                     namespace, start_scheduler):
+    """A model that holds its action for 600 s: the engine answers the first pod and says how long its
+    action holds; the plugin scores every later pod with it (no engine call), over its own metrics."""
+    engine = Engine(tmp_path / "engine", prometheus, processes, model=str(held_copy(MODEL, tmp_path / "held", 600)))
+    try:
+        engine.wait_fresh([n[0] for n in NODES])
+        scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{engine.grpc_port}", prometheus,
+                                                            engineTimeoutMillis=GENEROUS_MS))
+        names = create_pods(cluster, namespace, PLUGIN_SCHEDULER, 24)
+        bound = wait_bound(cluster, namespace, names)
+        assert HOT_NODE not in bound.values(), f"a pod was bound to {HOT_NODE}, over the safety threshold"
+
+        def logged():
+            records = engine.records()
+            reported = {r["pod"]["name"] for r in records if r["kind"] == "binding" and r["pod"]["namespace"] == namespace}
+            return records if reported >= set(names) else None
+        records = wait_for(logged, deadline_s=30, every_s=0.2)
+        assert records is not None, "PostBind did not report every binding to the engine (ReportBinding)"
+    finally:
+        engine.stop()
+    decided = [r for r in records if r["kind"] == "decision" and r["pod"]["namespace"] == namespace]
+    assert len(decided) == 1, f"{len(decided)} engine decisions for {len(names)} pods within one hold"
+    assert not decided[0]["fallback_reason"]
+    assert scheduler.metric("td3score_decisions_total", source="engine") == 1
+    assert scheduler.metric("td3score_decisions_total", source="held") == len(names) - 1
     assert scheduler.metric("td3score_fallbacks_total") == 0
     assert scheduler.metric("td3score_safety_filtered_nodes_total") >= len(names)
 

@@ -13,6 +13,8 @@ var (
 	// DefaultFallbackWeights and DefaultFallbackTau: static-weights' defaults (equal weights, tau 0).
 	DefaultFallbackWeights = []float64{0.25, 0.25, 0.25, 0.25}
 	DefaultFallbackTau     = 0.0
+	// DefaultScoreHeldActions: a held action is scored in the scheduler, one engine call per hold.
+	DefaultScoreHeldActions = true
 )
 
 // SetDefaults fills every unset field of args.
@@ -46,6 +48,9 @@ func SetDefaults(args *TD3ScoreArgs) {
 	}
 	if args.FallbackTau == nil {
 		args.FallbackTau = ptr(DefaultFallbackTau)
+	}
+	if args.ScoreHeldActions == nil {
+		args.ScoreHeldActions = ptr(DefaultScoreHeldActions)
 	}
 }
 

@@ -34,6 +34,11 @@ type TD3ScoreArgs struct {
 	FallbackWeights []float64 `json:"fallbackWeights,omitempty"`
 	// FallbackTau is the static score's target utilisation in [0, 1].
 	FallbackTau *float64 `json:"fallbackTau,omitempty"`
+
+	// ScoreHeldActions: while the engine's answer says its action holds (a model whose card declares
+	// action_hold_s; ScoreNodes' action_valid_s), score later pods here with that action, over the
+	// plugin's own live metrics, without an engine call per pod. false: one call per pod always.
+	ScoreHeldActions *bool `json:"scoreHeldActions,omitempty"`
 }
 
 // TLSArgs are the engine connection's TLS files (PEM).

@@ -20,9 +20,10 @@ func TestDefaultsAreValid(t *testing.T) {
 	if err := Validate(args); err != nil {
 		t.Fatalf("the defaults are refused: %v", err)
 	}
-	if *args.EngineTimeoutMillis != 15 || *args.SafetyCPUUtil != 0.9 || args.EngineAddress != "127.0.0.1:50051" {
-		t.Fatalf("defaults: got timeout %d ms, threshold %g, address %q", *args.EngineTimeoutMillis,
-			*args.SafetyCPUUtil, args.EngineAddress)
+	if *args.EngineTimeoutMillis != 15 || *args.SafetyCPUUtil != 0.9 || args.EngineAddress != "127.0.0.1:50051" ||
+		!*args.ScoreHeldActions {
+		t.Fatalf("defaults: got timeout %d ms, threshold %g, address %q, scoreHeldActions %v", *args.EngineTimeoutMillis,
+			*args.SafetyCPUUtil, args.EngineAddress, *args.ScoreHeldActions)
 	}
 }
 
@@ -31,8 +32,9 @@ func TestSetFieldsAreKept(t *testing.T) {
 		a.EngineTimeoutMillis = ptr(int64(40))
 		a.FallbackWeights = []float64{1, 0, 0, 0}
 		a.FallbackTau = ptr(0.5)
+		a.ScoreHeldActions = ptr(false)
 	})
-	if *args.EngineTimeoutMillis != 40 || args.FallbackWeights[0] != 1 || *args.FallbackTau != 0.5 {
+	if *args.EngineTimeoutMillis != 40 || args.FallbackWeights[0] != 1 || *args.FallbackTau != 0.5 || *args.ScoreHeldActions {
 		t.Fatalf("SetDefaults overwrote set fields: %+v", args)
 	}
 }

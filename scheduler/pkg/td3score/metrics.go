@@ -27,7 +27,7 @@ var Reasons = []string{ReasonTimeout, ReasonUnavailable, ReasonError, ReasonNaN,
 var (
 	decisions = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem: "td3score", Name: "decisions_total", StabilityLevel: metrics.ALPHA,
-		Help: "Pods scored, by the source of the scores: engine (its answer) or static (the fallback).",
+		Help: "Pods scored, by the source of the scores: engine (its answer), held (the engine's held action, scored in the plugin) or static (the fallback).",
 	}, []string{"source"})
 	fallbacks = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem: "td3score", Name: "fallbacks_total", StabilityLevel: metrics.ALPHA,

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -49,6 +50,45 @@ type TD3Score struct {
 	metrics  *nodemetrics.Source
 	assigned *nodemetrics.AssignCache
 	now      func() time.Time
+	held     atomic.Pointer[heldAction]
+}
+
+// maxActionValidity bounds how long an engine answer's action is reused, whatever action_valid_s says.
+const maxActionValidity = 24 * time.Hour
+
+// heldAction is the engine's action while it holds (ScoreNodes' action_valid_s > 0): until it expires
+// every pod would get it from the engine, so PreScore scores with it here (ActionScore, over the
+// plugin's own metrics and assign cache) instead of calling the engine.
+type heldAction struct {
+	weights    [4]float64
+	tau        float64
+	ceiling    float64 // 0: none
+	version    string
+	decisionID string // the engine decision that took it
+	until      time.Time
+}
+
+// holdFrom is the reply's action as a heldAction when the engine says it holds and it is a usable score
+// argument set, else nil (the next pod asks the engine).
+func holdFrom(reply *enginev1.ScoreNodesResponse, now time.Time) *heldAction {
+	valid := reply.GetActionValidS()
+	a := reply.GetAction()
+	if !(valid > 0) || math.IsInf(valid, 0) || reply.Fallback || reply.Advisory || len(a.GetWeights()) != 4 {
+		return nil
+	}
+	h := &heldAction{tau: a.GetTau(), ceiling: a.GetCeiling(), version: reply.ModelVersion,
+		decisionID: reply.DecisionId, until: now.Add(min(seconds(valid), maxActionValidity))}
+	sum := 0.0
+	for r, w := range a.GetWeights() {
+		if !(w >= 0) {
+			return nil
+		}
+		h.weights[r], sum = w, sum+w
+	}
+	if math.Abs(sum-1) > 1e-6 || !(h.tau >= 0 && h.tau <= 1) || !(h.ceiling >= 0) || math.IsInf(h.ceiling, 0) {
+		return nil
+	}
+	return h
 }
 
 var (
@@ -118,10 +158,12 @@ func newPlugin(args config.TD3ScoreArgs, engine enginev1.DecisionEngineClient, s
 
 func (pl *TD3Score) Name() string { return Name }
 
-// decision is what PreScore learnt for the pod: the engine's scores, or why the static score is used.
+// decision is what PreScore learnt for the pod: the engine's scores, the engine's held action to score
+// with, or why the static score is used.
 type decision struct {
 	pod            *enginev1.Pod
-	scores         map[string]int64 // nil when falling back
+	scores         map[string]int64 // the engine's or the held action's; nil when falling back
+	held           *heldAction      // non-nil: the scores are the engine's held action's, computed here
 	fallbackReason string
 	decisionID     string
 }
@@ -164,7 +206,8 @@ func (pl *TD3Score) Filter(ctx context.Context, _ fwk.CycleState, _ *v1.Pod, nod
 	return nil
 }
 
-// PreScore asks the engine once for the pod, under the deadline, and keeps its answer or the reason to fall back.
+// PreScore asks the engine once for the pod, under the deadline, and keeps its answer or the reason to fall
+// back; while the engine's last action holds (scoreHeldActions), it keeps that action instead of asking.
 func (pl *TD3Score) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	logger := klog.FromContext(ctx)
 	d := &decision{}
@@ -176,6 +219,13 @@ func (pl *TD3Score) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.
 		return nil
 	}
 	d.pod = p
+	if h := pl.held.Load(); h != nil && pl.now().Before(h.until) {
+		d.held, d.scores = h, pl.heldScores(p, nodes, h)
+		decisions.WithLabelValues("held").Inc()
+		logger.V(4).Info("td3score: held action", "pod", klog.KObj(pod), "decision", h.decisionID, "model", h.version,
+			"weights", h.weights, "tau", h.tau, "ceiling", h.ceiling, "until", h.until)
+		return nil
+	}
 	candidates := make([]string, len(nodes))
 	for i, n := range nodes {
 		candidates[i] = n.Node().Name
@@ -199,6 +249,9 @@ func (pl *TD3Score) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.
 	}
 	d.scores, d.decisionID = scores, reply.DecisionId
 	decisions.WithLabelValues("engine").Inc()
+	if *pl.args.ScoreHeldActions {
+		pl.held.Store(holdFrom(reply, pl.now()))
+	}
 	logger.V(4).Info("td3score: engine answer", "pod", klog.KObj(pod), "decision", reply.DecisionId,
 		"model", reply.ModelVersion, "weights", reply.Action.GetWeights(), "tau", reply.Action.GetTau(),
 		"engineFallback", reply.FallbackReason, "candidates", len(candidates), "latency", elapsed)
@@ -260,7 +313,29 @@ func readAnswer(reply *enginev1.ScoreNodesResponse, candidates []string) (map[st
 	return scores, "", nil
 }
 
-// Score is the engine's score of the node, or the static score when PreScore fell back.
+// heldScores scores every candidate with the held action at once, as the engine would have answered:
+// one snapshot, one pass, so that Score reads a map for either source.
+func (pl *TD3Score) heldScores(p *enginev1.Pod, nodes []fwk.NodeInfo, h *heldAction) map[string]int64 {
+	snap, now, maxAge := pl.metrics.Snapshot(), pl.now(), pl.maxAge()
+	scores := make(map[string]int64, len(nodes))
+	for _, n := range nodes {
+		name := n.Node().Name
+		fresh, m := false, nodemetrics.Node{}
+		if snap != nil {
+			m, fresh = snap.Nodes[name]
+			fresh = fresh && m.Fresh(now, maxAge)
+		}
+		recentCPU, recentMem := 0.0, 0.0
+		if fresh {
+			recentCPU, recentMem = pl.assigned.UsageSince(name, m.SampleTime)
+		}
+		scores[name] = ActionScore(p.CpuMilli, p.MemMib, m, fresh, recentCPU, recentMem, h.weights, h.tau, h.ceiling)
+	}
+	return scores
+}
+
+// Score is the engine's score of the node (or its held action's, computed in PreScore), or the static
+// score when PreScore fell back.
 func (pl *TD3Score) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	name := nodeInfo.Node().Name
 	d, err := readDecision(state)
@@ -276,6 +351,7 @@ func (pl *TD3Score) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 	return pl.staticScore(ctx, p, name), nil
 }
 
+// staticScore is StaticScore of the node over the plugin's live metrics and assign cache.
 func (pl *TD3Score) staticScore(ctx context.Context, p *enginev1.Pod, node string) int64 {
 	fresh, m := false, nodemetrics.Node{}
 	if snap := pl.metrics.Snapshot(); snap != nil {

@@ -191,6 +191,103 @@ func TestScoreIsTheEnginesAnswer(t *testing.T) {
 	}
 }
 
+// heldBy answers like scoresBy with an action that holds for validS seconds.
+func heldBy(validS float64, weights []float64, tau, ceiling float64, score func(node string) int64) func(*enginev1.ScoreNodesRequest) (*enginev1.ScoreNodesResponse, error) {
+	return func(req *enginev1.ScoreNodesRequest) (*enginev1.ScoreNodesResponse, error) {
+		reply, _ := scoresBy(score)(req)
+		reply.Action = &enginev1.Action{Weights: weights, Tau: tau, Ceiling: ceiling}
+		reply.ActionValidS = validS
+		return reply, nil
+	}
+}
+
+func heldCount(t *testing.T) float64 {
+	v, err := testutil.GetCounterMetricValue(decisions.WithLabelValues("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestAHeldActionIsScoredInThePluginUntilItExpires(t *testing.T) {
+	weights, tau, ceiling := []float64{0.7, 0.1, 0.1, 0.1}, 0.6, 0.45
+	f := &fakeEngine{answer: heldBy(600, weights, tau, ceiling, func(string) int64 { return 33 })}
+	pl := newTestPlugin(t, startEngine(t, f), nil)
+	clock := time.Now()
+	pl.now = func() time.Time { return clock }
+	snap, nodes := testNodes([]float64{0.1, 0.35, 0.5, 0.8}, 0)
+	pl.metrics.Publish(snap)
+	if got, _ := cycle(t, pl, testPod("first", "500m", "256Mi"), nodes); got["n0"] != 33 || f.calls != 1 {
+		t.Fatalf("the first pod: expected the engine's answer (33) from one call, got %v after %d calls", got, f.calls)
+	}
+	before := heldCount(t)
+	clock = clock.Add(599 * time.Second)
+	snap, _ = testNodes([]float64{0.1, 0.35, 0.5, 0.8}, -599*time.Second) // sampled at the new clock
+	pl.metrics.Publish(snap)
+	pod := testPod("second", "2", "1Gi")
+	got, state := cycle(t, pl, pod, nodes)
+	if f.calls != 1 {
+		t.Fatalf("within the hold: expected no engine call, got %d calls", f.calls)
+	}
+	p, _ := EnginePod(pod)
+	var w [4]float64
+	copy(w[:], weights)
+	for name, m := range snap.Nodes {
+		want := ActionScore(p.CpuMilli, p.MemMib, m, true, 0, 0, w, tau, ceiling)
+		if got[name] != want {
+			t.Fatalf("node %s: scored %d in the plugin, expected ActionScore's %d (scores %v)", name, got[name], want, got)
+		}
+	}
+	if got["n2"] != 0 || got["n3"] != 0 || got["n0"] == 0 {
+		t.Fatalf("the ceiling of %g: expected n2 and n3 (CPU 0.5, 0.8 before the pod) at 0 and n0 not, got %v", ceiling, got)
+	}
+	if after := heldCount(t); after != before+1 {
+		t.Fatalf("decisions_total{source=held}: %g -> %g", before, after)
+	}
+	pl.PostBind(context.Background(), state, pod, "n0")
+	if last := f.bindings[len(f.bindings)-1]; last.Node != "n0" || last.DecisionId != "" {
+		t.Fatalf("a held pod's binding: expected ReportBinding(second -> n0) without a decision id, got %v", last)
+	}
+	clock = clock.Add(2 * time.Second) // the hold is over
+	if cycle(t, pl, testPod("third", "500m", "256Mi"), nodes); f.calls != 2 {
+		t.Fatalf("after the hold: expected the engine asked again, got %d calls", f.calls)
+	}
+}
+
+func TestAnActionIsNotHeldWithoutAValidHold(t *testing.T) {
+	uneven := []float64{0.5, 0.5, 0.5, 0.5}
+	cases := []struct {
+		name string
+		edit func(*config.TD3ScoreArgs)
+		f    func(*enginev1.ScoreNodesRequest) (*enginev1.ScoreNodesResponse, error)
+	}{
+		{"no hold", nil, heldBy(0, []float64{1, 0, 0, 0}, 0, 0, func(string) int64 { return 40 })},
+		{"disabled by the args", func(a *config.TD3ScoreArgs) { a.ScoreHeldActions = ptrTo(false) },
+			heldBy(600, []float64{1, 0, 0, 0}, 0, 0, func(string) int64 { return 40 })},
+		{"weights off the simplex", nil, heldBy(600, uneven, 0, 0, func(string) int64 { return 40 })},
+		{"NaN validity", nil, heldBy(math.NaN(), []float64{1, 0, 0, 0}, 0, 0, func(string) int64 { return 40 })},
+		{"advisory", nil, func(req *enginev1.ScoreNodesRequest) (*enginev1.ScoreNodesResponse, error) {
+			reply, _ := heldBy(600, []float64{1, 0, 0, 0}, 0, 0, func(string) int64 { return 40 })(req)
+			reply.Advisory = true
+			return reply, nil
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeEngine{answer: c.f}
+			pl := newTestPlugin(t, startEngine(t, f), c.edit)
+			snap, nodes := testNodes([]float64{0.1, 0.5}, 0)
+			pl.metrics.Publish(snap)
+			for i := range 3 {
+				cycle(t, pl, testPod(fmt.Sprintf("p%d", i), "500m", "256Mi"), nodes)
+			}
+			if f.calls != 3 {
+				t.Fatalf("expected one engine call per pod, got %d for 3 pods", f.calls)
+			}
+		})
+	}
+}
+
 func TestFallbacksUseTheStaticScoreAndCountTheReason(t *testing.T) {
 	cases := []struct {
 		reason string

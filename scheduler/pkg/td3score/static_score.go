@@ -65,10 +65,22 @@ func WeightedCloseness(u [4]float64, weights [4]float64, tau float64) float64 {
 // a node without fresh metrics scores NeutralScore.
 func StaticScore(podCPUMilli, podMemMiB float64, node nodemetrics.Node, fresh bool, recentCPUMilli, recentMemMiB float64,
 	weights [4]float64, tau float64) int64 {
+	return ActionScore(podCPUMilli, podMemMiB, node, fresh, recentCPUMilli, recentMemMiB, weights, tau, 0)
+}
+
+// ActionScore is the score 0-100 of one node under an action's score arguments, as the engine's
+// decision scores it: StaticScore's, and 0 for a fresh node whose CPU utilisation with the pod is above
+// the hold-back ceiling (policy/static_weights.py within_ceiling); ceiling 0: none.
+func ActionScore(podCPUMilli, podMemMiB float64, node nodemetrics.Node, fresh bool, recentCPUMilli, recentMemMiB float64,
+	weights [4]float64, tau, ceiling float64) int64 {
 	if !fresh {
 		return To100(NeutralScore)
 	}
-	return To100(WeightedCloseness(Utilisation(podCPUMilli, podMemMiB, node, recentCPUMilli, recentMemMiB), weights, tau))
+	u := Utilisation(podCPUMilli, podMemMiB, node, recentCPUMilli, recentMemMiB)
+	if ceiling > 0 && !(u[0] <= ceiling) {
+		return 0
+	}
+	return To100(WeightedCloseness(u, weights, tau))
 }
 
 // To100 is a score in [0, 1] as an integer 0-100, rounded like the engine's numpy rint.

@@ -34,7 +34,9 @@ arguments (default: the best-static weights and tau of the model's scenario), an
 **Action hold** (a card's ``action_hold_s`` > 0, ``rl.policy.ActionPolicy``): the actor is asked at most
 once per hold, on the engine's clock; a decision within the hold of the last action the model took
 uses that action (``Decision.action_held``), as the simulator's ``td3`` policy does. A fallback takes
-no hold, and a reload starts afresh.
+no hold, and a reload starts afresh. Each decision says how long its action keeps holding
+(``Decision.action_valid_s``, ScoreNodes' ``action_valid_s``), so that the td3score plugin can score
+the pods of the hold itself, without a call per pod.
 
 The model is held in a ``ModelSlot``: a reload validates the new model, then swaps the reference; a
 decision reads the slot once, so a decision in flight finishes on the model it started with.
@@ -138,6 +140,10 @@ class Decision:
     """[k] bool: above the ceiling with the pod (score 0); None without a ceiling."""
     action_held: bool = False
     """The action is an earlier decision's, still holding (the card's ``action_hold_s``)."""
+    action_valid_s: float = 0.0
+    """Seconds the action keeps holding after this decision, on the engine's clock: until then every pod
+    gets it, so a scheduler may score with it itself. 0: no hold, a fallback, shadow mode, or
+    fail-closed staleness (whose exclusions a scheduler's own fail-open scoring would not repeat)."""
 
     @property
     def fallback(self) -> bool:
@@ -185,11 +191,12 @@ class DecisionEngine:
     def __post_init__(self):
         self.fallback_weights, self.fallback_tau = validate_weights(self.fallback_weights, self.fallback_tau)
 
-    def _holding(self, hold: float, version: str, now: float) -> np.ndarray | None:
-        """The action still held at ``now`` under a hold of ``hold`` seconds, or None: ask the actor."""
+    def _holding(self, hold: float, version: str, now: float) -> tuple | None:
+        """(version, time taken, action) of the action still held at ``now`` under a hold of ``hold``
+        seconds, or None: ask the actor."""
         held = self._held  # read once: another thread may replace it
         if hold and held is not None and held[0] == version and 0.0 <= now - held[1] < hold:
-            return held[2]
+            return held
         return None
 
     def _action(self, actor, obs: np.ndarray) -> tuple[np.ndarray | None, str]:
@@ -242,14 +249,19 @@ class DecisionEngine:
         u = utilisation(request, nodes, snap, self.state.recent_usage(snap))
         obs = observe(request, nodes, snap, u, snap.oom_kills_recent)
         hold = getattr(actor, "action_hold_s", 0.0) if actor is not None else 0.0
-        action = self._holding(hold, version, now)
-        held_action = action is not None
+        holding = self._holding(hold, version, now)
+        held_action = holding is not None
         if held_action:
+            _, taken_at, action = holding
             reason = ""
         else:
             action, reason = self._action(actor, obs)
+            taken_at = now
             if hold and not reason:
                 self._held = (version, now, action)
+        valid_s = 0.0
+        if hold and not reason and not self.shadow and self.state.staleness.mode != "fail-closed":
+            valid_s = hold - (now - taken_at)
         args = ScoreArgs(self.fallback_weights, self.fallback_tau) if reason else decode(action, actor.action_mode)
         fresh_scores = weighted_closeness(u, args.weights, args.tau)
         held = None
@@ -263,7 +275,8 @@ class DecisionEngine:
         else:
             scores[fresh] = fresh_scores
         return Decision(names, scores, excluded, stale, args.weights, args.tau, action, version, reason, obs, u, now,
-                        advisory=self.shadow, ceiling=args.ceiling, held_back=held, action_held=held_action)
+                        advisory=self.shadow, ceiling=args.ceiling, held_back=held, action_held=held_action,
+                        action_valid_s=valid_s)
 
     def warm_up(self) -> None:
         """Decide and filter on a two-node cluster of its own, before and after a binding, so that every

@@ -57,7 +57,7 @@ def action_to_proto(d, action_mode: str, dimensions=()):
 
 def score_nodes_reply(names, scores_0_100: list[int], stale, excluded, action, model_version: str,
                       fallback_reason: str, advisory: bool, decision_id: str,
-                      held_back=None) -> engine_pb2.ScoreNodesResponse:
+                      held_back=None, action_valid_s: float = 0.0) -> engine_pb2.ScoreNodesResponse:
     """The ScoreNodes reply, candidates in their order (the benchmark's no-op server builds its reply
     with this too, so that the two differ by the decision only). A held-back node is also excluded."""
     node_score = engine_pb2.NodeScore
@@ -72,7 +72,8 @@ def score_nodes_reply(names, scores_0_100: list[int], stale, excluded, action, m
         scores = [node_score(node=n, score=s) for n, s in zip(names, scores_0_100)]
     return engine_pb2.ScoreNodesResponse(scores=scores, action=action, model_version=model_version,
                                          fallback=bool(fallback_reason), fallback_reason=fallback_reason,
-                                         advisory=advisory, decision_id=decision_id)
+                                         advisory=advisory, decision_id=decision_id,
+                                         action_valid_s=action_valid_s)
 
 
 class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
@@ -106,7 +107,7 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
             decision_id, d = self.service.score_nodes(pod_from_proto(request.pod), list(request.candidates))
             return score_nodes_reply(d.candidates, d.scores_0_100(), d.stale, d.excluded,
                                      action_to_proto(d, *self._mode()), d.model_version, d.fallback_reason,
-                                     d.advisory, decision_id, d.held_back)
+                                     d.advisory, decision_id, d.held_back, d.action_valid_s)
         return self._guard("score_nodes", context, run)
 
     def GetSchedulingWeights(self, request, context):

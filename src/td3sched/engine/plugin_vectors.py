@@ -7,7 +7,9 @@ constants:
 
     static_score   policy.features.utilisation + policy.static_weights.weighted_closeness, rounded
                    to 0-100 as the engine rounds (numpy rint: halves to even); a node without fresh
-                   metrics scores decision.NEUTRAL_SCORE
+                   metrics scores decision.NEUTRAL_SCORE; with a hold-back ceiling
+                   (policy.static_weights.within_ceiling), a node above it scores 0, as the engine's
+                   decision scores it (the plugin scores a held action with a ceiling so)
     safety         simulator.filter.safety_ok
     pods           kubernetes_objects.pod_from_k8s (requests as NodeResourcesFit counts them, QoS,
                    limits)
@@ -30,10 +32,10 @@ from td3sched.engine.kubernetes_objects import pod_from_k8s
 from td3sched.engine.prometheus_source import DEFAULT_QUERIES, MIB
 from td3sched.policy.base import DEFAULT_MEMORY_REQUEST_MIB, DEFAULT_MILLI_CPU_REQUEST, PodRequest
 from td3sched.policy.features import utilisation
-from td3sched.policy.static_weights import validate_weights, weighted_closeness
+from td3sched.policy.static_weights import MAX_CEILING, validate_weights, weighted_closeness, within_ceiling
 from td3sched.simulator.filter import safety_ok
 
-SCHEMA = 1
+SCHEMA = 2
 ROUNDING_MARGIN = 1e-9
 """A drawn vector whose 100 x score lies this close to a half is redrawn: the two languages may sum
 the four weighted terms in different orders, and only the float score is compared with a tolerance."""
@@ -48,16 +50,21 @@ class _Nodes:
 
 
 def static_score(pod_cpu_milli: float, pod_mem_mib: float, observed, capacity, recent, weights, tau: float,
-                 fresh: bool) -> tuple[list[float] | None, float, int]:
-    """(utilisation with the pod, score in [0, 1], score 0-100) of one node, as the engine scores it."""
+                 fresh: bool, ceiling: float | None = None) -> tuple[list[float] | None, float, int, bool]:
+    """(utilisation with the pod, score in [0, 1], score 0-100, held back) of one node, as the engine
+    scores it (``DecisionEngine.decide``: a node above the ceiling scores 0)."""
     weights, tau = validate_weights(weights, tau)
     if not fresh:
-        return None, NEUTRAL_SCORE, int(np.rint(100.0 * NEUTRAL_SCORE))
+        return None, NEUTRAL_SCORE, int(np.rint(100.0 * NEUTRAL_SCORE)), False
     request = PodSpec("vector", pod_cpu_milli, pod_mem_mib).request(0.0)
     nodes = _Nodes(np.asarray([observed], dtype=float), np.asarray([capacity], dtype=float))
     u = utilisation(request, np.array([0]), nodes, np.asarray([recent], dtype=float))
-    score = float(weighted_closeness(u, weights, tau)[0])
-    return u[0].tolist(), score, int(np.rint(100.0 * score))
+    scores = weighted_closeness(u, weights, tau)
+    held_back = ceiling is not None and not bool(within_ceiling(u, ceiling)[0])
+    if held_back:
+        scores[0] = 0.0
+    score = float(scores[0])
+    return u[0].tolist(), score, int(np.rint(100.0 * score)), held_back
 
 
 def _near_half(x: float) -> bool:
@@ -81,13 +88,15 @@ def static_score_vectors(rng: np.random.Generator, n: int = 240) -> list[dict]:
         weights = one_hot[i % 4] if i % 9 == 0 else [float(x) for x in rng.dirichlet(np.ones(4))]
         tau = taus[i % len(taus)] if i % 2 else float(rng.uniform(0, 1))
         fresh = i % 11 != 5
-        u, score, score_100 = static_score(cpu, mem, observed, capacity, recent, weights, tau, fresh)
-        if fresh and _near_half(score):
+        ceiling = float(rng.uniform(0.5, MAX_CEILING)) if i % 4 == 1 else None
+        u, score, score_100, held_back = static_score(cpu, mem, observed, capacity, recent, weights, tau, fresh,
+                                                      ceiling)
+        if fresh and (_near_half(score) or (ceiling is not None and abs(u[0] - ceiling) < ROUNDING_MARGIN)):
             continue
         weights = list(validate_weights(weights, tau)[0])
         out.append({"pod_cpu_milli": cpu, "pod_mem_mib": mem, "observed": observed, "capacity": capacity,
-                    "recent": recent, "weights": weights, "tau": tau, "fresh": fresh, "utilisation": u,
-                    "score": score, "score_0_100": score_100})
+                    "recent": recent, "weights": weights, "tau": tau, "ceiling": ceiling, "fresh": fresh,
+                    "utilisation": u, "score": score, "score_0_100": score_100, "held_back": held_back})
     return out
 
 

@@ -423,8 +423,13 @@ type ScoreNodesResponse struct {
 	FallbackReason string                 `protobuf:"bytes,5,opt,name=fallback_reason,json=fallbackReason,proto3" json:"fallback_reason,omitempty"` // no_model, model_error, nan, out_of_range, no_fresh_metrics
 	Advisory       bool                   `protobuf:"varint,6,opt,name=advisory,proto3" json:"advisory,omitempty"`                                  // shadow mode: logged, not to be acted on
 	DecisionId     string                 `protobuf:"bytes,7,opt,name=decision_id,json=decisionId,proto3" json:"decision_id,omitempty"`             // give it back in ReportBinding
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Seconds the action keeps holding after this answer (the model card's action_hold_s, on the
+	// engine's clock): until then the engine would answer every pod with this action, so a scheduler
+	// may score later pods with it itself (weights, tau and ceiling over its own live metrics). 0: ask
+	// again for the next pod (no hold, a fallback, shadow mode, fail-closed staleness).
+	ActionValidS  float64 `protobuf:"fixed64,8,opt,name=action_valid_s,json=actionValidS,proto3" json:"action_valid_s,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScoreNodesResponse) Reset() {
@@ -504,6 +509,13 @@ func (x *ScoreNodesResponse) GetDecisionId() string {
 		return x.DecisionId
 	}
 	return ""
+}
+
+func (x *ScoreNodesResponse) GetActionValidS() float64 {
+	if x != nil {
+		return x.ActionValidS
+	}
+	return 0
 }
 
 type GetSchedulingWeightsRequest struct {
@@ -760,7 +772,7 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\x03pod\x18\x01 \x01(\v2\x17.td3sched.engine.v1.PodR\x03pod\x12\x1e\n" +
 	"\n" +
 	"candidates\x18\x02 \x03(\tR\n" +
-	"candidates\"\xa6\x02\n" +
+	"candidates\"\xcc\x02\n" +
 	"\x12ScoreNodesResponse\x125\n" +
 	"\x06scores\x18\x01 \x03(\v2\x1d.td3sched.engine.v1.NodeScoreR\x06scores\x122\n" +
 	"\x06action\x18\x02 \x01(\v2\x1a.td3sched.engine.v1.ActionR\x06action\x12#\n" +
@@ -769,7 +781,8 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\x0ffallback_reason\x18\x05 \x01(\tR\x0efallbackReason\x12\x1a\n" +
 	"\badvisory\x18\x06 \x01(\bR\badvisory\x12\x1f\n" +
 	"\vdecision_id\x18\a \x01(\tR\n" +
-	"decisionId\"H\n" +
+	"decisionId\x12$\n" +
+	"\x0eaction_valid_s\x18\b \x01(\x01R\factionValidS\"H\n" +
 	"\x1bGetSchedulingWeightsRequest\x12)\n" +
 	"\x03pod\x18\x01 \x01(\v2\x17.td3sched.engine.v1.PodR\x03pod\"\xd8\x01\n" +
 	"\x1cGetSchedulingWeightsResponse\x122\n" +
