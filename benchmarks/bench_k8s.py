@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 import tempfile
@@ -95,8 +96,17 @@ def create_pods(plane: ControlPlane, namespace: str, scheduler: str, n: int, thr
         list(pool.map(one, range(n)))
 
 
-def run(plane, processes, bins, name: str, kind: str, config: dict, namespace: str, pods: int) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(plane, processes, bins, name: str, kind: str, config: dict, namespace: str, pods: int,
+        watched: dict[str, int]) -> dict:
+    """One scheduler's run; ``watched``: other processes (name -> pid) whose CPU seconds are reported."""
     create_pods(plane, namespace, name, pods)
+    before = {n: cpu_seconds(pid) for n, pid in watched.items()}
     scheduler = Scheduler(f"bench-{name}", bins / ("td3-scheduler" if kind == "plugin" else "kube-scheduler"),
                           config, plane, processes)
     samples = []  # (time, pods scheduled)
@@ -112,6 +122,8 @@ def run(plane, processes, bins, name: str, kind: str, config: dict, namespace: s
                 break
             time.sleep(0.25)
         metrics = scheduler.metrics()
+        cpu = {"scheduler": cpu_seconds(scheduler.process.proc.pid),
+               **{n: cpu_seconds(pid) - before[n] for n, pid in watched.items()}}
     finally:
         scheduler.stop()
     bound = sum(1 for p in plane.pods(namespace) if p["spec"].get("nodeName"))
@@ -120,7 +132,8 @@ def run(plane, processes, bins, name: str, kind: str, config: dict, namespace: s
     result = {"scheduler": name, "pods": pods, "bound": bound, "seconds": seconds,
               "pods_per_s": (samples[-1][1] - next(d for t, d in samples if d > 0)) / seconds if seconds > 0 else math.nan,
               "p99_attempt_ms": 1000 * histogram_quantile(0.99, attempt_buckets(metrics, name)),
-              "p50_attempt_ms": 1000 * histogram_quantile(0.50, attempt_buckets(metrics, name))}
+              "p50_attempt_ms": 1000 * histogram_quantile(0.50, attempt_buckets(metrics, name)),
+              "cpu_s": cpu}
     if kind == "plugin":
         result["fallbacks"] = {m.group(1): float(m.group(2)) for m in
                                re.finditer(r'^td3score_fallbacks_total\{reason="(\w+)"\} (\S+)$', metrics, re.M)}
@@ -192,7 +205,9 @@ def main() -> None:
         for name, kind, config in runs:
             namespace = f"bench-{name}"
             plane.create_namespace(namespace)
-            results.append(run(plane, processes, bins, name, kind, config, namespace, args.pods))
+            watched = {"apiserver": plane.apiserver.proc.pid, "etcd": plane.etcd.proc.pid,
+                       "engine": engine.process.proc.pid, "engine-held": held.process.proc.pid}
+            results.append(run(plane, processes, bins, name, kind, config, namespace, args.pods, watched))
             r = results[-1]
             print(f"  {name}: {r['bound']}/{r['pods']} bound in {r['seconds']:.1f} s: {r['pods_per_s']:.1f} pods/s, "
                   f"attempt p99 {r['p99_attempt_ms']:.1f} ms {r.get('fallbacks', '')}", flush=True)
@@ -214,6 +229,11 @@ def main() -> None:
         print(f"{name}: plugin path {ratio:.2f}x the stock scheduler (goal >= {GOAL_PLUGIN_RATIO}): "
               f"{'met' if ratio >= GOAL_PLUGIN_RATIO else 'not met'}")
     print(f"td3-extender: extender path {by_name['td3-extender']:.2f}x")
+    print("\nCPU seconds per pod while each scheduler ran (from its start to its last pod):")
+    names = list(results[0]["cpu_s"])
+    print(f"{'scheduler':>14} " + " ".join(f"{n:>12}" for n in names))
+    for r in results:
+        print(f"{r['scheduler']:>14} " + " ".join(f"{1000 * r['cpu_s'][n] / r['pods']:>9.2f} ms" for n in names))
     if args.out:
         args.out.write_text(json.dumps({"nodes": args.nodes, "pods": args.pods, "results": results}, indent=1))
 

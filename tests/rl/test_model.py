@@ -200,12 +200,15 @@ SHIPPED = sorted(SHIPPED_MODELS.glob("td3-*"))
 
 @pytest.mark.parametrize("folder", SHIPPED, ids=[f.name for f in SHIPPED])
 def test_shipped_models_load_and_their_cards_match_their_names(folder):
-    """models/td3-<scenario>[-seed]: trained on <scenario>'s train span, tau fixed at 0 for -seed."""
+    """models/td3-<scenario>[-seed|-held]: trained on <scenario>'s train span, tau fixed at 0 for -seed,
+    an action held for a period (the card's action_hold_s) for -held."""
     model = load_model(folder)
     card = model.card
-    scenario, _, mode = folder.name.removeprefix("td3-").partition("-")
+    scenario, _, suffix = folder.name.removeprefix("td3-").partition("-")
+    held = suffix == "held"
     assert card["scenario"] == scenario and card["span"] == "train" and card["config"]["algo"] == "td3"
-    assert model.action_mode == (mode or "full") and card["training"]["steps"] > 0
+    assert model.action_mode == ("full" if held or not suffix else suffix) and card["training"]["steps"] > 0
+    assert (model.action_hold_s > 0) == held
     weights, tau = action_to_weights(model.act(_observations(1))[0], model.action_mode)
     assert abs(weights.sum() - 1.0) < 1e-9 and (tau == 0.0) == (model.action_mode == "seed")
 
