@@ -78,6 +78,27 @@ def test_a_binding_to_an_unknown_node_is_invalid_argument(served):
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "ghost" in err.value.details()
 
 
+def test_report_bindings_keeps_the_good_bindings_and_names_the_bad_ones(served):
+    """A batch is taken binding by binding, as ReportBinding takes each: a bad one is named by its index
+    and field, the others reach the assign cache."""
+    service, stub, _ = served
+    state = service.engine.state
+    before = state.recent_usage(state.snapshot)
+    before = 0.0 if before is None else float(before[:, 0].sum())
+    reply = stub.ReportBindings(engine_pb2.ReportBindingsRequest(bindings=[
+        engine_pb2.ReportBindingRequest(pod=pod(name="a"), node="node-1"),
+        engine_pb2.ReportBindingRequest(pod=pod(name="b"), node="ghost"),
+        engine_pb2.ReportBindingRequest(pod=pod(name="c"), node=""),
+        engine_pb2.ReportBindingRequest(pod=pod(name="d", cpu_milli=250), node="node-2"),
+    ]), timeout=DEADLINE_S)
+    assert reply.accepted == 2
+    assert len(reply.rejected) == 2 and reply.rejected[0].startswith("bindings[1]: ") and "ghost" in reply.rejected[0]
+    assert reply.rejected[1].startswith("bindings[2]: node: empty")
+    after = float(state.recent_usage(state.snapshot)[:, 0].sum())
+    assert after - before == 500 + 250, "the two good bindings' CPU requests are in the assign cache"
+    assert stub.ReportBindings(engine_pb2.ReportBindingsRequest(), timeout=DEADLINE_S).accepted == 0
+
+
 def test_unavailable_and_not_serving_until_the_state_is_filled(actor):
     service, _ = make_service(actor)  # no snapshot
     door = GrpcFrontDoor(service, "127.0.0.1", 0)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +52,32 @@ type TD3Score struct {
 	assigned *nodemetrics.AssignCache
 	now      func() time.Time
 	held     atomic.Pointer[heldAction]
+	batch    bindingBatch
+}
+
+// heldBindingFlush is how often the bindings of held pods are sent to the engine, in one ReportBindings.
+const heldBindingFlush = 100 * time.Millisecond
+
+// bindingBatch holds the bindings of pods scored with a held action until they are sent: the engine is
+// not asked about the pods of a hold, so its assign cache needs them only by its next decision, and
+// PreScore sends them before that. One call per batch instead of one per pod (docs/kubernetes.md).
+type bindingBatch struct {
+	mu      sync.Mutex
+	pending []*enginev1.ReportBindingRequest
+}
+
+func (b *bindingBatch) add(r *enginev1.ReportBindingRequest) {
+	b.mu.Lock()
+	b.pending = append(b.pending, r)
+	b.mu.Unlock()
+}
+
+func (b *bindingBatch) take() []*enginev1.ReportBindingRequest {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.pending
+	b.pending = nil
+	return out
 }
 
 // maxActionValidity bounds how long an engine answer's action is reused, whatever action_valid_s says.
@@ -144,6 +171,7 @@ func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, err
 	go func() { <-ctx.Done(); _ = conn.Close() }()
 	pl := newPlugin(args, enginev1.NewDecisionEngineClient(conn), source)
 	pl.conn = conn
+	go pl.flushBindingsEvery(ctx, heldBindingFlush)
 	klog.FromContext(ctx).Info("td3score ready", "engine", args.EngineAddress, "deadline_ms", *args.EngineTimeoutMillis,
 		"prometheus", args.PrometheusURL, "safetyCPUUtil", *args.SafetyCPUUtil, "fallbackWeights", args.FallbackWeights,
 		"fallbackTau", *args.FallbackTau)
@@ -230,6 +258,7 @@ func (pl *TD3Score) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.
 	for i, n := range nodes {
 		candidates[i] = n.Node().Name
 	}
+	pl.flushBindings(ctx) // the held pods' bindings first, so that the engine decides with them
 	callCtx, cancel := context.WithTimeout(ctx, millis(*pl.args.EngineTimeoutMillis))
 	defer cancel()
 	start := time.Now()
@@ -381,19 +410,24 @@ func (pl *TD3Score) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Po
 
 // PostBind reports the binding to the engine (its assign cache and decision log) and to the plugin's own
 // assign cache (the static score's correction). Off the scheduling path; a failure is logged, not retried.
+// A pod scored with a held action is reported in a batch (bindingBatch).
 func (pl *TD3Score) PostBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
 	logger := klog.FromContext(ctx)
 	d, err := readDecision(state)
 	var p *enginev1.Pod
-	id := ""
+	id, held := "", false
 	if err == nil {
-		p, id = d.pod, d.decisionID
+		p, id, held = d.pod, d.decisionID, d.held != nil
 	} else if p, err = EnginePod(pod); err != nil {
 		logger.V(2).Info("td3score: binding not reported", "pod", klog.KObj(pod), "err", err)
 		return
 	}
 	cpu, mem := NonZeroRequests(p.CpuMilli, p.MemMib)
 	pl.assigned.Add(nodeName, pl.now(), cpu, mem)
+	if held {
+		pl.batch.add(&enginev1.ReportBindingRequest{Pod: p, Node: nodeName})
+		return
+	}
 	callCtx, cancel := context.WithTimeout(ctx, millis(*pl.args.BindingTimeoutMillis))
 	defer cancel()
 	start := time.Now()
@@ -404,6 +438,42 @@ func (pl *TD3Score) PostBind(ctx context.Context, state fwk.CycleState, pod *v1.
 		logger.V(2).Info("td3score: ReportBinding failed", "pod", klog.KObj(pod), "node", nodeName, "err", err)
 	}
 	engineLatency.WithLabelValues("report_binding", result).Observe(time.Since(start).Seconds())
+}
+
+// flushBindings sends the batched bindings in one ReportBindings call, under bindingTimeoutMillis; a
+// failure is logged, not retried (as a single ReportBinding's).
+func (pl *TD3Score) flushBindings(ctx context.Context) {
+	batch := pl.batch.take()
+	if len(batch) == 0 {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	callCtx, cancel := context.WithTimeout(ctx, millis(*pl.args.BindingTimeoutMillis))
+	defer cancel()
+	start := time.Now()
+	reply, err := pl.engine.ReportBindings(callCtx, &enginev1.ReportBindingsRequest{Bindings: batch})
+	result := "ok"
+	if err != nil {
+		result = callFailure(callCtx, err)
+		logger.V(2).Info("td3score: ReportBindings failed", "bindings", len(batch), "err", err)
+	} else if len(reply.Rejected) > 0 {
+		logger.V(2).Info("td3score: bindings refused by the engine", "refused", reply.Rejected)
+	}
+	engineLatency.WithLabelValues("report_bindings", result).Observe(time.Since(start).Seconds())
+}
+
+// flushBindingsEvery flushes the batched bindings every period until ctx ends.
+func (pl *TD3Score) flushBindingsEvery(ctx context.Context, period time.Duration) {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			pl.flushBindings(ctx)
+		}
+	}
 }
 
 func readDecision(state fwk.CycleState) (*decision, error) {

@@ -33,11 +33,14 @@ type fakeEngine struct {
 	delay    time.Duration
 	calls    int
 	bindings []*enginev1.ReportBindingRequest
+	batches  int
+	seen     []int // len(bindings) at each ScoreNodes call
 }
 
 func (f *fakeEngine) ScoreNodes(ctx context.Context, req *enginev1.ScoreNodesRequest) (*enginev1.ScoreNodesResponse, error) {
 	f.mu.Lock()
 	f.calls++
+	f.seen = append(f.seen, len(f.bindings))
 	answer, delay := f.answer, f.delay
 	f.mu.Unlock()
 	select {
@@ -53,6 +56,14 @@ func (f *fakeEngine) ReportBinding(_ context.Context, req *enginev1.ReportBindin
 	defer f.mu.Unlock()
 	f.bindings = append(f.bindings, req)
 	return &enginev1.ReportBindingResponse{}, nil
+}
+
+func (f *fakeEngine) ReportBindings(_ context.Context, req *enginev1.ReportBindingsRequest) (*enginev1.ReportBindingsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.bindings = append(f.bindings, req.Bindings...)
+	f.batches++
+	return &enginev1.ReportBindingsResponse{Accepted: uint32(len(req.Bindings))}, nil
 }
 
 // scoresBy answers each candidate with score(node), a decision id and weights on the simplex.
@@ -245,12 +256,44 @@ func TestAHeldActionIsScoredInThePluginUntilItExpires(t *testing.T) {
 		t.Fatalf("decisions_total{source=held}: %g -> %g", before, after)
 	}
 	pl.PostBind(context.Background(), state, pod, "n0")
-	if last := f.bindings[len(f.bindings)-1]; last.Node != "n0" || last.DecisionId != "" {
-		t.Fatalf("a held pod's binding: expected ReportBinding(second -> n0) without a decision id, got %v", last)
+	pl.PostBind(context.Background(), state, pod, "n1") // (the same pod again: a second held binding)
+	if len(f.bindings) != 0 {
+		t.Fatalf("a held pod's binding is batched, not sent at once: the engine got %v", f.bindings)
 	}
 	clock = clock.Add(2 * time.Second) // the hold is over
 	if cycle(t, pl, testPod("third", "500m", "256Mi"), nodes); f.calls != 2 {
 		t.Fatalf("after the hold: expected the engine asked again, got %d calls", f.calls)
+	}
+	if f.batches != 1 || len(f.bindings) != 2 || f.seen[1] != 2 || f.bindings[0].Node != "n0" || f.bindings[0].DecisionId != "" {
+		t.Fatalf("the held bindings: expected one ReportBindings (second -> n0, n1, no decision id) before the "+
+			"second ScoreNodes, got %d batches, %v, bindings at each call %v", f.batches, f.bindings, f.seen)
+	}
+}
+
+func TestHeldBindingsAreFlushedPeriodically(t *testing.T) {
+	f := &fakeEngine{answer: scoresBy(func(string) int64 { return 1 })}
+	pl := newTestPlugin(t, startEngine(t, f), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 3 {
+		pl.batch.add(&enginev1.ReportBindingRequest{Pod: &enginev1.Pod{Name: fmt.Sprintf("p%d", i)}, Node: "n0"})
+	}
+	go pl.flushBindingsEvery(ctx, 20*time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f.mu.Lock()
+		n, batches := len(f.bindings), f.batches
+		f.mu.Unlock()
+		if n == 3 {
+			if batches != 1 {
+				t.Fatalf("3 bindings added at once: expected one ReportBindings, got %d", batches)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the flusher sent %d of 3 bindings within 5 s", n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -120,15 +120,34 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
                 fallback_reason=d.fallback_reason, advisory=d.advisory)
         return self._guard("get_weights", context, run)
 
+    def _report_binding(self, request) -> None:
+        if not request.HasField("pod"):
+            raise ValueError("pod: missing")
+        if not request.node:
+            raise ValueError("node: empty: expected the node the pod was bound to")
+        self.service.report_binding(pod_from_proto(request.pod), request.node, request.decision_id)
+
     def ReportBinding(self, request, context):
         def run():
-            if not request.HasField("pod"):
-                raise ValueError("pod: missing")
-            if not request.node:
-                raise ValueError("node: empty: expected the node the pod was bound to")
-            self.service.report_binding(pod_from_proto(request.pod), request.node, request.decision_id)
+            self._report_binding(request)
             return engine_pb2.ReportBindingResponse()
         return self._guard("report_binding", context, run)
+
+    def ReportBindings(self, request, context):
+        """Each binding as ReportBinding takes it; a bad one is named in ``rejected``, the rest are kept."""
+        def run():
+            if len(request.bindings) > MAX_CANDIDATES:
+                raise ValueError(f"bindings: {len(request.bindings)}, expected at most {MAX_CANDIDATES}")
+            rejected = []
+            for i, binding in enumerate(request.bindings):
+                try:
+                    self._report_binding(binding)
+                except (ValueError, KeyError) as exc:
+                    self.service.rejected("report_bindings", "INVALID_ARGUMENT")
+                    message = f"node: unknown node {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+                    rejected.append(f"bindings[{i}]: {message}")
+            return engine_pb2.ReportBindingsResponse(accepted=len(request.bindings) - len(rejected), rejected=rejected)
+        return self._guard("report_bindings", context, run)
 
 
 class GrpcFrontDoor:

@@ -734,6 +734,103 @@ func (*ReportBindingResponse) Descriptor() ([]byte, []int) {
 	return file_td3sched_engine_v1_engine_proto_rawDescGZIP(), []int{8}
 }
 
+// Several bindings in one call: the td3score plugin reports the pods of a held action so (docs/kubernetes.md).
+type ReportBindingsRequest struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Bindings      []*ReportBindingRequest `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportBindingsRequest) Reset() {
+	*x = ReportBindingsRequest{}
+	mi := &file_td3sched_engine_v1_engine_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportBindingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportBindingsRequest) ProtoMessage() {}
+
+func (x *ReportBindingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_td3sched_engine_v1_engine_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportBindingsRequest.ProtoReflect.Descriptor instead.
+func (*ReportBindingsRequest) Descriptor() ([]byte, []int) {
+	return file_td3sched_engine_v1_engine_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReportBindingsRequest) GetBindings() []*ReportBindingRequest {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
+type ReportBindingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Accepted      uint32                 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"` // bindings fed to the assign cache and the decision log
+	Rejected      []string               `protobuf:"bytes,2,rep,name=rejected,proto3" json:"rejected,omitempty"`  // one per refused binding: "bindings[i]: <what is wrong>"; the others are kept
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportBindingsResponse) Reset() {
+	*x = ReportBindingsResponse{}
+	mi := &file_td3sched_engine_v1_engine_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportBindingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportBindingsResponse) ProtoMessage() {}
+
+func (x *ReportBindingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_td3sched_engine_v1_engine_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportBindingsResponse.ProtoReflect.Descriptor instead.
+func (*ReportBindingsResponse) Descriptor() ([]byte, []int) {
+	return file_td3sched_engine_v1_engine_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReportBindingsResponse) GetAccepted() uint32 {
+	if x != nil {
+		return x.Accepted
+	}
+	return 0
+}
+
+func (x *ReportBindingsResponse) GetRejected() []string {
+	if x != nil {
+		return x.Rejected
+	}
+	return nil
+}
+
 var File_td3sched_engine_v1_engine_proto protoreflect.FileDescriptor
 
 const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
@@ -796,17 +893,23 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x1f\n" +
 	"\vdecision_id\x18\x03 \x01(\tR\n" +
 	"decisionId\"\x17\n" +
-	"\x15ReportBindingResponse*s\n" +
+	"\x15ReportBindingResponse\"]\n" +
+	"\x15ReportBindingsRequest\x12D\n" +
+	"\bbindings\x18\x01 \x03(\v2(.td3sched.engine.v1.ReportBindingRequestR\bbindings\"P\n" +
+	"\x16ReportBindingsResponse\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\rR\baccepted\x12\x1a\n" +
+	"\brejected\x18\x02 \x03(\tR\brejected*s\n" +
 	"\bQosClass\x12\x19\n" +
 	"\x15QOS_CLASS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14QOS_CLASS_GUARANTEED\x10\x01\x12\x17\n" +
 	"\x13QOS_CLASS_BURSTABLE\x10\x02\x12\x19\n" +
-	"\x15QOS_CLASS_BEST_EFFORT\x10\x032\xce\x02\n" +
+	"\x15QOS_CLASS_BEST_EFFORT\x10\x032\xb7\x03\n" +
 	"\x0eDecisionEngine\x12[\n" +
 	"\n" +
 	"ScoreNodes\x12%.td3sched.engine.v1.ScoreNodesRequest\x1a&.td3sched.engine.v1.ScoreNodesResponse\x12y\n" +
 	"\x14GetSchedulingWeights\x12/.td3sched.engine.v1.GetSchedulingWeightsRequest\x1a0.td3sched.engine.v1.GetSchedulingWeightsResponse\x12d\n" +
-	"\rReportBinding\x12(.td3sched.engine.v1.ReportBindingRequest\x1a).td3sched.engine.v1.ReportBindingResponseB0Z.td3-scheduler/scheduler/pkg/engine/v1;enginev1b\x06proto3"
+	"\rReportBinding\x12(.td3sched.engine.v1.ReportBindingRequest\x1a).td3sched.engine.v1.ReportBindingResponse\x12g\n" +
+	"\x0eReportBindings\x12).td3sched.engine.v1.ReportBindingsRequest\x1a*.td3sched.engine.v1.ReportBindingsResponseB0Z.td3-scheduler/scheduler/pkg/engine/v1;enginev1b\x06proto3"
 
 var (
 	file_td3sched_engine_v1_engine_proto_rawDescOnce sync.Once
@@ -821,7 +924,7 @@ func file_td3sched_engine_v1_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_td3sched_engine_v1_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_td3sched_engine_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_td3sched_engine_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_td3sched_engine_v1_engine_proto_goTypes = []any{
 	(QosClass)(0),                        // 0: td3sched.engine.v1.QosClass
 	(*Pod)(nil),                          // 1: td3sched.engine.v1.Pod
@@ -833,6 +936,8 @@ var file_td3sched_engine_v1_engine_proto_goTypes = []any{
 	(*GetSchedulingWeightsResponse)(nil), // 7: td3sched.engine.v1.GetSchedulingWeightsResponse
 	(*ReportBindingRequest)(nil),         // 8: td3sched.engine.v1.ReportBindingRequest
 	(*ReportBindingResponse)(nil),        // 9: td3sched.engine.v1.ReportBindingResponse
+	(*ReportBindingsRequest)(nil),        // 10: td3sched.engine.v1.ReportBindingsRequest
+	(*ReportBindingsResponse)(nil),       // 11: td3sched.engine.v1.ReportBindingsResponse
 }
 var file_td3sched_engine_v1_engine_proto_depIdxs = []int32{
 	0,  // 0: td3sched.engine.v1.Pod.qos:type_name -> td3sched.engine.v1.QosClass
@@ -842,17 +947,20 @@ var file_td3sched_engine_v1_engine_proto_depIdxs = []int32{
 	1,  // 4: td3sched.engine.v1.GetSchedulingWeightsRequest.pod:type_name -> td3sched.engine.v1.Pod
 	2,  // 5: td3sched.engine.v1.GetSchedulingWeightsResponse.action:type_name -> td3sched.engine.v1.Action
 	1,  // 6: td3sched.engine.v1.ReportBindingRequest.pod:type_name -> td3sched.engine.v1.Pod
-	4,  // 7: td3sched.engine.v1.DecisionEngine.ScoreNodes:input_type -> td3sched.engine.v1.ScoreNodesRequest
-	6,  // 8: td3sched.engine.v1.DecisionEngine.GetSchedulingWeights:input_type -> td3sched.engine.v1.GetSchedulingWeightsRequest
-	8,  // 9: td3sched.engine.v1.DecisionEngine.ReportBinding:input_type -> td3sched.engine.v1.ReportBindingRequest
-	5,  // 10: td3sched.engine.v1.DecisionEngine.ScoreNodes:output_type -> td3sched.engine.v1.ScoreNodesResponse
-	7,  // 11: td3sched.engine.v1.DecisionEngine.GetSchedulingWeights:output_type -> td3sched.engine.v1.GetSchedulingWeightsResponse
-	9,  // 12: td3sched.engine.v1.DecisionEngine.ReportBinding:output_type -> td3sched.engine.v1.ReportBindingResponse
-	10, // [10:13] is the sub-list for method output_type
-	7,  // [7:10] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	8,  // 7: td3sched.engine.v1.ReportBindingsRequest.bindings:type_name -> td3sched.engine.v1.ReportBindingRequest
+	4,  // 8: td3sched.engine.v1.DecisionEngine.ScoreNodes:input_type -> td3sched.engine.v1.ScoreNodesRequest
+	6,  // 9: td3sched.engine.v1.DecisionEngine.GetSchedulingWeights:input_type -> td3sched.engine.v1.GetSchedulingWeightsRequest
+	8,  // 10: td3sched.engine.v1.DecisionEngine.ReportBinding:input_type -> td3sched.engine.v1.ReportBindingRequest
+	10, // 11: td3sched.engine.v1.DecisionEngine.ReportBindings:input_type -> td3sched.engine.v1.ReportBindingsRequest
+	5,  // 12: td3sched.engine.v1.DecisionEngine.ScoreNodes:output_type -> td3sched.engine.v1.ScoreNodesResponse
+	7,  // 13: td3sched.engine.v1.DecisionEngine.GetSchedulingWeights:output_type -> td3sched.engine.v1.GetSchedulingWeightsResponse
+	9,  // 14: td3sched.engine.v1.DecisionEngine.ReportBinding:output_type -> td3sched.engine.v1.ReportBindingResponse
+	11, // 15: td3sched.engine.v1.DecisionEngine.ReportBindings:output_type -> td3sched.engine.v1.ReportBindingsResponse
+	12, // [12:16] is the sub-list for method output_type
+	8,  // [8:12] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_td3sched_engine_v1_engine_proto_init() }
@@ -866,7 +974,7 @@ func file_td3sched_engine_v1_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_td3sched_engine_v1_engine_proto_rawDesc), len(file_td3sched_engine_v1_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

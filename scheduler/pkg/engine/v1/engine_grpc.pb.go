@@ -25,6 +25,7 @@ const (
 	DecisionEngine_ScoreNodes_FullMethodName           = "/td3sched.engine.v1.DecisionEngine/ScoreNodes"
 	DecisionEngine_GetSchedulingWeights_FullMethodName = "/td3sched.engine.v1.DecisionEngine/GetSchedulingWeights"
 	DecisionEngine_ReportBinding_FullMethodName        = "/td3sched.engine.v1.DecisionEngine/ReportBinding"
+	DecisionEngine_ReportBindings_FullMethodName       = "/td3sched.engine.v1.DecisionEngine/ReportBindings"
 )
 
 // DecisionEngineClient is the client API for DecisionEngine service.
@@ -34,6 +35,7 @@ type DecisionEngineClient interface {
 	ScoreNodes(ctx context.Context, in *ScoreNodesRequest, opts ...grpc.CallOption) (*ScoreNodesResponse, error)
 	GetSchedulingWeights(ctx context.Context, in *GetSchedulingWeightsRequest, opts ...grpc.CallOption) (*GetSchedulingWeightsResponse, error)
 	ReportBinding(ctx context.Context, in *ReportBindingRequest, opts ...grpc.CallOption) (*ReportBindingResponse, error)
+	ReportBindings(ctx context.Context, in *ReportBindingsRequest, opts ...grpc.CallOption) (*ReportBindingsResponse, error)
 }
 
 type decisionEngineClient struct {
@@ -74,6 +76,16 @@ func (c *decisionEngineClient) ReportBinding(ctx context.Context, in *ReportBind
 	return out, nil
 }
 
+func (c *decisionEngineClient) ReportBindings(ctx context.Context, in *ReportBindingsRequest, opts ...grpc.CallOption) (*ReportBindingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportBindingsResponse)
+	err := c.cc.Invoke(ctx, DecisionEngine_ReportBindings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DecisionEngineServer is the server API for DecisionEngine service.
 // All implementations must embed UnimplementedDecisionEngineServer
 // for forward compatibility.
@@ -81,6 +93,7 @@ type DecisionEngineServer interface {
 	ScoreNodes(context.Context, *ScoreNodesRequest) (*ScoreNodesResponse, error)
 	GetSchedulingWeights(context.Context, *GetSchedulingWeightsRequest) (*GetSchedulingWeightsResponse, error)
 	ReportBinding(context.Context, *ReportBindingRequest) (*ReportBindingResponse, error)
+	ReportBindings(context.Context, *ReportBindingsRequest) (*ReportBindingsResponse, error)
 	mustEmbedUnimplementedDecisionEngineServer()
 }
 
@@ -99,6 +112,9 @@ func (UnimplementedDecisionEngineServer) GetSchedulingWeights(context.Context, *
 }
 func (UnimplementedDecisionEngineServer) ReportBinding(context.Context, *ReportBindingRequest) (*ReportBindingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportBinding not implemented")
+}
+func (UnimplementedDecisionEngineServer) ReportBindings(context.Context, *ReportBindingsRequest) (*ReportBindingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportBindings not implemented")
 }
 func (UnimplementedDecisionEngineServer) mustEmbedUnimplementedDecisionEngineServer() {}
 func (UnimplementedDecisionEngineServer) testEmbeddedByValue()                        {}
@@ -175,6 +191,24 @@ func _DecisionEngine_ReportBinding_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DecisionEngine_ReportBindings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportBindingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DecisionEngineServer).ReportBindings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DecisionEngine_ReportBindings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DecisionEngineServer).ReportBindings(ctx, req.(*ReportBindingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DecisionEngine_ServiceDesc is the grpc.ServiceDesc for DecisionEngine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -193,6 +227,10 @@ var DecisionEngine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportBinding",
 			Handler:    _DecisionEngine_ReportBinding_Handler,
+		},
+		{
+			MethodName: "ReportBindings",
+			Handler:    _DecisionEngine_ReportBindings_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
