@@ -61,10 +61,12 @@ def argmax_set(scores: dict[str, float]) -> set[str]:
     return {n for n, s in scores.items() if s == best}
 
 
-def test_plugin_binds_where_the_engine_scores_highest(cluster, engine, prometheus, namespace, start_scheduler):
+def schedule_through_plugin(cluster, engine, prometheus, namespace, start_scheduler, n: int = 24):
+    """``n`` pods scheduled by the td3-scheduler on ``engine``: (scheduler, pod -> node, the engine's log
+    records once every binding is in it). None on the hot node."""
     scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{engine.grpc_port}", prometheus,
                                                         engineTimeoutMillis=GENEROUS_MS))
-    names = create_pods(cluster, namespace, PLUGIN_SCHEDULER, 24)
+    names = create_pods(cluster, namespace, PLUGIN_SCHEDULER, n)
     bound = wait_bound(cluster, namespace, names)
     assert HOT_NODE not in bound.values(), f"a pod was bound to {HOT_NODE}, over the safety threshold"
 
@@ -74,6 +76,12 @@ def test_plugin_binds_where_the_engine_scores_highest(cluster, engine, prometheu
         return records if reported >= set(names) else None
     records = wait_for(logged, deadline_s=30, every_s=0.2)
     assert records is not None, "PostBind did not report every binding to the engine (ReportBinding)"
+    return scheduler, bound, records
+
+
+def test_plugin_binds_where_the_engine_scores_highest(cluster, engine, prometheus, namespace, start_scheduler):
+    scheduler, bound, records = schedule_through_plugin(cluster, engine, prometheus, namespace, start_scheduler)
+    names = sorted(bound)
     decisions = {r["decision_id"]: r for r in records if r["kind"] == "decision"}
     first = next(r for r in records if r["kind"] == "decision" and r["pod"]["namespace"] == namespace)
     assert {c["node"] for c in first["candidates"]} == {n[0] for n in NODES} - {HOT_NODE}, \
@@ -118,20 +126,10 @@ def test_plugin_scores_a_held_action_itself_one_engine_call_per_hold(cluster, pr
     engine = Engine(tmp_path / "engine", prometheus, processes, model=str(held_copy(MODEL, tmp_path / "held", 600)))
     try:
         engine.wait_fresh([n[0] for n in NODES])
-        scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{engine.grpc_port}", prometheus,
-                                                            engineTimeoutMillis=GENEROUS_MS))
-        names = create_pods(cluster, namespace, PLUGIN_SCHEDULER, 24)
-        bound = wait_bound(cluster, namespace, names)
-        assert HOT_NODE not in bound.values(), f"a pod was bound to {HOT_NODE}, over the safety threshold"
-
-        def logged():
-            records = engine.records()
-            reported = {r["pod"]["name"] for r in records if r["kind"] == "binding" and r["pod"]["namespace"] == namespace}
-            return records if reported >= set(names) else None
-        records = wait_for(logged, deadline_s=30, every_s=0.2)
-        assert records is not None, "PostBind did not report every binding to the engine (ReportBinding)"
+        scheduler, bound, records = schedule_through_plugin(cluster, engine, prometheus, namespace, start_scheduler)
     finally:
         engine.stop()
+    names = sorted(bound)
     decided = [r for r in records if r["kind"] == "decision" and r["pod"]["namespace"] == namespace]
     assert len(decided) == 1, f"{len(decided)} engine decisions for {len(names)} pods within one hold"
     assert not decided[0]["fallback_reason"]
