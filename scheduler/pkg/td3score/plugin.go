@@ -345,22 +345,28 @@ func readAnswer(reply *enginev1.ScoreNodesResponse, candidates []string) (map[st
 // heldScores scores every candidate with the held action at once, as the engine would have answered:
 // one snapshot, one pass, so that Score reads a map for either source.
 func (pl *TD3Score) heldScores(p *enginev1.Pod, nodes []fwk.NodeInfo, h *heldAction) map[string]int64 {
-	snap, now, maxAge := pl.metrics.Snapshot(), pl.now(), pl.maxAge()
+	snap, now := pl.metrics.Snapshot(), pl.now()
 	scores := make(map[string]int64, len(nodes))
 	for _, n := range nodes {
 		name := n.Node().Name
-		fresh, m := false, nodemetrics.Node{}
-		if snap != nil {
-			m, fresh = snap.Nodes[name]
-			fresh = fresh && m.Fresh(now, maxAge)
-		}
-		recentCPU, recentMem := 0.0, 0.0
-		if fresh {
-			recentCPU, recentMem = pl.assigned.UsageSince(name, m.SampleTime)
-		}
+		m, fresh, recentCPU, recentMem := pl.nodeState(snap, name, now)
 		scores[name] = ActionScore(p.CpuMilli, p.MemMib, m, fresh, recentCPU, recentMem, h.weights, h.tau, h.ceiling)
 	}
 	return scores
+}
+
+// nodeState is what a score reads of a node: its metrics, whether they are fresh, and the CPU and
+// memory of the pods bound there since its sample (the assign cache; 0 for a stale node).
+func (pl *TD3Score) nodeState(snap *nodemetrics.Snapshot, node string, now time.Time) (
+	m nodemetrics.Node, fresh bool, recentCPU, recentMem float64) {
+	if snap != nil {
+		m, fresh = snap.Nodes[node]
+		fresh = fresh && m.Fresh(now, pl.maxAge())
+	}
+	if fresh {
+		recentCPU, recentMem = pl.assigned.UsageSince(node, m.SampleTime)
+	}
+	return m, fresh, recentCPU, recentMem
 }
 
 // Score is the engine's score of the node (or its held action's, computed in PreScore), or the static
@@ -382,15 +388,7 @@ func (pl *TD3Score) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 
 // staticScore is StaticScore of the node over the plugin's live metrics and assign cache.
 func (pl *TD3Score) staticScore(ctx context.Context, p *enginev1.Pod, node string) int64 {
-	fresh, m := false, nodemetrics.Node{}
-	if snap := pl.metrics.Snapshot(); snap != nil {
-		m, fresh = snap.Nodes[node]
-		fresh = fresh && m.Fresh(pl.now(), pl.maxAge())
-	}
-	recentCPU, recentMem := 0.0, 0.0
-	if fresh {
-		recentCPU, recentMem = pl.assigned.UsageSince(node, m.SampleTime)
-	}
+	m, fresh, recentCPU, recentMem := pl.nodeState(pl.metrics.Snapshot(), node, pl.now())
 	score := StaticScore(p.CpuMilli, p.MemMib, m, fresh, recentCPU, recentMem, pl.weights, *pl.args.FallbackTau)
 	klog.FromContext(ctx).V(5).Info("td3score: static score", "node", node, "fresh", fresh, "observed", m.Observed,
 		"capacity", m.Capacity, "recentCPUMilli", recentCPU, "recentMemMiB", recentMem, "score", score)
