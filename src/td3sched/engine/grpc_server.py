@@ -76,6 +76,11 @@ def score_nodes_reply(names, scores_0_100: list[int], stale, excluded, action, m
                                          action_valid_s=action_valid_s)
 
 
+def invalid_message(exc: Exception) -> str:
+    """What an INVALID_ARGUMENT says: the ValueError's message, or the unknown node a KeyError names."""
+    return f"node: unknown node {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+
+
 class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
     def __init__(self, service: EngineService):
         self.service = service
@@ -88,8 +93,7 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except (ValueError, KeyError) as exc:
             self.service.rejected(api, "INVALID_ARGUMENT")
-            message = f"node: unknown node {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, invalid_message(exc))
 
     def _mode(self) -> tuple[str, tuple[str, ...]]:
         """The served model's action mode and declared dimensions ("", () without a model)."""
@@ -144,8 +148,7 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
                     self._report_binding(binding)
                 except (ValueError, KeyError) as exc:
                     self.service.rejected("report_bindings", "INVALID_ARGUMENT")
-                    message = f"node: unknown node {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
-                    rejected.append(f"bindings[{i}]: {message}")
+                    rejected.append(f"bindings[{i}]: {invalid_message(exc)}")
             return engine_pb2.ReportBindingsResponse(accepted=len(request.bindings) - len(rejected), rejected=rejected)
         return self._guard("report_bindings", context, run)
 
