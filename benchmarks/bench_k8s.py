@@ -13,6 +13,14 @@ and process start do not count. Latency: the p99 of the scheduler's own
 as PromQL's histogram_quantile does). Goal: the plugin path at least 0.9x the stock throughput.
 
     make k8s-bin && python benchmarks/bench_k8s.py [--nodes 1000] [--pods 5000] [--model DIR] [--held-model DIR]
+        [--schedulers stock,td3-scheduler,td3-held,td3-extender] [--rounds 1] [--plugin-metrics-interval S]
+
+With ``--rounds N`` the chosen schedulers run N times, interleaved (stock, td3-held, stock, td3-held, ...),
+and each ratio is against the stock run of its own round: on a shared machine consecutive runs of one
+scheduler differ, and the rounds show by how much. Every run also reports the CPU seconds per pod of
+each process (the scheduler, kube-apiserver, etcd, the engines, Prometheus, and this process, which
+serves the node_exporter metrics) and how busy the whole machine was: a run whose machine is busy
+throughout is bound by CPU, and its pods/s follows the cluster's CPU per pod.
 
 All processes on 127.0.0.1; the binaries from build/k8s/<version> (make k8s-bin). Every scheduler gets
 client QPS 5,000 (the default 50 would cap every path at 50 bindings/s) and the default
@@ -41,7 +49,7 @@ from td3sched.rl.card import read_card  # noqa: E402
 from tests.engine.prometheus_harness import (NodeExporterStub, PrometheusServer, SimulatedNode,  # noqa: E402
                                              ensure_prometheus, wait_for)
 from tests.k8s.control_plane import (ControlPlane, Engine, Processes, Scheduler, build_binaries,  # noqa: E402
-                                     extender_config, plugin_config, wait_rates_settled)
+                                     extender_config, plugin_config, shipped_config, wait_rates_settled)
 
 GOAL_PLUGIN_RATIO = 0.9
 SCRAPE_S = 2
@@ -49,6 +57,7 @@ QUERIES = {name: q.replace("[1m]", f"[{5 * SCRAPE_S}s]") for name, q in DEFAULT_
 CLIENT = {"qps": 5000, "burst": 5000}
 MODEL = REPO / "models" / "td3-dlrm"
 HELD_MODEL = REPO / "models" / "td3-dlrm-held"
+SCHEDULERS = ("stock", "td3-scheduler", "td3-held", "td3-extender")
 
 
 def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
@@ -78,6 +87,11 @@ def attempt_buckets(metrics: str, profile: str) -> list[tuple[float, float]]:
     return out
 
 
+def shipped_metrics_interval() -> float:
+    """metricsIntervalSeconds of scheduler/config/td3-scheduler.yaml."""
+    return float(shipped_config("td3-scheduler.yaml")["profiles"][0]["pluginConfig"][0]["args"]["metricsIntervalSeconds"])
+
+
 def with_client(config: dict) -> dict:
     config["clientConnection"] = {**config.get("clientConnection", {}), **CLIENT}
     return config
@@ -102,11 +116,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, over every core (/proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:8]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
 def run(plane, processes, bins, name: str, kind: str, config: dict, namespace: str, pods: int,
         watched: dict[str, int]) -> dict:
     """One scheduler's run; ``watched``: other processes (name -> pid) whose CPU seconds are reported."""
     create_pods(plane, namespace, name, pods)
     before = {n: cpu_seconds(pid) for n, pid in watched.items()}
+    machine_before = machine_cpu()
     scheduler = Scheduler(f"bench-{name}", bins / ("td3-scheduler" if kind == "plugin" else "kube-scheduler"),
                           config, plane, processes)
     samples = []  # (time, pods scheduled)
@@ -124,6 +147,7 @@ def run(plane, processes, bins, name: str, kind: str, config: dict, namespace: s
         metrics = scheduler.metrics()
         cpu = {"scheduler": cpu_seconds(scheduler.process.proc.pid),
                **{n: cpu_seconds(pid) - before[n] for n, pid in watched.items()}}
+        busy, total = (after - b for after, b in zip(machine_cpu(), machine_before))
     finally:
         scheduler.stop()
     bound = sum(1 for p in plane.pods(namespace) if p["spec"].get("nodeName"))
@@ -133,7 +157,8 @@ def run(plane, processes, bins, name: str, kind: str, config: dict, namespace: s
               "pods_per_s": (samples[-1][1] - next(d for t, d in samples if d > 0)) / seconds if seconds > 0 else math.nan,
               "p99_attempt_ms": 1000 * histogram_quantile(0.99, attempt_buckets(metrics, name)),
               "p50_attempt_ms": 1000 * histogram_quantile(0.50, attempt_buckets(metrics, name)),
-              "cpu_s": cpu}
+              "cpu_s": cpu, "machine_busy": busy / total if total > 0 else math.nan,
+              "machine_cpu_s": busy}
     if kind == "plugin":
         result["fallbacks"] = {m.group(1): float(m.group(2)) for m in
                                re.finditer(r'^td3score_fallbacks_total\{reason="(\w+)"\} (\S+)$', metrics, re.M)}
@@ -145,6 +170,38 @@ def run(plane, processes, bins, name: str, kind: str, config: dict, namespace: s
     return result
 
 
+def report(results: list[dict], args) -> None:
+    """The table (each ratio against the stock run of the same round), the goal, and CPU per pod."""
+    stock = {r["round"]: r["pods_per_s"] for r in results if r["scheduler"] == "stock"}
+    for r in results:
+        r["x_stock"] = r["pods_per_s"] / stock[r["round"]]
+    print(f"\n{args.nodes} nodes, {args.pods} pods; scheduling attempts of scheduled pods, from the scheduler's /metrics")
+    print(f"per-pod model {args.model.name}, held model {args.held_model.name}; the plugin's metrics interval "
+          f"{args.plugin_metrics_interval:g} s")
+    print(f"{'round':>5} {'scheduler':>14} {'pods/s':>8} {'x stock':>8} {'p50 ms':>8} {'p99 ms':>8} {'busy':>5}  bound  "
+          "scores by source, fallbacks")
+    for r in results:
+        print(f"{r['round']:>5} {r['scheduler']:>14} {r['pods_per_s']:>8.1f} {r['x_stock']:>8.2f} "
+              f"{r['p50_attempt_ms']:>8.1f} {r['p99_attempt_ms']:>8.1f} {100 * r['machine_busy']:>4.0f}%  {r['bound']:>5}  "
+              f"{r.get('sources', '')} {r.get('fallbacks', '')}")
+    for name in dict.fromkeys(r["scheduler"] for r in results if r["scheduler"] != "stock"):
+        ratios = [r["x_stock"] for r in results if r["scheduler"] == name]
+        spread = f" (rounds {min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
+        mean = sum(ratios) / len(ratios)
+        if name == "td3-extender":
+            print(f"{name}: extender path {mean:.2f}x the stock scheduler{spread}")
+        else:
+            print(f"{name}: plugin path {mean:.2f}x the stock scheduler{spread} (goal >= {GOAL_PLUGIN_RATIO}): "
+                  f"{'met' if mean >= GOAL_PLUGIN_RATIO else 'not met'}")
+    print("\nCPU seconds per pod while each scheduler ran (from its start to its last pod), and the whole machine's:")
+    names = list(results[0]["cpu_s"])
+    print(f"{'round':>5} {'scheduler':>14} " + " ".join(f"{n:>12}" for n in names) + f" {'all listed':>12} {'machine':>12}")
+    for r in results:
+        listed = sum(r["cpu_s"].values())
+        print(f"{r['round']:>5} {r['scheduler']:>14} " + " ".join(f"{1000 * r['cpu_s'][n] / r['pods']:>9.2f} ms" for n in names)
+              + f" {1000 * listed / r['pods']:>9.2f} ms {1000 * r['machine_cpu_s'] / r['pods']:>9.2f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -152,8 +209,24 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=MODEL, help="The per-pod model (default: %(default)s).")
     parser.add_argument("--held-model", type=Path, default=HELD_MODEL,
                         help="A model whose card declares action_hold_s (default: %(default)s).")
+    parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
+                        help="Which schedulers to run, comma-separated, stock first (default: %(default)s).")
+    parser.add_argument("--rounds", type=int, default=1, help="Run the schedulers this many times, interleaved.")
+    parser.add_argument("--plugin-metrics-interval", type=float, default=shipped_metrics_interval(),
+                        help="The plugin's metricsIntervalSeconds, s (default: the shipped configuration's, "
+                             "%(default)g). Each refresh runs the plugin's PromQL over every node in Prometheus, "
+                             "which shares the machine's cores here.")
     parser.add_argument("--out", type=Path, help="Also write the results here as JSON.")
     args = parser.parse_args()
+    chosen = [x.strip() for x in args.schedulers.split(",") if x.strip()]
+    unknown = [x for x in chosen if x not in SCHEDULERS]
+    if unknown or not chosen or chosen[0] != "stock" or len(set(chosen)) != len(chosen):
+        parser.error(f"--schedulers {args.schedulers!r}: expected distinct names of {', '.join(SCHEDULERS)}, "
+                     "stock first")
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: expected at least 1")
+    if not args.plugin_metrics_interval > 0:
+        parser.error(f"--plugin-metrics-interval {args.plugin_metrics_interval}: expected seconds > 0")
     for flag, folder, held in (("--model", args.model, False), ("--held-model", args.held_model, True)):
         try:
             hold = card_action_hold(read_card(folder))
@@ -193,47 +266,35 @@ def main() -> None:
         held.wait_fresh([n.name for n in nodes[:100]])
 
         def plugin(address: str, name: str) -> dict:
-            config = with_client(plugin_config(address, prom, metricsIntervalSeconds=SCRAPE_S))
+            config = with_client(plugin_config(address, prom, metricsIntervalSeconds=args.plugin_metrics_interval))
             config["profiles"][0]["schedulerName"] = name  # the pods' schedulerName
             config["profiles"][0]["pluginConfig"][0]["args"]["queries"] = QUERIES
             return config
-        runs = [("stock", "stock", stock_config()),
-                ("td3-scheduler", "plugin", plugin(f"127.0.0.1:{engine.grpc_port}", "td3-scheduler")),
-                ("td3-held", "plugin", plugin(f"127.0.0.1:{held.grpc_port}", "td3-held")),
-                ("td3-extender", "extender", with_client(extender_config(f"http://127.0.0.1:{engine.http_port}")))]
+        configs = {"stock": ("stock", stock_config()),
+                   "td3-scheduler": ("plugin", plugin(f"127.0.0.1:{engine.grpc_port}", "td3-scheduler")),
+                   "td3-held": ("plugin", plugin(f"127.0.0.1:{held.grpc_port}", "td3-held")),
+                   "td3-extender": ("extender", with_client(extender_config(f"http://127.0.0.1:{engine.http_port}")))}
+        watched = {"apiserver": plane.apiserver.proc.pid, "etcd": plane.etcd.proc.pid,
+                   "engine": engine.process.proc.pid, "engine-held": held.process.proc.pid,
+                   "prometheus": prom.proc.pid, "bench": os.getpid()}
         results = []
-        for name, kind, config in runs:
-            namespace = f"bench-{name}"
-            plane.create_namespace(namespace)
-            watched = {"apiserver": plane.apiserver.proc.pid, "etcd": plane.etcd.proc.pid,
-                       "engine": engine.process.proc.pid, "engine-held": held.process.proc.pid}
-            results.append(run(plane, processes, bins, name, kind, config, namespace, args.pods, watched))
-            r = results[-1]
-            print(f"  {name}: {r['bound']}/{r['pods']} bound in {r['seconds']:.1f} s: {r['pods_per_s']:.1f} pods/s, "
-                  f"attempt p99 {r['p99_attempt_ms']:.1f} ms {r.get('fallbacks', '')}", flush=True)
+        for round_ in range(1, args.rounds + 1):
+            for name in chosen:
+                kind, config = configs[name]
+                namespace = f"bench-{name}-{round_}"
+                plane.create_namespace(namespace)
+                r = run(plane, processes, bins, name, kind, config, namespace, args.pods, watched)
+                r["round"] = round_
+                results.append(r)
+                print(f"  round {round_} {name}: {r['bound']}/{r['pods']} bound in {r['seconds']:.1f} s: "
+                      f"{r['pods_per_s']:.1f} pods/s, attempt p99 {r['p99_attempt_ms']:.1f} ms, machine busy "
+                      f"{100 * r['machine_busy']:.0f}% {r.get('fallbacks', '')}", flush=True)
     finally:
         processes.stop_all()
         for server in (prom, exporter):  # started before the processes list existed for them
             if server is not None:
                 server.stop()
-    stock = results[0]["pods_per_s"]
-    print(f"\n{args.nodes} nodes, {args.pods} pods; scheduling attempts of scheduled pods, from the scheduler's /metrics")
-    print(f"per-pod model {args.model.name}, held model {args.held_model.name}")
-    print(f"{'scheduler':>14} {'pods/s':>8} {'x stock':>8} {'p50 ms':>8} {'p99 ms':>8}  bound  scores by source, fallbacks")
-    for r in results:
-        print(f"{r['scheduler']:>14} {r['pods_per_s']:>8.1f} {r['pods_per_s'] / stock:>8.2f} {r['p50_attempt_ms']:>8.1f} "
-              f"{r['p99_attempt_ms']:>8.1f}  {r['bound']:>5}  {r.get('sources', '')} {r.get('fallbacks', '')}")
-    by_name = {r["scheduler"]: r["pods_per_s"] / stock for r in results}
-    for name in ("td3-scheduler", "td3-held"):
-        ratio = by_name[name]
-        print(f"{name}: plugin path {ratio:.2f}x the stock scheduler (goal >= {GOAL_PLUGIN_RATIO}): "
-              f"{'met' if ratio >= GOAL_PLUGIN_RATIO else 'not met'}")
-    print(f"td3-extender: extender path {by_name['td3-extender']:.2f}x")
-    print("\nCPU seconds per pod while each scheduler ran (from its start to its last pod):")
-    names = list(results[0]["cpu_s"])
-    print(f"{'scheduler':>14} " + " ".join(f"{n:>12}" for n in names))
-    for r in results:
-        print(f"{r['scheduler']:>14} " + " ".join(f"{1000 * r['cpu_s'][n] / r['pods']:>9.2f} ms" for n in names))
+    report(results, args)
     if args.out:
         args.out.write_text(json.dumps({"nodes": args.nodes, "pods": args.pods, "results": results}, indent=1))
 
