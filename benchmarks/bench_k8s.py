@@ -15,9 +15,11 @@ as PromQL's histogram_quantile does). Goal: the plugin path at least 0.9x the st
     make k8s-bin && python benchmarks/bench_k8s.py [--nodes 1000] [--pods 5000] [--model DIR] [--held-model DIR]
         [--schedulers stock,td3-scheduler,td3-held,td3-extender] [--rounds 1] [--plugin-metrics-interval S]
 
-With ``--rounds N`` the chosen schedulers run N times, interleaved (stock, td3-held, stock, td3-held, ...),
-and each ratio is against the stock run of its own round: on a shared machine consecutive runs of one
-scheduler differ, and the rounds show by how much. Every run also reports the CPU seconds per pod of
+With ``--rounds N`` the chosen schedulers run N times, the even rounds in reverse order (stock, td3-held;
+td3-held, stock; ...), and each ratio is against the stock run of its own round: on a shared machine
+consecutive runs of one scheduler differ, and the rounds show by how much; and the machine's background
+load drifts during a benchmark (Prometheus' CPU grows as its head block fills), which the reversed rounds
+cancel from the mean ratio as far as it is linear in time. Every run also reports the CPU seconds per pod of
 each process (the scheduler, kube-apiserver, etcd, the engines, Prometheus, and this process, which
 serves the node_exporter metrics) and how busy the whole machine was: a run whose machine is busy
 throughout is bound by CPU, and its pods/s follows the cluster's CPU per pod.
@@ -279,7 +281,7 @@ def main() -> None:
                    "prometheus": prom.proc.pid, "bench": os.getpid()}
         results = []
         for round_ in range(1, args.rounds + 1):
-            for name in chosen:
+            for name in (chosen if round_ % 2 else chosen[::-1]):
                 kind, config = configs[name]
                 namespace = f"bench-{name}-{round_}"
                 plane.create_namespace(namespace)
