@@ -78,3 +78,37 @@ def test_history_from_log_on_the_command_line(tmp_path, actor):
     assert read_history(tmp_path / "h").column("chosen_node").to_pylist() == ["node-2"]
     bad = CliRunner().invoke(app, ["history-from-log", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x.parquet")])
     assert bad.exit_code == 2 and "missing.jsonl: not found" in " ".join(bad.output.split())
+
+
+def test_the_pods_of_a_hold_become_rows_with_the_holds_action(tmp_path, actor):
+    """The td3score plugin scores a hold's later pods itself and reports their bindings naming the hold's
+    decision: each is a row of its own (engine:held, the hold's action, its own pod, time and node; no
+    candidates, no observation), even when it arrives before the hold's own pod's binding."""
+    log = DecisionLog(tmp_path / "decisions.jsonl", fsync_interval_s=0.05)
+    snap = snapshot(6, age_s=[0] * 6)
+    service, clock = make_service(actor, snap, max_age_s=60, log=log)
+    first = PodSpec("web-0", namespace="shop", cpu_milli=300, mem_mib=256)
+    hold, d = service.score_nodes(first, list(snap.names))
+    later = [PodSpec(f"web-{i}", namespace="shop", cpu_milli=100 * i, mem_mib=128) for i in (1, 2)]
+    clock.t += 1.0
+    service.report_binding(later[0], "node-2", hold)  # before the hold's own pod's binding
+    service.report_binding(first, "node-4", hold)
+    clock.t += 1.0
+    service.report_binding(later[1], "node-5", hold)
+    log.close()
+    path, counts = convert_log(tmp_path / "decisions.jsonl", tmp_path / "history" / "engine.parquet")
+    assert counts["decisions"] == 1 and counts["bound"] == 1 and counts["held"] == 2
+    assert counts["bindings_unmatched"] == 0
+    rows = read_history(path.parent).to_pylist()
+    assert [r["decision_id"] for r in rows] == [hold, f"{hold}+1", f"{hold}+2"]
+    assert [r["policy"] for r in rows] == ["engine", "engine:held", "engine:held"]
+    assert [r["pod_name"] for r in rows] == ["web-0", "web-1", "web-2"]
+    assert [r["cpu_milli"] for r in rows] == [300.0, 100.0, 200.0]
+    assert [r["chosen_node"] for r in rows] == ["node-4", "node-2", "node-5"]
+    assert [r["chosen_index"] for r in rows] == [4, None, None]
+    assert rows[1]["time_s"] == rows[0]["time_s"] + 1.0 and rows[2]["time_s"] == rows[0]["time_s"] + 2.0
+    for r in rows[1:]:
+        assert r["candidates"] == [] and r["observation"] is None
+        assert r["weights"] == rows[0]["weights"] and r["tau"] == rows[0]["tau"]
+        assert r["action"] == rows[0]["action"] and r["model_version"] == actor.version
+    assert len(Decisions.from_table(read_history(path))) == 1  # learning reads the decision, not the held rows

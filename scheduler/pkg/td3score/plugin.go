@@ -408,7 +408,7 @@ func (pl *TD3Score) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Po
 
 // PostBind reports the binding to the engine (its assign cache and decision log) and to the plugin's own
 // assign cache (the static score's correction). Off the scheduling path; a failure is logged, not retried.
-// A pod scored with a held action is reported in a batch (bindingBatch).
+// A pod scored with a held action is reported in a batch (bindingBatch), naming the decision that took the action.
 func (pl *TD3Score) PostBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
 	logger := klog.FromContext(ctx)
 	d, err := readDecision(state)
@@ -416,6 +416,9 @@ func (pl *TD3Score) PostBind(ctx context.Context, state fwk.CycleState, pod *v1.
 	id, held := "", false
 	if err == nil {
 		p, id, held = d.pod, d.decisionID, d.held != nil
+		if held {
+			id = d.held.decisionID // the engine decision whose action scored the pod (its decision log links them)
+		}
 	} else if p, err = EnginePod(pod); err != nil {
 		logger.V(2).Info("td3score: binding not reported", "pod", klog.KObj(pod), "err", err)
 		return
@@ -423,7 +426,7 @@ func (pl *TD3Score) PostBind(ctx context.Context, state fwk.CycleState, pod *v1.
 	cpu, mem := NonZeroRequests(p.CpuMilli, p.MemMib)
 	pl.assigned.Add(nodeName, pl.now(), cpu, mem)
 	if held {
-		pl.batch.add(&enginev1.ReportBindingRequest{Pod: p, Node: nodeName})
+		pl.batch.add(&enginev1.ReportBindingRequest{Pod: p, Node: nodeName, DecisionId: id})
 		return
 	}
 	callCtx, cancel := context.WithTimeout(ctx, millis(*pl.args.BindingTimeoutMillis))

@@ -264,8 +264,9 @@ func TestAHeldActionIsScoredInThePluginUntilItExpires(t *testing.T) {
 	if cycle(t, pl, testPod("third", "500m", "256Mi"), nodes); f.calls != 2 {
 		t.Fatalf("after the hold: expected the engine asked again, got %d calls", f.calls)
 	}
-	if f.batches != 1 || len(f.bindings) != 2 || f.seen[1] != 2 || f.bindings[0].Node != "n0" || f.bindings[0].DecisionId != "" {
-		t.Fatalf("the held bindings: expected one ReportBindings (second -> n0, n1, no decision id) before the "+
+	if f.batches != 1 || len(f.bindings) != 2 || f.seen[1] != 2 || f.bindings[0].Node != "n0" ||
+		f.bindings[0].DecisionId != "d-first" || f.bindings[1].DecisionId != "d-first" {
+		t.Fatalf("the held bindings: expected one ReportBindings (second -> n0, n1, naming the hold's decision d-first) before the "+
 			"second ScoreNodes, got %d batches, %v, bindings at each call %v", f.batches, f.bindings, f.seen)
 	}
 }

@@ -7,6 +7,14 @@ HTTP extender path), from the pod's latest decision before the binding that has 
 was bound elsewhere unseen, or not yet): learning skips it. A bound node that was no candidate of
 the decision keeps ``chosen_index`` null.
 
+A model that holds its action (``action_hold_s``) is asked once a hold: the td3score plugin scores the
+hold's later pods itself and reports their bindings naming the hold's decision. Each such binding (it
+names a decision of another pod) becomes a row of its own, ``policy`` ``engine:held``, with the
+hold's model version, action, weights and tau, the binding's pod, time and node, and decision id
+``<the hold's id>+<n>`` (n = 1, 2, ... within the hold). The engine saw neither its candidates nor its
+state: ``candidates`` is empty and ``observation`` null, so behaviour cloning skips these rows; they
+say which action placed which pod where.
+
 Columns from the log: time (Unix seconds), pod, observation, action, weights, tau, model version,
 candidates (score 0-100 as logged, ``u`` with the pod included, null when stale). ``policy`` is
 ``engine`` (``engine:fallback:<reason>`` for a fallback decision). No outcome is in the log:
@@ -48,8 +56,8 @@ def _pod(record: dict, where: str) -> dict:
 
 
 def decisions_from_log(path) -> tuple[list[dict], dict]:
-    """(history rows, counts) of a decision log: counts of decisions, bindings matched, bindings with no
-    decision, and lines skipped (cut or unparseable)."""
+    """(history rows, counts) of a decision log: counts of decisions, bindings matched, held pods' rows,
+    bindings with no decision, and lines skipped (cut or unparseable)."""
     records, skipped = [], 0
     for file in log_files(path):
         recs, bad = read_log(file)
@@ -58,7 +66,8 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
     rows: list[dict] = []
     by_id: dict[str, dict] = {}
     unbound_by_pod: dict[tuple, list[dict]] = {}
-    counts = {"decisions": 0, "bound": 0, "bindings_unmatched": 0, "lines_skipped": skipped, "other": 0}
+    counts = {"decisions": 0, "bound": 0, "held": 0, "bindings_unmatched": 0, "lines_skipped": skipped, "other": 0}
+    held_rows: dict[str, int] = {}
     for file, r in records:
         where = str(file)
         if r.get("schema") != LOG_SCHEMA:
@@ -77,12 +86,7 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
             row = {
                 "source": "engine", "decision_id": str(r["decision_id"]), "time_s": float(r["time_s"]),
                 "scenario": None, "seed": None, "policy": f"engine:fallback:{reason}" if reason else "engine",
-                "pod_name": str(pod["name"]), "pod_namespace": pod.get("namespace"), "workload": None,
-                "qos": int(pod["qos"]), "cpu_milli": float(pod["cpu_milli"]), "mem_mib": float(pod["mem_mib"]),
-                "disk_gib": float(pod["disk_gib"]), "rdma_pct": float(pod["rdma_pct"]),
-                "gpu_count": int(pod["gpu_count"]), "gpu_milli": int(pod["gpu_milli"]),
-                "cpu_limit_milli": pod.get("cpu_limit_milli"), "mem_limit_mib": pod.get("mem_limit_mib"),
-                "observation": r.get("observation"), "candidates": cands, "chosen_node": None, "chosen_index": None,
+                **_pod_columns(pod), "workload": None, "observation": r.get("observation"), "candidates": cands, "chosen_node": None, "chosen_index": None,
                 "model_version": r.get("model_version") or None, "action": r.get("action"), "weights": r.get("weights"),
                 "tau": r.get("tau"), "outcome_left_s": None, "reward": None, "elapsed_s": None,
             }
@@ -94,8 +98,12 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
             counts["decisions"] += 1
         elif kind == "binding":
             row = by_id.get(r.get("decision_id") or "")
+            pod = r.get("pod") or {}
+            if row is not None and (row["pod_namespace"], row["pod_name"]) != (pod.get("namespace"), pod.get("name")):
+                rows.append(_held_row(row, r, pod, where, held_rows))
+                counts["held"] += 1
+                continue
             if row is None or row["chosen_node"] is not None:
-                pod = r.get("pod") or {}
                 waiting = [x for x in unbound_by_pod.get((pod.get("namespace"), pod.get("name")), [])
                            if x["chosen_node"] is None and x["time_s"] <= float(r.get("time_s", 0.0))]
                 row = waiting[-1] if waiting else None
@@ -110,6 +118,26 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
         else:
             counts["other"] += 1
     return rows, counts
+
+
+def _held_row(hold: dict, binding: dict, pod: dict, where: str, held_rows: dict[str, int]) -> dict:
+    """The row of a pod scored with a held action: the hold's action, the binding's pod, time and node."""
+    if any(k not in pod for k in LOG_POD_FIELDS):
+        raise HistoryError(f"{where}: binding record seq {binding.get('seq')}: pod {pod!r}: expected an object with "
+                           f"{', '.join(LOG_POD_FIELDS)}")
+    n = held_rows[hold["decision_id"]] = held_rows.get(hold["decision_id"], 0) + 1
+    return {**hold, **_pod_columns(pod), "decision_id": f"{hold['decision_id']}+{n}",
+            "time_s": float(binding.get("time_s", hold["time_s"])), "policy": "engine:held", "observation": None,
+            "candidates": [], "chosen_node": str(binding["node"]), "chosen_index": None}
+
+
+def _pod_columns(pod: dict) -> dict:
+    """The history's pod columns of a logged pod record."""
+    return {"pod_name": str(pod["name"]), "pod_namespace": pod.get("namespace"), "qos": int(pod["qos"]),
+            "cpu_milli": float(pod["cpu_milli"]), "mem_mib": float(pod["mem_mib"]),
+            "disk_gib": float(pod["disk_gib"]), "rdma_pct": float(pod["rdma_pct"]),
+            "gpu_count": int(pod["gpu_count"]), "gpu_milli": int(pod["gpu_milli"]),
+            "cpu_limit_milli": pod.get("cpu_limit_milli"), "mem_limit_mib": pod.get("mem_limit_mib")}
 
 
 def convert_log(log_path, out_path) -> tuple[Path, dict]:
