@@ -444,6 +444,9 @@ def search_static(
     window_h: Optional[float] = typer.Option(None, help="Evaluation window in hours (default: a 24th of the train "
                                                         "span, between 1 and 6)."),
     max_windows: int = typer.Option(8, help="Windows of the last rung of the ladder."),
+    warmup_h: float = typer.Option(0.0, help="Start each window from the state the candidate reaches after this "
+                                             "many hours before it, as evaluate starts a span (0: from an empty "
+                                             "cluster, as the stored results were searched). docs/policies.md."),
     workers: int = typer.Option(2, help="Worker processes (each builds the world once)."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder the result is stored in (default: "
                                                                "$TD3SCHED_MODELS/best-static/, else "
@@ -461,6 +464,7 @@ def search_static(
                          if x.strip())
         settings = SearchSettings(scenario, tuple(set_), seed=seed, tau_fixed=tau_fixed, budget_min=budget_min,
                                   step=step, tau_values=taus, window_h=window_h, max_windows=max_windows,
+                                  warmup_h=warmup_h,
                                   ceiling_values=ceilings)
         result, path = search(settings, workers=workers, progress=progress, models_dir=out_dir)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:

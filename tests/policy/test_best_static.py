@@ -182,3 +182,28 @@ def test_a_search_with_ceilings_tries_each_weights_and_tau_point_with_each_and_r
                                                                                       result["policy"])
     with pytest.raises(ValueError, match=r"ceiling=1.6: expected a CPU utilisation in \(0, 1.5\]"):
         SearchSettings("tiny", ceiling_values=(1.6,))
+
+
+def test_a_warmed_up_search_starts_each_window_after_a_warm_up_under_the_candidate(tmp_path):
+    """warmup_h: every window is run as evaluate runs a span (the candidate's own warm-up first), and
+    starts a whole warm-up after the trace's beginning; the default (0) keeps the stored results' keys."""
+    assert "warmup_h" not in SearchSettings("tiny").resolved().as_dict()
+    assert SearchSettings("tiny", warmup_h=6).key() != SearchSettings("tiny").key()
+    with pytest.raises(ValueError, match=r"warmup_h=-1.0: expected hours >= 0"):
+        SearchSettings("tiny", warmup_h=-1)
+    with pytest.raises(ValueError, match=r"warmup_h=30: the train span ends at 18 h"):
+        search(SearchSettings("tiny", step="0.5", tau_values=(0.0,), window_h=3, max_windows=1, warmup_h=30,
+                              budget_min=1), workers=1, models_dir=tmp_path)
+    settings = SearchSettings("tiny", step="0.5", tau_values=(0.0,), window_h=3, max_windows=1, warmup_h=6,
+                              budget_min=2)
+    result, path = search(settings, workers=1, models_dir=tmp_path)
+    stored = json.loads(path.read_text())
+    assert stored["settings"]["warmup_h"] == 6.0
+    (window,) = stored["windows"]
+    assert window["start_s"] >= 6 * 3600
+    world = load_scenario("tiny").build(1)
+    warmed = Simulation(world, make_policy(result["policy"]), 1, window["start_s"], window["end_s"],
+                        warmup_s=6 * 3600).run()
+    cold = Simulation(world, make_policy(result["policy"]), 1, window["start_s"], window["end_s"]).run()
+    assert result["reward"] == pytest.approx(warmed["metrics"]["episode_reward"], rel=1e-12)
+    assert warmed["metrics"]["episode_reward"] != cold["metrics"]["episode_reward"]

@@ -7,7 +7,10 @@ Method (successive halving over a grid, within a wall-clock budget):
 1. **Windows.** ``max_windows`` windows of ``window_h`` hours inside the train span. Window k starts
    at the k-th point of the base-2 van der Corput sequence (0, 1/2, 1/4, 3/4, 1/8, ...) across the
    span, floored to the hour, so that every prefix of the list is spread over the span. Default
-   ``window_h``: a 24th of the train span, clipped to [1, 6] hours.
+   ``window_h``: a 24th of the train span, clipped to [1, 6] hours. With ``warmup_h`` (default 0) each window starts from
+   the state the candidate reaches after that many hours before it (as ``evaluate`` runs a span), and
+   the windows are placed at least that far into the trace; without it a window starts from an empty
+   cluster.
 2. **Grid.** Weights: every point of the simplex whose coordinates are multiples of ``step``; tau:
    ``tau_values`` (0, 0.2, ..., 1), or only ``tau_fixed``; with ``ceiling_values`` (default none: no
    hold-back) every weights-and-tau point once per hold-back ceiling (``static-weights:...:ceiling=c``,
@@ -89,6 +92,11 @@ class SearchSettings:
     window_h: float | None = None
     """Window length in hours; None: a 24th of the train span, clipped to WINDOW_H_RANGE."""
     max_windows: int = MAX_WINDOWS
+    warmup_h: float = 0.0
+    """Each window starts from the state the candidate reaches after this many hours before it (the
+    simulator's steady-state start, as ``evaluate`` runs a span); 0: from the trace's state at the
+    window's start, an empty cluster (the default, under which the stored results were searched). With a
+    warm-up, windows start at least this long after the trace's beginning."""
     eta: int = ETA
     """Successive-halving factor: each rung keeps the best 1/eta."""
 
@@ -99,6 +107,9 @@ class SearchSettings:
             object.__setattr__(self, "tau_fixed", float(self.tau_fixed))
         if self.window_h is not None:
             object.__setattr__(self, "window_h", float(self.window_h))
+        object.__setattr__(self, "warmup_h", float(self.warmup_h))
+        if not (math.isfinite(self.warmup_h) and self.warmup_h >= 0):
+            raise ValueError(f"warmup_h={self.warmup_h!r}: expected hours >= 0")
         if not (math.isfinite(self.budget_min) and self.budget_min > 0):
             raise ValueError(f"budget_min={self.budget_min!r}: expected a positive number of minutes")
         if self.step != "auto":
@@ -150,7 +161,8 @@ class SearchSettings:
             "scenario": self.scenario, "overrides": list(self.overrides), "seed": self.seed,
             "tau_fixed": self.tau_fixed, "tau_values": list(self.tau_values), "budget_min": self.budget_min,
             "step": self.step, "window_h": self.window_h, "max_windows": self.max_windows, "eta": self.eta,
-        } | ({} if self.ceiling_values == (None,) else {"ceiling_values": list(self.ceiling_values)})
+        } | ({} if self.ceiling_values == (None,) else {"ceiling_values": list(self.ceiling_values)}) | (
+            {"warmup_h": self.warmup_h} if self.warmup_h else {})
 
     def key(self) -> str:
         """Short hash of the (resolved) settings."""
@@ -264,12 +276,12 @@ def _init_worker(scenario: str, overrides: tuple[str, ...], seed: int) -> None:
     _SEED = seed
 
 
-def _evaluate(spec: str, start_s: float, end_s: float) -> dict:
+def _evaluate(spec: str, start_s: float, end_s: float, warmup_s: float = 0.0) -> dict:
     from td3sched.policy import make_policy
     from td3sched.simulator.engine import Simulation
 
     t0 = time.perf_counter()
-    metrics = Simulation(_WORLD, make_policy(spec), _SEED, start_s, end_s).run()["metrics"]
+    metrics = Simulation(_WORLD, make_policy(spec), _SEED, start_s, end_s, warmup_s=warmup_s).run()["metrics"]
     return {"reward": float(metrics["episode_reward"]), "decisions": int(metrics["decisions"]),
             "wall_s": time.perf_counter() - t0}
 
@@ -283,6 +295,7 @@ class Evaluator:
 
     def __init__(self, settings: SearchSettings, windows: list[tuple[float, float]], workers: int):
         self.windows = windows
+        self.warmup_s = settings.warmup_h * HOUR_S
         self.workers = workers
         args = (settings.scenario, settings.overrides, settings.seed)
         if workers > 1:
@@ -298,9 +311,9 @@ class Evaluator:
             for job in jobs:
                 if time.monotonic() >= deadline:
                     return False
-                done(job, _evaluate(job[0].spec, *self.windows[job[1]]))
+                done(job, _evaluate(job[0].spec, *self.windows[job[1]], self.warmup_s))
             return True
-        futures = {self.pool.submit(_evaluate, job[0].spec, *self.windows[job[1]]): job for job in jobs}
+        futures = {self.pool.submit(_evaluate, job[0].spec, *self.windows[job[1]], self.warmup_s): job for job in jobs}
         try:
             timeout = None if math.isinf(deadline) else max(0.0, deadline - time.monotonic())
             for fut in as_completed(futures, timeout=timeout):
@@ -370,7 +383,13 @@ def search(settings: SearchSettings, workers: int = 2, progress: bool = False,
     settings = settings.resolved()
     scenario = load_scenario(settings.scenario, list(settings.overrides))
     span = scenario.span("train")
-    windows = train_windows(*span, settings.window_h * HOUR_S, settings.max_windows)
+    start_s, end_s = span
+    if settings.warmup_h:  # a window starts after a whole warm-up of its own
+        start_s = max(start_s, settings.warmup_h * HOUR_S)
+        if start_s >= end_s:
+            raise ValueError(f"warmup_h={settings.warmup_h:g}: the train span ends at {end_s / HOUR_S:g} h, "
+                             "before a warm-up that long: expected a shorter warm-up")
+    windows = train_windows(start_s, end_s, settings.window_h * HOUR_S, settings.max_windows)
     workers = max(1, workers)
     ladder = _Ladder()
     bar = _Bar(progress, f"{settings.scenario} {settings.variant}")
