@@ -520,6 +520,18 @@ def train(
                                                "depend on it)."),
     span: Optional[str] = typer.Option(None, help=_span_help(LEARN_SPAN, "Span whose windows are the episodes")),
     episode_hours: Optional[float] = typer.Option(None, help="Episode window in simulated hours (default: 24)."),
+    warmup_h: Optional[float] = typer.Option(None, help="Start each episode from the cluster --warmup-score leaves "
+                                             "after this many simulated hours, as evaluate starts a span "
+                                             "(default 0: from an empty cluster). docs/td3.md."),
+    warmup_score: Optional[str] = typer.Option(None, help="The static-weights spec that places the warm-up's pods, "
+                                               "e.g. the scenario's best static (needed with --warmup-h)."),
+    anchor: Optional[str] = typer.Option(None, help="Warm start from this static-weights spec: the random steps "
+                                         "take its action plus noise and the actor starts as it "
+                                         "(TD3Config.anchor; default: none)."),
+    bc_alpha: Optional[float] = typer.Option(None, help="TD3+BC: keep the actor near the replayed actions, the Q "
+                                             "term scaled by this / mean |Q| (2.5 in the paper; default: none)."),
+    bc_decay_steps: Optional[int] = typer.Option(None, help="With --bc-alpha: the behaviour term fades to 0 by this "
+                                                 "step (default: it stays)."),
     learning_starts: Optional[int] = typer.Option(None, help="Random warm-up steps before learning (default: "
                                                              "10000, TD3Config.learning_starts)."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
@@ -541,7 +553,11 @@ def train(
     except ImportError as exc:
         _fail(f"training needs the rl extra ({exc}): pip install 'td3sched[rl]'")
     given = {"scenario": scenario, "seed": seed, "span": span, "episode_hours": episode_hours, "action_mode": action,
-             "action_hold_s": action_hold}
+             "action_hold_s": action_hold, "warmup_hours": warmup_h, "warmup_score": warmup_score}
+    learner = {"algo": algo, "learning_starts": learning_starts, "gamma_per_hour": gamma_per_hour,
+               "preactivation_penalty": preactivation_penalty, "branch_every": branch_every,
+               "branch_horizon_s": branch_horizon, "branch_imitation": branch_imitation, "anchor": anchor,
+               "bc_alpha": bc_alpha, "bc_decay_steps": bc_decay_steps}
     if action_hold is not None:
         from td3sched.rl.actions import check_hold
 
@@ -567,11 +583,7 @@ def train(
             settings, config, done = checkpoint_settings(out_dir)
             clash = {k: (v, getattr(settings, k)) for k, v in given.items()
                      if v is not None and v != getattr(settings, k)}
-            clash.update({k: (v, getattr(config, k)) for k, v in (("algo", algo), ("learning_starts", learning_starts),
-                                                                  ("preactivation_penalty", preactivation_penalty),
-                                                                  ("branch_every", branch_every),
-                                                                  ("branch_horizon_s", branch_horizon),
-                                                                  ("branch_imitation", branch_imitation))
+            clash.update({k: (v, getattr(config, k)) for k, v in learner.items()
                           if v is not None and v != getattr(config, k)})
             if clash:
                 raise ValueError(f"--resume: options differ from the checkpoint's (given, checkpoint): {clash}")
@@ -583,12 +595,14 @@ def train(
                                  "another folder")
             defaults = TrainSettings()
             settings = TrainSettings(**{k: v if v is not None else getattr(defaults, k) for k, v in given.items()})
-            config = TD3Config(**{k: v for k, v in (("algo", algo), ("learning_starts", learning_starts),
-                                                    ("gamma_per_hour", gamma_per_hour),
-                                                    ("preactivation_penalty", preactivation_penalty),
-                                                    ("branch_every", branch_every),
-                                                    ("branch_horizon_s", branch_horizon),
-                                                    ("branch_imitation", branch_imitation)) if v is not None})
+            if anchor is not None:  # with the action mode's check, before any work
+                from td3sched.rl.actions import static_score_args
+
+                try:
+                    static_score_args(anchor, settings.action_mode)
+                except ValueError as exc:
+                    raise ValueError(f"--anchor: {exc}") from None
+            config = TD3Config(**{k: v for k, v in learner.items() if v is not None})
         from td3sched.outputs import check_folder
         from td3sched.scenario import load_scenario
 

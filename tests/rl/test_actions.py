@@ -54,3 +54,39 @@ def test_clipping_to_the_box():
 def test_bad_actions_are_refused_naming_the_mode(action, mode):
     with pytest.raises(ValueError, match=f"action mode '{mode}'"):
         decode(action, mode)
+
+
+@settings(max_examples=300, deadline=None)
+@given(w=st.lists(st.floats(0.02, 1.0), min_size=4, max_size=4), tau=st.floats(0.02, 0.98),
+       ceiling=st.floats(0.6, 1.4))
+def test_encode_is_decodes_inverse_within_the_anchor_bound(w, tau, ceiling):
+    """A static score's pre-activations decode back to it while no logit needs more than the bound
+    (weights within e^(2 x bound) of each other, tau and the ceiling off the ends)."""
+    from td3sched.rl.actions import ANCHOR_BOUND, ScoreArgs, encode
+
+    weights = np.array(w) / sum(w)
+    for mode in ("full", "ceiling"):
+        action = encode(ScoreArgs(weights, tau, ceiling if mode == "ceiling" else None), mode)
+        assert np.abs(action).max() <= ANCHOR_BOUND + 1e-6
+        back = decode(action, mode)
+        np.testing.assert_allclose(back.weights, weights, rtol=1e-5)
+        assert back.tau == pytest.approx(tau, rel=1e-5)
+        if mode == "ceiling":
+            assert back.ceiling == pytest.approx(ceiling, rel=1e-5)
+
+
+def test_a_static_score_becomes_the_anchors_action_and_a_bad_one_is_refused():
+    from td3sched.rl.actions import encode, static_score_args
+
+    args = static_score_args("static-weights:w=1/0/0/0:tau=0.4")
+    back = decode(encode(args))
+    assert back.weights[0] > 0.998 and back.tau == pytest.approx(0.4, rel=1e-6)
+    assert decode(encode(static_score_args("static-weights:w=1/0/0/0", "seed"), "seed"), "seed").tau == 0.0
+    no_ceiling = decode(encode(static_score_args("static-weights:w=1/0/0/0", "ceiling"), "ceiling"), "ceiling")
+    assert no_ceiling.ceiling > 1.45  # the top of the box holds practically nothing back
+    for spec, mode, message in (("trimaran-tlp", "full", "expected a static-weights spec"),
+                                ("static-weights:w=1/0/0/0:ceiling=0.9", "full", "needs the action mode 'ceiling'"),
+                                ("static-weights:w=1/0/0/0:tau=0.3", "seed", "fixes tau at 0"),
+                                ("static-weights:w=1/1/0/0", "full", "summing to 1")):
+        with pytest.raises(ValueError, match=message):
+            static_score_args(spec, mode)

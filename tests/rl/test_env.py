@@ -338,3 +338,50 @@ def test_a_finished_episode_frees_its_simulation_without_the_cyclic_collector():
     finally:
         gc.enable()
         env.close()
+
+
+def test_a_warmed_up_episode_starts_from_the_cluster_its_static_score_leaves():
+    """warmup_hours with warmup_score: the warm-up's pods are placed by the static score without steps
+    or rewards, so an episode whose steps take that same score is evaluate's warmed-up run exactly,
+    and its step rewards still sum to the measured window's episode reward."""
+    env = ClusterSchedulingEnv("tiny", "train", HOURS, action_mode="seed", warmup_hours=2.0,
+                               warmup_score="static-weights:w=0.25/0.25/0.25/0.25:tau=0")
+    _, info = env.reset(seed=2)
+    ep = env.episode
+    assert ep.start_s >= env.span_s[0] + 2 * 3600  # a whole warm-up inside the span
+    rewards, last = _episode(env, lambda: np.zeros(5, np.float32))
+    record = Simulation(env.world, StaticWeights(), ep.sim_seed, ep.start_s, ep.end_s, warmup_s=7200.0).run()
+    assert last["record"]["metrics"] == record["metrics"] and record["runtime"]["warmup_s"] == 7200.0
+    assert sum(rewards) == pytest.approx(record["metrics"]["episode_reward"], rel=1e-12)
+    cold = Simulation(env.world, StaticWeights(), ep.sim_seed, ep.start_s, ep.end_s).run()
+    assert cold["metrics"] != record["metrics"]  # the warm-up changed the window
+    # another warm-up score places the warm-up's pods otherwise: the same steps give another run
+    other = ClusterSchedulingEnv("tiny", "train", HOURS, action_mode="seed", warmup_hours=2.0,
+                                 warmup_score="static-weights:w=0/1/0/0:tau=0")
+    other.reset(options={"episode": info["episode_window"]})
+    first_time = None
+    while True:
+        _, _, _, truncated, step_info = other.step(np.zeros(5, np.float32))
+        first_time = step_info.get("time_s") if first_time is None else first_time
+        if truncated:
+            break
+    assert first_time >= ep.start_s  # no step before the window: the warm-up took none
+    assert step_info["record"]["metrics"] != record["metrics"]
+    env.close()
+    other.close()
+
+
+def test_a_bad_warm_up_is_refused_by_name():
+    score = "static-weights:w=1/0/0/0:tau=0.4"
+    with pytest.raises(ValueError, match="a warm-up needs both"):
+        ClusterSchedulingEnv("tiny", "train", HOURS, warmup_hours=2.0)
+    with pytest.raises(ValueError, match="a warm-up needs both"):
+        ClusterSchedulingEnv("tiny", "train", HOURS, warmup_score=score)
+    with pytest.raises(ValueError, match="warm-up hours -1.0: expected a number"):
+        ClusterSchedulingEnv("tiny", "train", HOURS, warmup_hours=-1.0, warmup_score=score)
+    with pytest.raises(ValueError, match="expected a static-weights spec"):
+        ClusterSchedulingEnv("tiny", "train", HOURS, warmup_hours=2.0, warmup_score="koord-loadaware")
+    with pytest.raises(ValueError, match="a ceiling needs the action mode 'ceiling'"):
+        ClusterSchedulingEnv("tiny", "train", HOURS, warmup_hours=2.0, warmup_score=score + ":ceiling=0.9")
+    with pytest.raises(ValueError, match="fixes tau at 0"):
+        ClusterSchedulingEnv("tiny", "train", HOURS, action_mode="seed", warmup_hours=2.0, warmup_score=score)

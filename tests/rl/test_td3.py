@@ -177,3 +177,46 @@ def test_the_semi_mdp_discount_is_per_hour_of_elapsed_time():
         q = torch.min(torch.cat(agent.critic_target(obs, agent.smoothed_target_actions(obs)), dim=1), dim=1).values
     assert torch.allclose(y, agent.discounts(elapsed) * q)
     assert TD3(4, TD3Config(hidden=(8,), gamma=0.9), seed=0).discounts(elapsed) == 0.9  # per step
+
+
+def test_an_anchored_agent_explores_around_the_static_score_and_starts_learning_from_it():
+    """TD3Config.anchor: the warm-up's actions are the static score's pre-activations plus exploration
+    noise, and the first gradient step (at learning_starts) begins by fitting the actor and its target
+    to them; without an anchor the warm-up is uniform and the actor is left as it is."""
+    from td3sched.rl.actions import decode
+
+    spec = "static-weights:w=1/0/0/0:tau=0.4"
+    agent = _agent(anchor=spec, learning_starts=50, batch_size=32)
+    warm = np.array([agent.warmup_action() for _ in range(2000)])
+    np.testing.assert_allclose(warm.mean(axis=0), agent.anchor, atol=0.05)
+    np.testing.assert_allclose(warm.std(axis=0), agent.config.exploration_noise, rtol=0.1)
+    args = decode(agent.anchor)
+    assert args.weights[0] > 0.998 and args.tau == pytest.approx(0.4)
+
+    obs = agent.buffer.obs[: len(agent.buffer)]
+    before = agent.predict(obs)
+    assert np.abs(before - agent.anchor).max() > 1.0  # a fresh actor is nowhere near it
+    agent.train_step(49)  # not the first learning step: no fit
+    assert np.isnan(agent.anchor_fit_loss)
+    agent.train_step(50)
+    assert agent.anchor_fit_loss < 0.05
+    np.testing.assert_allclose(agent.predict(obs), np.broadcast_to(agent.anchor, before.shape), atol=0.5)
+    with torch.no_grad():
+        target = agent.actor_target(torch.from_numpy(agent.normalizer.normalize(obs))).numpy()
+    np.testing.assert_allclose(target, np.broadcast_to(agent.anchor, before.shape), atol=0.5)
+
+    plain = _agent(learning_starts=50)
+    assert plain.anchor is None
+    uniform = np.array([plain.warmup_action() for _ in range(2000)])
+    assert uniform.min() < -4.5 and uniform.max() > 4.5 and abs(uniform.mean()) < 0.3
+
+
+def test_a_bad_anchor_is_refused_by_name():
+    with pytest.raises(ValueError, match="expected a static-weights spec"):
+        TD3Config(anchor="fgd")
+    with pytest.raises(ValueError, match="anchor_fit_steps=0"):
+        TD3Config(anchor_fit_steps=0)
+    with pytest.raises(ValueError, match="a ceiling needs the action mode 'ceiling'"):
+        TD3(OBS, TD3Config(anchor="static-weights:w=1/0/0/0:tau=0.4:ceiling=0.9"), action_mode="full")
+    assert TD3Config.from_json({k: v for k, v in TD3Config().to_json().items()
+                                if k not in ("anchor", "anchor_fit_steps")}).anchor is None  # older cards

@@ -163,3 +163,31 @@ def test_train_command_holds_actions_and_the_card_says_so(tmp_path):
     bad = runner.invoke(app, ["train", "--steps", "10", "--out", str(tmp_path / "bad"), "--action-hold", "-5"])
     assert bad.exit_code == 2 and "--action-hold: action hold -5.0: expected a finite number" in " ".join(
         bad.output.split())
+
+
+def test_train_command_warms_episodes_up_and_starts_from_a_static_score(tmp_path):
+    """--warmup-h/--warmup-score start each episode from the cluster the static score leaves; --anchor
+    starts the actor from that score; the card records both, and a resume must not change them."""
+    import json
+
+    out = tmp_path / "warm"
+    score = "static-weights:w=1/0/0/0:tau=0.4"
+    args = ["train", "--scenario", "tiny", "--steps", "40", "--episode-hours", "1", "--learning-starts", "20",
+            "--action-hold", "600", "--warmup-h", "2", "--warmup-score", score, "--anchor", score,
+            "--bc-alpha", "2.5", "--bc-decay-steps", "100", "--checkpoint-every", "20", "--out", str(out),
+            "--no-progress"]
+    result = runner.invoke(app, args[:4] + ["30"] + args[5:])
+    assert result.exit_code == 0, result.output
+    card = json.loads((out / "model.json").read_text())
+    assert (card["warmup_hours"], card["warmup_score"]) == (2.0, score)
+    assert (card["config"]["anchor"], card["config"]["bc_alpha"], card["config"]["bc_decay_steps"]) == (score, 2.5, 100)
+    clash = runner.invoke(app, args + ["--resume", "--anchor", "static-weights:w=0/1/0/0:tau=0.4"])
+    assert clash.exit_code == 2 and "'anchor'" in clash.output
+    resumed = runner.invoke(app, args + ["--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    for bad, message in ((["--warmup-h", "2"], "a warm-up needs both"),
+                         (["--anchor", "fgd"], "--anchor: static score 'fgd': expected a static-weights spec"),
+                         (["--warmup-h", "2", "--warmup-score", score + ":ceiling=0.9"],
+                          "a ceiling needs the action mode 'ceiling'")):
+        refused = runner.invoke(app, ["train", "--steps", "10", "--out", str(tmp_path / "bad"), *bad])
+        assert refused.exit_code == 2 and message in " ".join(refused.output.split()), refused.output

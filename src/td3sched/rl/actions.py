@@ -158,6 +158,51 @@ def decode(action, mode: str = "full") -> ScoreArgs:
     return ScoreArgs(weights, tau, ceiling_of(values[5]) if mode == "ceiling" else None)
 
 
+ANCHOR_BOUND = 0.8 * LOGIT_LIMIT
+"""How far ``encode`` goes: 80% of the box, where the actor's penalty on its pre-activations starts
+(``TD3Config.preactivation_penalty``) and exploration noise still moves the squashed action. A weight of
+1 among zeros encodes to 0.9990 (e^8 : 1)."""
+
+
+def static_score_args(spec: str, mode: str = "full") -> ScoreArgs:
+    """The score arguments of a ``static-weights`` spec, for an actor of action mode ``mode``; a
+    ValueError names a spec of another policy, or a ceiling or tau the mode cannot express."""
+    from td3sched.policy.static_weights import StaticWeights
+
+    name, _, args = spec.partition(":")
+    if name != StaticWeights.name:
+        raise ValueError(f"static score {spec!r}: expected a static-weights spec, e.g. static-weights:w=1/0/0/0:tau=0.4")
+    policy = StaticWeights.from_spec(args)
+    mode = check_action_mode(mode)
+    if policy.ceiling is not None and mode != "ceiling":
+        raise ValueError(f"static score {spec!r}: a ceiling needs the action mode 'ceiling' (weights+tau+ceiling), "
+                         f"this one is {mode!r}")
+    if policy.tau and mode == "seed":
+        raise ValueError(f"static score {spec!r}: the action mode 'seed' (weights) fixes tau at 0")
+    return ScoreArgs(np.asarray(policy.weights, dtype=np.float64), float(policy.tau), policy.ceiling)
+
+
+def _logit(p: float, bound: float) -> float:
+    p = min(max(p, 1e-12), 1.0 - 1e-12)
+    return min(max(math.log(p / (1.0 - p)), -bound), bound)
+
+
+def encode(args: ScoreArgs, mode: str = "full", bound: float = ANCHOR_BOUND) -> np.ndarray:
+    """Pre-activations (float32) that ``decode`` maps back to ``args`` as nearly as ``bound`` allows:
+    the weights' logs shifted so that the largest sits at ``bound`` and none falls below ``-bound``;
+    tau's and the ceiling's logits clipped to ``[-bound, bound]`` (a ceiling without one in the ceiling
+    mode: the top of the box)."""
+    mode = check_action_mode(mode)
+    logs = [math.log(w) if w > 0 else -math.inf for w in np.asarray(args.weights, dtype=np.float64).tolist()]
+    top = max(logs)
+    out = [max(x - top + bound, -bound) for x in logs]
+    out.append(0.0 if mode == "seed" else _logit(args.tau, bound))
+    if mode == "ceiling":
+        lo, hi = CEILING_RANGE
+        out.append(bound if args.ceiling is None else _logit((args.ceiling - lo) / (hi - lo), bound))
+    return np.array(out, dtype=np.float32)
+
+
 def action_to_weights(action, mode: str = "full") -> tuple[np.ndarray, float]:
     """(weights [4] on the simplex, tau in [0, 1]) of an action; out-of-box values are clipped."""
     args = decode(action, mode)

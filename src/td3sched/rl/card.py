@@ -22,10 +22,11 @@ ONNX_FILE = "model.onnx"
 CARD_FORMAT = 1
 CARD_KEYS = ("format", "scenario", "overrides", "span", "episode_hours", "seed", "action_mode", "config",
              "observation", "normalizer", "code_version", "training", "created", "model_sha256")
-OPTIONAL_CARD_KEYS = ("action_dimensions", "action_hold_s")
+OPTIONAL_CARD_KEYS = ("action_dimensions", "action_hold_s", "warmup_hours", "warmup_score")
 """Keys added after models were shipped: a card without them reads as before (``action_dimensions``:
 the action mode's, ``rl.actions.card_action_dimensions``; ``action_hold_s``: 0, an action per decision,
-``rl.actions.card_action_hold``)."""
+``rl.actions.card_action_hold``; ``warmup_hours`` and ``warmup_score``: the training episodes' warm-up,
+none)."""
 
 
 class ModelError(ValueError):

@@ -19,7 +19,12 @@ simulator charged that decision (``reward.py``: the cluster's cost rate after it
 the next decision, and the events in between), so the step rewards of an episode sum to the run's
 ``episode_reward``. **Episode**: a window of ``episode_hours`` (the whole span if shorter) at a
 random start within the scenario's span, with a random tie-breaking seed, both drawn from the env's
-seed. **Action hold** (``action_hold_s`` > 0): a step's action holds for every decision within that
+seed. **Warm-up** (``warmup_hours`` > 0 with ``warmup_score``, a ``static-weights`` spec): the
+simulation starts that many hours before the window and places the warm-up's pods with that static
+score, without steps or rewards, so that the first step sees the cluster that score leaves (as
+``evaluate`` starts a span: docs/simulator.md, Steady-state start) instead of an empty one that
+mostly measures the fill. Windows are then drawn to start a whole warm-up into the span where it is
+long enough. **Action hold** (``action_hold_s`` > 0): a step's action holds for every decision within that
 many simulated seconds of the step's own (``rl.policy.ActionPolicy``); the step's reward is what all
 of them were charged, and the next observation is the first decision after the hold. ``info["elapsed_s"]`` is the simulated time the step's transition took (to the next decision,
 or to the window's end): a semi-MDP learner discounts by it. It ends with the window: ``truncated``
@@ -38,6 +43,7 @@ out of the simulator and is joined.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from dataclasses import asdict, dataclass
@@ -49,7 +55,8 @@ from td3sched.envs import ENV_ID  # noqa: F401 (registers it; re-exported)
 from td3sched.policy.base import PodRequest
 from td3sched.reward import StepRewardTracker
 from td3sched.rl import counterfactual
-from td3sched.rl.actions import LOGIT_LIMIT, action_size, check_action_mode, check_hold, decode
+from td3sched.rl.actions import (LOGIT_LIMIT, ScoreArgs, action_size, check_action_mode, check_hold, decode,
+                                 static_score_args)
 from td3sched.rl.counterfactual import Branch, BranchRequest, BranchState, fork_branches
 from td3sched.rl.observation import OBSERVATION_SIZE
 from td3sched.rl.policy import ActionPolicy
@@ -73,6 +80,18 @@ class Episode:
     sim_seed: int
 
 
+def check_warmup(hours: float, score: str | None, action_mode: str) -> ScoreArgs | None:
+    """The score arguments of an episode's warm-up (None: no warm-up), or a ValueError naming what is
+    wrong: hours must be a number >= 0, and a warm-up needs both hours > 0 and a static-weights spec
+    that the action mode can express (``rl.actions.static_score_args``)."""
+    if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not (math.isfinite(hours) and hours >= 0):
+        raise ValueError(f"warm-up hours {hours!r}: expected a number of simulated hours >= 0 (0: none)")
+    if (hours > 0) != (score is not None):
+        raise ValueError(f"warm-up of {hours!r} h with the score {score!r}: a warm-up needs both, hours > 0 and the "
+                         "static-weights spec that places its pods (or neither)")
+    return static_score_args(score, action_mode) if score is not None else None
+
+
 class _Abandoned(BaseException):
     """Raised inside the worker to unwind the simulator when the env abandons the episode."""
 
@@ -85,9 +104,12 @@ class _HandOffPolicy(ActionPolicy):
 
     name = "env"
 
-    def __init__(self, action_mode: str, to_env: queue.Queue, to_sim: queue.Queue, hold_s: float = 0.0):
+    def __init__(self, action_mode: str, to_env: queue.Queue, to_sim: queue.Queue, hold_s: float = 0.0,
+                 warmup: ScoreArgs | None = None):
         super().__init__(action_mode, hold_s)
         self.to_env, self.to_sim = to_env, to_sim
+        self.warmup = warmup
+        """The static score of the episode's warm-up (None: the episode has none)."""
         self.sim: Simulation | None = None
         self.decision: tuple[float, int] = (0.0, 0)
         self.branch: BranchState | None = None
@@ -96,6 +118,12 @@ class _HandOffPolicy(ActionPolicy):
         """The pending decision's [k, 4] utilisations of the feasible nodes, pod included."""
 
     def decide(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        if self.warmup is not None and not self.sim.measuring:  # the warm-up's static score: no step
+            self.weights, self.tau = self.warmup.weights, self.warmup.tau
+            if self.action_mode == "ceiling":  # the Filter's hold-back; none without a ceiling
+                self.ceiling = math.inf if self.warmup.ceiling is None else self.warmup.ceiling
+            self.oom_window.kills(pod.time_s, self.oom_kills_total(pod))  # the first steps see its kills
+            return self.utilisation(pod, nodes, cluster)
         self.decision = (pod.time_s, len(nodes))
         self.utilisation_seen = None
         return super().decide(pod, nodes, cluster)
@@ -153,9 +181,12 @@ class ClusterSchedulingEnv(gym.Env):
 
     def __init__(self, scenario: str = "tiny", span: str = "train", episode_hours: float = 24.0,
                  action_mode: str = "full", overrides: tuple[str, ...] | list[str] = (), lenient: bool = False,
-                 action_hold_s: float = 0.0):
+                 action_hold_s: float = 0.0, warmup_hours: float = 0.0, warmup_score: str | None = None):
         if not (np.isfinite(episode_hours) and episode_hours > 0):
             raise ValueError(f"episode_hours={episode_hours!r}: expected a positive number of hours")
+        self._warmup_args = check_warmup(warmup_hours, warmup_score, action_mode)
+        self.warmup_s = float(warmup_hours) * 3600.0
+        self.warmup_score = warmup_score
         self.action_hold_s = check_hold(action_hold_s)
         self.scenario_name = scenario
         self.scenario = load_scenario(scenario, list(overrides))
@@ -301,17 +332,18 @@ class ClusterSchedulingEnv(gym.Env):
 
     def _draw(self, world_seed: int) -> Episode:
         a, b = self.span_s
-        room = int(b - a - self.episode_s)
-        start = a + (int(self.np_random.integers(0, room + 1)) if room > 0 else 0)
+        lo = min(max(a, self.warmup_s), max(a, b - self.episode_s))  # a whole warm-up before the window if it can
+        room = int(b - lo - self.episode_s)
+        start = lo + (int(self.np_random.integers(0, room + 1)) if room > 0 else 0)
         return Episode(world_seed, float(start), float(start + self.episode_s),
                        int(self.np_random.integers(0, 2**31 - 1)))
 
     def _start(self, episode: Episode) -> np.ndarray | None:
         """Start the worker on ``episode``; the first observation, or None if no decision came."""
         world = self._world_for(episode.world_seed)
-        policy = _HandOffPolicy(self.action_mode, self._to_env, self._to_sim, self.action_hold_s)
+        policy = _HandOffPolicy(self.action_mode, self._to_env, self._to_sim, self.action_hold_s, self._warmup_args)
         self._policy = policy
-        sim = Simulation(world, policy, episode.sim_seed, episode.start_s, episode.end_s)
+        sim = Simulation(world, policy, episode.sim_seed, episode.start_s, episode.end_s, warmup_s=self.warmup_s)
         sim.reward = StepRewardTracker(world.reward, sim._max_nodes)
         policy.sim = sim
         self.episode = episode

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import optim
 
-from td3sched.rl.actions import LOGIT_LIMIT, SATURATION, action_size, check_action_mode
+from td3sched.rl.actions import LOGIT_LIMIT, SATURATION, action_size, check_action_mode, encode, static_score_args
 from td3sched.rl.buffer import BranchBuffer, ReplayBuffer
 from td3sched.rl.networks import Actor, Critic
 from td3sched.rl.normalizer import ObservationNormalizer
@@ -99,6 +99,16 @@ class TD3Config:
     """With bc_alpha, online after offline: the behaviour term's weight falls linearly from 1 at step 0
     to 0 at this step (then plain TD3's actor objective, with the Q term still scaled by lambda). None:
     the weight stays 1."""
+    anchor: str | None = None
+    """Warm start from a static score (a ``static-weights`` spec, e.g. the scenario's best static): the
+    warm-up's ``learning_starts`` steps take its action (``rl.actions.encode``) plus exploration noise
+    instead of uniformly random actions, and the first gradient step begins by fitting the actor (and
+    its target) to that action on the warm-up's observations (``anchor_fit_steps`` Adam steps), so
+    that learning starts from the static score and its neighbourhood rather than from a random actor.
+    With ``bc_alpha`` the behaviour term then keeps the actor near the replayed actions (those of the
+    warm-up, then its own) while ``bc_decay_steps`` lets it go. None: uniform warm-up, random actor."""
+    anchor_fit_steps: int = 1000
+    """Adam steps (learning rate 1e-3, ``batch_size`` observations) of the actor's fit to the anchor."""
     branch_every: int = 0
     """Counterfactual branches (``rl.counterfactual``): every this many steps after the warm-up the
     pending decision is forked ``branch_actions`` times, each branch followed for
@@ -150,6 +160,8 @@ class TD3Config:
         checks.append(("branch_imitation", self.branch_imitation >= 0, "a weight >= 0 (0: off)"))
         checks.append(("branch_batch", isinstance(self.branch_batch, int) and self.branch_batch >= 1,
                        "a whole number >= 1"))
+        checks.append(("anchor_fit_steps", isinstance(self.anchor_fit_steps, int) and self.anchor_fit_steps >= 1,
+                       "a whole number of steps >= 1"))
         checks.append(("learning_starts", isinstance(self.learning_starts, int) and self.learning_starts >= 0,
                        "a whole number >= 0"))
         checks.append(("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "positive layer widths"))
@@ -157,6 +169,8 @@ class TD3Config:
         checks.append(("bc_decay_steps", self.bc_decay_steps is None or (isinstance(self.bc_decay_steps, int)
                                                                         and self.bc_decay_steps >= 1),
                        "a whole number of steps >= 1, or None"))
+        if self.anchor is not None:  # the spec itself; TD3 checks it against its action mode
+            static_score_args(self.anchor, "ceiling")
         for name, ok, expected in checks:
             value = getattr(self, name)
             if not ok or (isinstance(value, float) and not math.isfinite(value)):
@@ -177,7 +191,8 @@ class TD3Config:
 
 LATER_FIELDS = {"gamma_per_hour": None, "preactivation_penalty": 0.0, "bc_alpha": None, "bc_decay_steps": None,
                 "branch_every": 0, "branch_actions": 4, "branch_noise": 1.5, "branch_horizon_s": 1800.0,
-                "branch_weight": 1.0, "branch_batch": 64, "branch_imitation": 0.0}
+                "branch_weight": 1.0, "branch_batch": 64, "branch_imitation": 0.0, "anchor": None,
+                "anchor_fit_steps": 1000}
 """Fields added after models were shipped, with the value that reproduces those models' training."""
 
 
@@ -206,6 +221,9 @@ class TD3:
         self.noise_clip = config.noise_clip if td3 else 0.0
         self.policy_frequency = config.policy_frequency if td3 else 1
 
+        self.anchor = encode(static_score_args(config.anchor, action_mode), action_mode) \
+            if config.anchor is not None else None
+        """The warm start's action (pre-activations), or None (``TD3Config.anchor``)."""
         self.actor = Actor(observation_size, config.hidden, self.action_size)
         self.actor_target = Actor(observation_size, config.hidden, self.action_size)
         self.actor_target.load_state_dict(self.actor.state_dict())
@@ -220,6 +238,8 @@ class TD3:
         self._buffer: ReplayBuffer | None = None
         self._branch_buffer: BranchBuffer | None = None
         self.actor_loss = float("nan")
+        self.anchor_fit_loss = float("nan")
+        """The actor's last squared error to the anchor when it was fitted (``fit_actor_to_anchor``)."""
         self.saturation_log: list[list[float]] = []
         """[step, share of the actor's pre-activations beyond SATURATION of the bound on the logged
         replay batch] at every log after the warm-up: whether exploration survives training."""
@@ -259,8 +279,31 @@ class TD3:
         return np.clip(self.predict(obs) + noise, -LOGIT_LIMIT, LOGIT_LIMIT).astype(np.float32)
 
     def random_action(self) -> np.ndarray:
-        """A uniformly random action (warm-up)."""
+        """A uniformly random action."""
         return self.rng.uniform(-LOGIT_LIMIT, LOGIT_LIMIT, self.action_size).astype(np.float32)
+
+    def warmup_action(self) -> np.ndarray:
+        """An action of the warm-up steps: uniformly random, or the anchor plus exploration noise."""
+        if self.anchor is None:
+            return self.random_action()
+        noise = self.rng.normal(0.0, self.config.exploration_noise, self.action_size)
+        return np.clip(self.anchor + noise, -LOGIT_LIMIT, LOGIT_LIMIT).astype(np.float32)
+
+    def fit_actor_to_anchor(self) -> float:
+        """Fit the actor to output the anchor on the replay buffer's observations, copy it to its
+        target; the last batch's mean squared error (pre-activation units)."""
+        cfg = self.config
+        optimizer = optim.Adam(self.actor.parameters(), lr=1e-3)
+        target = torch.from_numpy(self.anchor).expand(cfg.batch_size, -1)
+        loss = torch.zeros(())
+        for _ in range(cfg.anchor_fit_steps):
+            obs = torch.from_numpy(self.normalizer.normalize(self.buffer.sample(cfg.batch_size, self.rng).obs))
+            loss = F.mse_loss(self.actor(obs), target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        self.actor_target.load_state_dict(self.actor.state_dict())
+        return float(loss.item())
 
     # --- learning -----------------------------------------------------------------------------------
     def smoothed_target_actions(self, next_obs: torch.Tensor) -> torch.Tensor:
@@ -287,6 +330,8 @@ class TD3:
     def train_step(self, global_step: int) -> dict[str, float] | None:
         """One gradient step on a replay batch; the logged values every ``log_every`` steps."""
         cfg = self.config
+        if self.anchor is not None and global_step == cfg.learning_starts:  # the warm start: learning begins there
+            self.anchor_fit_loss = self.fit_actor_to_anchor()
         data = self.buffer.sample(cfg.batch_size, self.rng)
         obs = torch.from_numpy(self.normalizer.normalize(data.obs))
         next_obs = torch.from_numpy(self.normalizer.normalize(data.next_obs))

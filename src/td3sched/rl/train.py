@@ -54,19 +54,30 @@ class TrainSettings:
     overrides: tuple[str, ...] = ()
     action_hold_s: float = 0.0
     """Simulated seconds an action holds (``rl.policy.ActionPolicy``; 0: an action per decision)."""
+    warmup_hours: float = 0.0
+    """Hours before each episode's window simulated under ``warmup_score`` (``rl.env``; 0: none)."""
+    warmup_score: str | None = None
+    """The static-weights spec that places the warm-up's pods."""
+
+    def __post_init__(self) -> None:
+        if self.warmup_hours or self.warmup_score is not None:
+            from td3sched.rl.env import check_warmup
+
+            check_warmup(self.warmup_hours, self.warmup_score, self.action_mode)
 
     def make_env(self):
         from td3sched.rl.env import ClusterSchedulingEnv
 
         return ClusterSchedulingEnv(self.scenario, self.span, self.episode_hours, self.action_mode, self.overrides,
-                                    action_hold_s=self.action_hold_s)
+                                    action_hold_s=self.action_hold_s, warmup_hours=self.warmup_hours,
+                                    warmup_score=self.warmup_score)
 
     @classmethod
     def of_env(cls, env, seed: int) -> "TrainSettings":
         """The settings ``env`` was made with, and ``seed``."""
         e = env.unwrapped
         return cls(e.scenario_name, seed, e.span, e.episode_s / 3600.0, e.action_mode, tuple(e.scenario.overrides),
-                   e.action_hold_s)
+                   e.action_hold_s, e.warmup_s / 3600.0, e.warmup_score)
 
     def to_json(self) -> dict:
         return {**asdict(self), "overrides": list(self.overrides)}
@@ -139,9 +150,10 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
     obs, saved_at = loop.obs, None
     try:
         for global_step in range(loop.global_step, total_steps):
-            # Act: uniformly random during the warm-up, then the actor plus exploration noise.
+            # Act: the warm-up's action (uniformly random, or the anchor's plus noise), then the actor plus
+            # exploration noise.
             agent.normalizer.update(obs)
-            action = agent.random_action() if global_step < cfg.learning_starts else agent.explore(obs)
+            action = agent.warmup_action() if global_step < cfg.learning_starts else agent.explore(obs)
             if cfg.branch_every and global_step >= cfg.learning_starts and global_step % cfg.branch_every == 0:
                 branch(agent, env, obs, action, branch_workers)
             next_obs, reward, terminated, truncated, info = env.step_logits(action)
