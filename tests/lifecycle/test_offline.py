@@ -16,9 +16,9 @@ torch = pytest.importorskip("torch")
 
 from td3sched.cli import app  # noqa: E402
 from td3sched.lifecycle.history import read_history  # noqa: E402
-from td3sched.lifecycle.offline import static_action, transitions_from_history  # noqa: E402
+from td3sched.lifecycle.offline import transitions_from_history  # noqa: E402
 from td3sched.lifecycle.record import record_simulation  # noqa: E402
-from td3sched.rl.actions import action_to_weights  # noqa: E402
+from td3sched.rl.actions import ScoreArgs, action_to_weights, encode  # noqa: E402
 from td3sched.rl.model import load_model  # noqa: E402
 
 SPEC = "static-weights:w=0.5/0.3/0.1/0.1:tau=0.4"
@@ -45,7 +45,10 @@ def test_transitions_link_the_runs_decisions_with_their_rewards(history):
     w, tau = action_to_weights(t.actions[0])
     np.testing.assert_allclose(w, [0.5, 0.3, 0.1, 0.1], atol=1e-6)
     assert abs(tau - 0.4) < 1e-6
-    np.testing.assert_allclose(static_action([0.25] * 4, 0.5), 0.0, atol=1e-7)
+    # a static row's weights with zeros among them keep their ratio (log weights centred on their mean
+    # and clipped to the box turned 0.9/0.1/0/0 into 0.5/0.5/0/0)
+    w, tau = action_to_weights(encode(ScoreArgs(np.array([0.9, 0.1, 0.0, 0.0]), 0.5)))
+    np.testing.assert_allclose(w, [0.9, 0.1, 0.0, 0.0], atol=1e-3)
 
 
 def test_td3bc_learns_the_histories_action_by_its_alpha(history, tmp_path):

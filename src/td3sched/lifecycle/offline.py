@@ -6,8 +6,8 @@ source, scenario, seed and policy, in decision order):
     (observation_k, action_k, reward_k, observation_k+1, elapsed_s_k)
 
 - ``action_k``: the row's ``action`` (a td3 policy's pre-activations), else the pre-activations of
-  its ``weights`` and ``tau`` (a static-weights policy: ``static_action``, the inverse of
-  ``rl.actions.action_to_weights``); a row with neither (k8s-default, imports) has no action in the
+  its ``weights`` and ``tau`` (a static-weights policy: ``rl.actions.encode``, the inverse of
+  ``rl.actions.decode`` within its bound); a row with neither (k8s-default, imports) has no action in the
   actor's space and gives no transition;
 - ``reward_k`` and ``elapsed_s_k``: the row's (``reward.py``, the semi-MDP period): rows without a
   reward (the warm-up, the engine's log) give none;
@@ -31,24 +31,11 @@ from typing import Callable
 import numpy as np
 
 from td3sched.lifecycle.history import HistoryError, read_history
-from td3sched.rl.actions import LOGIT_LIMIT
+from td3sched.rl.actions import LOGIT_LIMIT, ScoreArgs, encode
 from td3sched.rl.observation import OBSERVATION_SIZE
 
 DEFAULT_ALPHA = 2.5
 """TD3+BC's alpha (the paper's)."""
-
-
-def static_action(weights, tau: float, action_mode: str = "full") -> np.ndarray:
-    """Pre-activations whose decoding (``rl.actions.action_to_weights``) is ``weights`` and ``tau``, clipped
-    to the action box: centred log weights, logit of tau (0 in the seed mode)."""
-    w = np.clip(np.asarray(weights, dtype=np.float64), 1e-300, None)
-    logits = np.log(w) - np.log(w).mean()
-    if action_mode == "seed":
-        tau_pre = 0.0
-    else:
-        t = min(max(float(tau), 1e-12), 1 - 1e-12)
-        tau_pre = math.log(t / (1 - t))
-    return np.clip(np.append(logits, tau_pre), -LOGIT_LIMIT, LOGIT_LIMIT).astype(np.float32)
 
 
 class Transitions:
@@ -82,7 +69,7 @@ def transitions_from_history(history, action_mode: str = "full") -> Transitions:
             if row["action"] is not None:
                 action = np.clip(np.asarray(row["action"], dtype=np.float32), -LOGIT_LIMIT, LOGIT_LIMIT)
             elif row["weights"] is not None and row["tau"] is not None:
-                action = static_action(row["weights"], row["tau"], action_mode)
+                action = encode(ScoreArgs(np.asarray(row["weights"], dtype=np.float64), float(row["tau"])), action_mode)
             else:
                 counts["no_action"] += 1
                 continue

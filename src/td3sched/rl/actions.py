@@ -189,13 +189,16 @@ def _logit(p: float, bound: float) -> float:
 
 def encode(args: ScoreArgs, mode: str = "full", bound: float = ANCHOR_BOUND) -> np.ndarray:
     """Pre-activations (float32) that ``decode`` maps back to ``args`` as nearly as ``bound`` allows:
-    the weights' logs shifted so that the largest sits at ``bound`` and none falls below ``-bound``;
-    tau's and the ceiling's logits clipped to ``[-bound, bound]`` (a ceiling without one in the ceiling
-    mode: the top of the box)."""
+    the weights' logs centred between the largest and the smallest, a smallest more than ``2 x bound``
+    below the largest (a weight of 0) counting as that far, and clipped there; tau's and the ceiling's
+    logits clipped to ``[-bound, bound]`` (a ceiling without one in the ceiling mode: the top of the box).
+    Weights within ``e^(2 x bound)`` of each other come back exactly, and near the middle of the box, where
+    an actor reaches them easily."""
     mode = check_action_mode(mode)
     logs = [math.log(w) if w > 0 else -math.inf for w in np.asarray(args.weights, dtype=np.float64).tolist()]
     top = max(logs)
-    out = [max(x - top + bound, -bound) for x in logs]
+    middle = (top + max(min(logs), top - 2 * bound)) / 2
+    out = [max(x - middle, -bound) for x in logs]
     out.append(0.0 if mode == "seed" else _logit(args.tau, bound))
     if mode == "ceiling":
         lo, hi = CEILING_RANGE
