@@ -131,11 +131,13 @@ def test_train_command_chooses_the_action_design_and_records_the_share_at_the_bo
 
 
 def test_a_checkpoint_from_before_the_penalty_field_resumes(tmp_path):
-    """Config fields added later (TD3Config's LATER_FIELDS) read with the value the run was trained with."""
+    """Config fields and settings added later (TD3Config's LATER_FIELDS, TrainSettings' defaults) read with
+    the value the run was trained with."""
     train(tmp_path, 70, SETTINGS, SMALL, checkpoint_every=70)
     path = tmp_path / CHECKPOINT_FILE
     state = read_checkpoint(path)
     del state["config"]["preactivation_penalty"], state["config"]["gamma_per_hour"]
+    del state["settings"]["warmup_hours"], state["settings"]["warmup_score"], state["settings"]["action_hold_s"]
     torch.save(state, path)
     assert train(tmp_path, 80, SETTINGS, SMALL, resume=True).steps == 80
     with pytest.raises(CheckpointError, match="config differ"):

@@ -264,9 +264,10 @@ def resume_from(path: Path, agent: TD3, env, settings: TrainSettings) -> LoopSta
     state = read_checkpoint(path)
     try:  # a checkpoint written before a config field existed reads with the value it was trained with
         have_config = TD3Config.from_json(state["config"]).to_json()
+        have_settings = TrainSettings.from_json(state["settings"]).to_json()
     except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: config unreadable ({exc})") from None
-    for name, have, want in (("settings", state["settings"], settings.to_json()),
+        raise CheckpointError(f"{path}: config or settings unreadable ({exc})") from None
+    for name, have, want in (("settings", have_settings, settings.to_json()),
                              ("config", have_config, agent.config.to_json())):
         diff = {k: (have.get(k), want.get(k)) for k in set(have) | set(want) if have.get(k) != want.get(k)}
         if diff:
