@@ -22,36 +22,19 @@ up to the softmax's floor on a zero weight), the rollout's, and their paired dif
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 import numpy as np
 
 from td3sched.evaluate.stats import summarize
-from td3sched.policy import make_policy
-from td3sched.rl.actions import ACTION_MODES, CEILING_RANGE, LOGIT_LIMIT, action_size, decode
+from td3sched.rl.actions import ACTION_MODES, LOGIT_LIMIT, action_size, decode, encode, static_score_args
 from td3sched.rl.env import ClusterSchedulingEnv, episode_return
 
 
 def base_action(spec: str, mode: str = "full") -> np.ndarray:
-    """The pre-activations closest to a static-weights spec's weights and tau (and, for the ceiling
-    mode, its hold-back ceiling; none: the box's highest, 1.493) inside the action box."""
-    policy = make_policy(spec)
-    if policy.name != "static-weights":
-        raise ValueError(f"--base {spec!r}: expected a static-weights spec")
-    w = np.maximum(np.asarray(policy.weights, dtype=np.float64), 1e-12)
-    logits = np.log(w) - np.log(w).max() + LOGIT_LIMIT  # the largest weight at the top of the box
-    tau = min(max(float(policy.tau), 1e-9), 1 - 1e-9)
-    action = np.append(np.clip(logits, -LOGIT_LIMIT, LOGIT_LIMIT), math.log(tau / (1 - tau)))
-    if mode == "ceiling":
-        lo, hi = CEILING_RANGE
-        share = (policy.ceiling - lo) / (hi - lo) if policy.ceiling is not None else 1.0
-        if not 0 < share <= 1:
-            raise ValueError(f"--base {spec!r}: ceiling {policy.ceiling}: expected one in ({lo}, {hi}]")
-        action = np.append(action, math.log(share / (1 - share)) if share < 1 else LOGIT_LIMIT)
-    elif policy.ceiling is not None:
-        raise ValueError(f"--base {spec!r}: a ceiling needs --action ceiling")
-    return np.clip(action, -LOGIT_LIMIT, LOGIT_LIMIT).astype(np.float32)
+    """The pre-activations of a static-weights spec's weights and tau (and, for the ceiling mode, its
+    hold-back ceiling; none: the box's highest, 1.493), as near as the action box allows."""
+    return encode(static_score_args(spec, mode), mode, LOGIT_LIMIT)
 
 
 def main() -> None:
@@ -63,6 +46,8 @@ def main() -> None:
     ap.add_argument("--base", default="static-weights:w=0.5/0.25/0/0.25:tau=0",
                     help="The base policy, a static-weights spec (default: tiny's static best, docs/td3.md).")
     ap.add_argument("--hold", type=float, default=600.0, help="Seconds each action holds.")
+    ap.add_argument("--warmup-h", type=float, default=0.0,
+                    help="Start each episode from the cluster the base leaves after this many hours (default 0: empty).")
     ap.add_argument("--horizon", type=float, default=3600.0, help="Seconds each branch runs.")
     ap.add_argument("--candidates", type=int, default=8, help="Actions tried per step, the base's included.")
     ap.add_argument("--workers", type=int, default=2)
@@ -79,10 +64,12 @@ def main() -> None:
     ceiling = f", ceiling {score_args.ceiling:.4f}" if score_args.ceiling is not None else ""
     print(f"base {args.base}: pre-activations {np.round(base, 3).tolist()} (weights "
           f"{np.round(score_args.weights, 5).tolist()}, tau {score_args.tau:.4f}{ceiling}); hold {args.hold:g} s, horizon "
-          f"{args.horizon:g} s, {args.candidates} candidates per step")
+          f"{args.horizon:g} s, {args.candidates} candidates per step"
+          + (f", episodes warmed up for {args.warmup_h:g} h under the base" if args.warmup_h else ""))
     print("| seed | window (h) | steps | base episode_reward | rollout episode_reward | rollout - base | base chosen | wall s |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|")
-    env = ClusterSchedulingEnv(args.scenario, args.span, args.episode_hours, args.action, action_hold_s=args.hold)
+    env = ClusterSchedulingEnv(args.scenario, args.span, args.episode_hours, args.action, action_hold_s=args.hold,
+                               warmup_hours=args.warmup_h, warmup_score=args.base if args.warmup_h else None)
     gains = []
     try:
         for seed in range(1, args.seeds + 1):
