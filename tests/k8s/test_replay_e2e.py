@@ -317,7 +317,7 @@ class KubeSchedulerReplay(EngineTwin):
     def bound(self, pod, node, cluster) -> None:
         self.placements.append((int(pod.index), str(cluster.names[node])))  # the plugin's PostBind reported it
 
-    def released(self, pod, node, cluster) -> None:
+    def released(self, pod, node, cluster, reason="departure") -> None:
         self.mirror.release(pod)
 
 

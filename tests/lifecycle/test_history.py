@@ -4,6 +4,7 @@ the policy scored; the engine's decision log converts to the same schema."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from td3sched.lifecycle.history import (COLUMNS, SCHEMA, SCHEMA_VERSION, VERSION_KEY, Decisions, HistoryError,
                                         read_history, write_history)
 from td3sched.lifecycle.record import record_simulation
+from td3sched.policy.base import RELEASE_REASONS
 from td3sched.policy.static_weights import weighted_closeness
 from td3sched.run import run_simulation
 
@@ -49,7 +51,9 @@ def rows(draw):
         "model_version": draw(st.one_of(st.none(), st.text(max_size=12))),
         "action": draw(st.one_of(st.none(), st.lists(finite, min_size=5, max_size=5))),
         "weights": draw(st.one_of(st.none(), st.lists(finite, min_size=4, max_size=4))),
-        "tau": draw(maybe_float), "outcome_left_s": draw(maybe_float), "reward": draw(maybe_float),
+        "tau": draw(maybe_float), "outcome_left_s": draw(maybe_float),
+        "outcome": draw(st.one_of(st.none(), st.sampled_from(RELEASE_REASONS))),
+        "outcome_kills": draw(st.one_of(st.none(), st.integers(0, 2**31 - 1))), "reward": draw(maybe_float),
         "elapsed_s": draw(maybe_float),
     }
 
@@ -72,19 +76,34 @@ def _one_row() -> dict:
             "candidates": [{"node": "a", "u_cpu": 0.1, "u_mem": 0.2, "u_io": 0.0, "u_net": 0.0, "stale": False,
                             "score": 50.0}],
             "chosen_node": "a", "chosen_index": 0, "model_version": None, "action": None, "weights": None,
-            "tau": None, "outcome_left_s": None, "reward": None, "elapsed_s": None}
+            "tau": None, "outcome_left_s": None, "outcome": None, "outcome_kills": None, "reward": None,
+            "elapsed_s": None}
 
 
 def test_another_schema_version_is_refused_naming_the_file(tmp_path):
-    table = pa.Table.from_pylist([{"schema_version": 2, **_one_row()}], schema=SCHEMA)
-    path = tmp_path / "v2.parquet"
-    pq.write_table(table.replace_schema_metadata({VERSION_KEY: b"2"}), path)
-    with pytest.raises(HistoryError, match=r"v2.parquet: history schema version 2: expected 1"):
+    table = pa.Table.from_pylist([{"schema_version": 3, **_one_row()}], schema=SCHEMA)
+    path = tmp_path / "v3.parquet"
+    pq.write_table(table.replace_schema_metadata({VERSION_KEY: b"3"}), path)
+    with pytest.raises(HistoryError, match=rf"v3.parquet: history schema version 3: expected 1 to {SCHEMA_VERSION}"):
         read_history(tmp_path)
 
 
+def test_a_version_1_file_reads_with_the_later_columns_null(tmp_path):
+    """Histories written before the outcome columns (schema 1) still read; those columns are null."""
+    row = {**_one_row(), "outcome_left_s": 5.0}
+    v1 = pa.Table.from_pylist([{"schema_version": 1, **row}], schema=SCHEMA).drop_columns(["outcome", "outcome_kills"])
+    pq.write_table(v1.replace_schema_metadata({VERSION_KEY: b"1"}), tmp_path / "v1.parquet")
+    back = read_history(tmp_path).to_pylist()
+    assert back == [{"schema_version": 1, **row}] and back[0]["outcome"] is None and back[0]["outcome_kills"] is None
+    # a version 2 file must have them
+    v2 = pa.Table.from_pylist([{"schema_version": 2, **row}], schema=SCHEMA).drop_columns(["outcome_kills"])
+    pq.write_table(v2, tmp_path / "v2.parquet")
+    with pytest.raises(HistoryError, match=r"v2.parquet: column 'outcome_kills' missing"):
+        read_history(tmp_path / "v2.parquet")
+
+
 def test_a_missing_column_is_refused_naming_it(tmp_path):
-    table = pa.Table.from_pylist([{"schema_version": 1, **_one_row()}], schema=SCHEMA).drop_columns(["chosen_node"])
+    table = pa.Table.from_pylist([{"schema_version": 2, **_one_row()}], schema=SCHEMA).drop_columns(["chosen_node"])
     pq.write_table(table, tmp_path / "cut.parquet")
     with pytest.raises(HistoryError, match=r"cut.parquet: column 'chosen_node' missing"):
         read_history(tmp_path / "cut.parquet")
@@ -188,3 +207,41 @@ def test_the_vectorised_reading_of_decisions_is_the_plain_one(tmp_path, batch):
     np.testing.assert_array_equal(d.u, u)
     assert d.offsets.tolist() == offsets.tolist() and d.chosen.tolist() == chosen.tolist()
     assert d.time_s.tolist() == times.tolist() and d.dropped == dropped
+
+
+def test_outcomes_are_the_event_logs_releases_and_kills(tmp_path):
+    """Each recorded placement's outcome (how the pod left, its container's kills while on the node)
+    is what the run's event log says happened between that placement and the pod's release. Memory at
+    0.9 of the pods' size kills containers; tiny's autoscaler drains nodes."""
+    events = tmp_path / "events.jsonl"
+    _, _, n = record_simulation("tiny", SPEC, 1, "test", tmp_path / "h", overrides=["simulator.mem_level=0.9"],
+                                events_path=events)
+    episodes = {}  # (pod, placement time) -> [node, outcome, kills]
+    current, early = {}, {}
+    for line in events.read_text().splitlines():
+        e = json.loads(line)
+        kind = e["event"]
+        if kind == "placement":
+            t, k = early.pop(e["pod"], (e["t"], 0))
+            current[e["pod"]] = episodes[e["pod"], e["t"]] = [e["node"], None, k if t == e["t"] else 0]
+        elif kind in ("container_oom", "oom_kill") and e["pod"] in current:
+            current[e["pod"]][2] += 1
+        elif kind == "container_oom":  # killed by its bind (over its limit at once): logged before the placement
+            early[e["pod"]] = (e["t"], early.get(e["pod"], (e["t"], 0))[1] + 1)
+        elif kind in ("departure", "eviction") and e["pod"] in current:
+            current.pop(e["pod"])[1] = "departure" if kind == "departure" else f"evicted:{e['reason']}"
+    # the log starts with the measured span; the recorder also records the warm-up's placements
+    rows = [r for r in read_history(tmp_path / "h").to_pylist() if (r["pod_name"], round(r["time_s"], 3)) in episodes]
+    assert len(rows) > n / 2
+    matched = 0
+    for row in rows:
+        node, outcome, kills = episodes[row["pod_name"], round(row["time_s"], 3)]
+        assert row["chosen_node"] == node and row["outcome"] == outcome
+        if outcome is None:  # still on its node when the run ended
+            assert row["outcome_left_s"] is None and row["outcome_kills"] is None
+        else:
+            assert row["outcome_kills"] == kills and row["outcome_left_s"] >= row["time_s"]
+            matched += 1
+    outcomes = {r["outcome"] for r in rows}
+    assert matched > 100 and {"departure", "evicted:scale_down"} <= outcomes
+    assert sum(r["outcome_kills"] or 0 for r in rows) > 10  # not vacuous: kills were attributed

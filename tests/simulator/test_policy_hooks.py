@@ -22,8 +22,8 @@ class LastGpu(K8sDefault):
         free = cluster.gpu_capacity[node] - cluster.gpu_used[node]
         return np.flatnonzero(free >= pod.gpu_milli)[-1:]
 
-    def released(self, pod, node, cluster):
-        self.released_pods.append(pod.index)
+    def released(self, pod, node, cluster, reason="departure"):
+        self.released_pods.append((pod.index, reason))
 
 
 def test_the_engine_binds_a_pod_on_the_gpus_its_policy_names_and_tells_it_of_releases():
@@ -33,7 +33,7 @@ def test_the_engine_binds_a_pod_on_the_gpus_its_policy_names_and_tells_it_of_rel
     sim = run.sim
     assert sim.gpus[1].tolist() == [3]                      # "b" runs on GPU 3, not Bind's GPU 0
     assert sim.cluster.gpu_used[0].tolist() == [0, 0, 0, 500]
-    assert policy.released_pods == [0]                      # "a" left at 50 s
+    assert policy.released_pods == [(0, "departure")]       # "a" left at 50 s, at its end
 
 
 def test_a_policy_without_hooks_gets_binds_own_gpu_choice():

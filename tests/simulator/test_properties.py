@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from td3sched.policy.base import RELEASE_REASONS
 from td3sched.metrics.fragmentation import PoolTypicalPods
 from td3sched.simulator.cluster import GPU_MILLI
 from td3sched.simulator.config import Autoscaler
@@ -156,8 +157,9 @@ class Watch:
             self.binds += 1
             assert_books(sim)
 
-        def checked_release(pod, t):
-            n = release(pod, t)
+        def checked_release(pod, t, reason):
+            assert reason in RELEASE_REASONS
+            n = release(pod, t, reason)
             self.releases += 1
             assert_books(sim)
             return n

@@ -18,7 +18,7 @@ say which action placed which pod where.
 Columns from the log: time (Unix seconds), pod, observation, action, weights, tau, model version,
 candidates (score 0-100 as logged, ``u`` with the pod included, null when stale). ``policy`` is
 ``engine`` (``engine:fallback:<reason>`` for a fallback decision). No outcome is in the log:
-``outcome_left_s``, ``reward`` and ``elapsed_s`` are null.
+``outcome_left_s``, ``outcome``, ``outcome_kills``, ``reward`` and ``elapsed_s`` are null.
 
 A log is the file and its rotated files (``.N`` ... ``.1``, oldest first, then the file): all read.
 Records cut by a crash are skipped and counted.
@@ -88,7 +88,8 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
                 "scenario": None, "seed": None, "policy": f"engine:fallback:{reason}" if reason else "engine",
                 **_pod_columns(pod), "workload": None, "observation": r.get("observation"), "candidates": cands, "chosen_node": None, "chosen_index": None,
                 "model_version": r.get("model_version") or None, "action": r.get("action"), "weights": r.get("weights"),
-                "tau": r.get("tau"), "outcome_left_s": None, "reward": None, "elapsed_s": None,
+                "tau": r.get("tau"), "outcome_left_s": None, "outcome": None, "outcome_kills": None,
+                "reward": None, "elapsed_s": None,
             }
             if row["observation"] is not None and None in row["observation"]:
                 row["observation"] = None  # a non-finite value was logged as null: no usable observation

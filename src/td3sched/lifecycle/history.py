@@ -6,9 +6,9 @@ and the node the pod went to. Three sources write the same schema: the simulator
 (``lifecycle.engine_log``), and later a cluster's own bindings. The learning lifecycle reads it:
 behaviour cloning (``lifecycle.bc``) and fine-tuning.
 
-Schema ``SCHEMA_VERSION`` 1 (docs/lifecycle.md has the table with units and meanings):
+Schema ``SCHEMA_VERSION`` 2 (docs/lifecycle.md has the table with units and meanings):
 
-    schema_version  int16     1
+    schema_version  int16     2
     source          string    simulator | engine | import
     decision_id     string    unique within its file
     time_s          float64   simulated seconds (simulator) or Unix seconds (engine)
@@ -29,15 +29,20 @@ Schema ``SCHEMA_VERSION`` 1 (docs/lifecycle.md has the table with units and mean
     action          list<float64>   the actor's pre-activations, null without a model
     weights         list<float64>   the score's weights [cpu, mem, io, net], null when the policy has none
     tau             float64   the score's target utilisation, null when the policy has none
-    outcome_left_s  float64   when the pod left the node (departure, eviction, kill); null: still
+    outcome_left_s  float64   when the pod left the node (departure, eviction); null: still
                               there when the record ended, or not known (filled after the decision)
+    outcome         string    why it left: departure (it ran to its end), evicted:scale_down,
+                              evicted:memory_pressure (policy.base.RELEASE_REASONS); null as outcome_left_s
+    outcome_kills   int32     kills of its container while on the node (its memory limit or the node's
+                              OOM killer; each one restarts it there); null when not known
     reward          float64   the decision's reward (reward.py: minus the cluster's cost until the next
                               decision, over the maximum node count); null when not known
     elapsed_s       float64   seconds from the decision to the next one (the reward's period); null
                               when not known
 
 The file's Arrow schema metadata holds ``td3sched.history.schema_version``; a reader refuses a file
-of another version, or one missing a column, naming the file and what was expected. A history is a
+of an unknown version, or one missing a column, naming the file and what was expected. Version 1 files
+(without ``outcome`` and ``outcome_kills``) are read with those columns null. A history is a
 folder of such files (or one file): ``read_history`` reads them all, in name order.
 """
 
@@ -50,7 +55,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+ADDED_IN = {"outcome": 2, "outcome_kills": 2}
+"""Columns added after version 1, by the version that added them: an older file reads them as null."""
 VERSION_KEY = b"td3sched.history.schema_version"
 SOURCES = ("simulator", "engine", "import")
 QOS_NAMES = ("Guaranteed", "Burstable", "BestEffort")
@@ -94,6 +101,8 @@ SCHEMA = pa.schema([
     pa.field("weights", pa.list_(pa.float64())),
     pa.field("tau", pa.float64()),
     pa.field("outcome_left_s", pa.float64()),
+    pa.field("outcome", pa.string()),
+    pa.field("outcome_kills", pa.int32()),
     pa.field("reward", pa.float64()),
     pa.field("elapsed_s", pa.float64()),
 ], metadata={VERSION_KEY: str(SCHEMA_VERSION).encode()})
@@ -190,19 +199,25 @@ def history_files(path) -> list[Path]:
     return files
 
 
-def check_schema(schema: pa.Schema, where: str) -> None:
-    """Refuse another schema version or a missing or retyped column (``HistoryError``)."""
-    version = (schema.metadata or {}).get(VERSION_KEY)
-    if version != str(SCHEMA_VERSION).encode():
-        got = version.decode() if version else "none"
-        raise HistoryError(f"{where}: history schema version {got}: expected {SCHEMA_VERSION} "
+def check_schema(schema: pa.Schema, where: str) -> int:
+    """The file's schema version; a ``HistoryError`` for an unknown version or a column missing (of those
+    its version has) or retyped."""
+    raw = (schema.metadata or {}).get(VERSION_KEY)
+    known = {str(v).encode(): v for v in range(1, SCHEMA_VERSION + 1)}
+    if raw not in known:
+        got = raw.decode(errors="replace") if raw else "none"
+        raise HistoryError(f"{where}: history schema version {got}: expected 1 to {SCHEMA_VERSION} "
                            f"(metadata {VERSION_KEY.decode()})")
+    version = known[raw]
     for field in SCHEMA:
+        if ADDED_IN.get(field.name, 1) > version:
+            continue
         if field.name not in schema.names:
             raise HistoryError(f"{where}: column {field.name!r} missing: expected the columns {', '.join(COLUMNS)}")
         got = schema.field(field.name).type
         if got != field.type:
             raise HistoryError(f"{where}: column {field.name!r} is {got}: expected {field.type}")
+    return version
 
 
 def read_history(path) -> pa.Table:
@@ -214,7 +229,10 @@ def read_history(path) -> pa.Table:
             table = pq.read_table(file)
         except (pa.ArrowInvalid, OSError) as exc:
             raise HistoryError(f"{file}: not a readable Parquet file ({exc})") from None
-        check_schema(table.schema, str(file))
+        version = check_schema(table.schema, str(file))
+        for name, added in ADDED_IN.items():
+            if added > version:  # an older file: the column reads as null
+                table = table.append_column(SCHEMA.field(name), pa.nulls(len(table), SCHEMA.field(name).type))
         tables.append(table.select(list(COLUMNS)).cast(SCHEMA))
     table = pa.concat_tables(tables)
     order = np.argsort(table.column("time_s").to_numpy(), kind="stable")

@@ -12,7 +12,9 @@ bit), and each scored decision becomes a row of the history schema (``lifecycle.
 - ``score`` is the wrapped policy's own score of each candidate; ``weights`` and ``tau`` are recorded
   for the policies of the product's score (static-weights, best-static, td3), ``action`` and
   ``model_version`` for td3;
-- ``outcome_left_s`` is filled when the pod leaves the node (departure, eviction, kill);
+- ``outcome_left_s`` and ``outcome`` are filled when the pod leaves the node (the time, and its
+  departure or the eviction's reason), ``outcome_kills`` with its container's kills while there (read
+  from the simulation's ``kills_on_node``; null with no simulation watched, as at ``close``);
 - ``reward`` and ``elapsed_s``: the decision's reward as TD3 learns it (``reward.py``: the cluster's
   cost from this decision to the next, its events included, over the maximum node count; with any
   held-back cycle in between, as the env's steps count them) and the seconds to the next decision
@@ -160,7 +162,7 @@ class HistoryRecorder(Policy):
             "observation": [float(x) for x in d["obs"]], "candidates": candidates,
             "chosen_node": str(cluster.names[node]), "chosen_index": int(where[0]) if len(where) else None,
             "model_version": version, "action": action, "weights": weights, "tau": tau, "outcome_left_s": None,
-            "reward": None, "elapsed_s": None,
+            "outcome": None, "outcome_kills": None, "reward": None, "elapsed_s": None,
         }
 
     def bound(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
@@ -181,12 +183,16 @@ class HistoryRecorder(Policy):
         self.cache.add(node, pod.time_s, pod.nonzero_cpu_mem)
         self.inner.bound(pod, node, cluster)
 
-    def released(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
+    def released(self, pod: PodRequest, node: int, cluster: Cluster, reason: str = "departure") -> None:
         seq = self._on_node.pop(pod.index, None)
         if seq is not None:
-            self._rows[seq]["outcome_left_s"] = float(pod.time_s)
+            row = self._rows[seq]
+            row["outcome_left_s"], row["outcome"] = float(pod.time_s), reason
+            sim = self._sim() if self._sim is not None else None
+            if sim is not None:
+                row["outcome_kills"] = int(sim.kills_on_node[pod.index])
             self._done(self._left, seq)
-        self.inner.released(pod, node, cluster)
+        self.inner.released(pod, node, cluster, reason)
 
     def choose_gpus(self, pod: PodRequest, node: int, cluster: Cluster) -> np.ndarray | None:
         return self.inner.choose_gpus(pod, node, cluster)

@@ -13,6 +13,10 @@ from td3sched.simulator.cluster import Cluster
 #: kube-scheduler's non-zero defaults for a container with no request (pkg/scheduler/util).
 DEFAULT_MILLI_CPU_REQUEST = 100.0
 DEFAULT_MEMORY_REQUEST_MIB = 200.0
+RELEASE_REASONS = ("departure", "evicted:scale_down", "evicted:memory_pressure")
+"""Why a pod left its node (``Policy.released``): it ran to its end; the autoscaler drained its node;
+the kubelet evicted it under memory pressure. An evicted pod is recreated and scheduled again. A
+container killed for memory stays on its node and restarts there: not a release."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,6 @@ class Policy(ABC):
         (``simulator.filter.choose_gpus``: best fit for a share, the first idle GPUs otherwise)."""
         return None
 
-    def released(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
-        """Told after the pod has left ``node`` (departure, eviction or kill), for policies that count
-        what each node holds."""
+    def released(self, pod: PodRequest, node: int, cluster: Cluster, reason: str = "departure") -> None:
+        """Told after the pod has left ``node``, for policies that count what each node holds;
+        ``reason`` is one of ``RELEASE_REASONS``."""

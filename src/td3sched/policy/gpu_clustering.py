@@ -77,7 +77,7 @@ class GpuClustering(Policy):
         if kind is not None:
             self._count(kind)[node] += 1
 
-    def released(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
+    def released(self, pod: PodRequest, node: int, cluster: Cluster, reason: str = "departure") -> None:
         kind = gpu_kind(pod.gpu_count, pod.gpu_milli)
         if kind is not None:
             self._count(kind)[node] -= 1

@@ -133,6 +133,10 @@ class Simulation(ClusterAutoscaler):
         latency code counts latency-sensitive crashed pods as served at the cap."""
         self.crashes = np.zeros(p, dtype=np.int64)
         """Consecutive crashes of a pod's container (its back-off exponent)."""
+        self.kills_on_node = np.zeros(p, dtype=np.int64)
+        """Kills of a pod's container (its own memory limit or the node's OOM killer) since it was last
+        put on a node, for the policy hooks told of its release (``Policy.released``); zeroed after
+        each release. A run with hooks never takes the compiled path, so only Python binds count."""
         self.last_crash_s = np.full(p, -np.inf)
         self._mem_check: list[int] = []
         """Nodes that got a pod's usage since their last memory check (checked after the bind)."""
@@ -455,8 +459,9 @@ class Simulation(ClusterAutoscaler):
         if math.isfinite(self.remaining[pod]):
             self._push(t + self.remaining[pod], _DEPART, pod, int(self.gen[pod]))
 
-    def _release(self, pod: int, t: float) -> int:
-        """Take a running pod off its node; returns the node."""
+    def _release(self, pod: int, t: float, reason: str) -> int:
+        """Take a running pod off its node (``reason``: one of ``policy.base.RELEASE_REASONS``);
+        returns the node."""
         w, c = self.w, self.cluster
         node = int(self.node[pod])
         self._epoch_freed(node)
@@ -484,7 +489,8 @@ class Simulation(ClusterAutoscaler):
         self.dirty[node] = True
         self.node[pod] = -1
         if self._policy_counts_releases:
-            self.policy.released(self.pod_request(pod, t), node, c)
+            self.policy.released(self.pod_request(pod, t), node, c, reason)
+        self.kills_on_node[pod] = 0
         self.gen[pod] += 1
         self.running_pods.remove(pod)
         return node
@@ -610,7 +616,7 @@ class Simulation(ClusterAutoscaler):
 
     # --- departures, kills, ticks --------------------------------------------------------------------
     def _depart(self, pod: int, t: float) -> None:
-        node = self._release(pod, t)
+        node = self._release(pod, t, "departure")
         self.state[pod] = DONE
         if self.events:
             self.events.write(t, "departure", pod=str(self.w.name[pod]), node=str(self.cluster.names[node]))
@@ -685,6 +691,7 @@ class Simulation(ClusterAutoscaler):
             self.crashes[pod] = 0
         delay = min(k.backoff_initial_s * 2.0 ** self.crashes[pod], k.backoff_max_s)
         self.crashes[pod] += 1
+        self.kills_on_node[pod] += 1
         self.last_crash_s[pod] = t
         if kind == "container_oom":
             self.metrics.container_ooms += 1
@@ -883,7 +890,7 @@ class Simulation(ClusterAutoscaler):
     def _evict(self, pod: int, t: float, reason: str = "scale_down") -> None:
         """The pod is evicted (a drain for scale-down, or the kubelet under memory pressure) and
         recreated by its controller with the run time it has left."""
-        node = self._release(pod, t)
+        node = self._release(pod, t, f"evicted:{reason}")
         self.remaining[pod] = max(self.remaining[pod] - (t - self.started[pod]), 0.0)
         self.metrics.evictions += 1
         if reason == "memory_pressure":
