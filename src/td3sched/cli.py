@@ -441,12 +441,14 @@ def search_static(
                                                     "ceiling; 'none': no hold-back), e.g. none,0.6,0.7,0.8. Default "
                                                     "none: no ceiling; with any, the result is the variant "
                                                     "best-static-ceiling."),
-    window_h: Optional[float] = typer.Option(None, help="Evaluation window in hours (default: a 24th of the train "
-                                                        "span, between 1 and 6)."),
+    window_h: Optional[float] = typer.Option(None, help="Evaluation window in hours (default: the scenario's "
+                                                        "search.window_h, else a 24th of the train span, between 1 "
+                                                        "and 6)."),
     max_windows: int = typer.Option(8, help="Windows of the last rung of the ladder."),
-    warmup_h: float = typer.Option(0.0, help="Start each window from the state the candidate reaches after this "
-                                             "many hours before it, as evaluate starts a span (0: from an empty "
-                                             "cluster, as the stored results were searched). docs/policies.md."),
+    warmup_h: Optional[float] = typer.Option(None, help="Start each window from the state the candidate reaches "
+                                                        "after this many hours before it, as evaluate starts a span "
+                                                        "(0: from an empty cluster; default: the scenario's "
+                                                        "search.warmup_h, 0 unless it says). docs/policies.md."),
     workers: int = typer.Option(2, help="Worker processes (each builds the world once)."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder the result is stored in (default: "
                                                                "$TD3SCHED_MODELS/best-static/, else "

@@ -105,6 +105,10 @@ Interval = number(1)
 cluster-autoscaler's periods are whole seconds)."""
 SecondsOrZero = number(0)
 """A duration in seconds, 0 allowed."""
+Hours = number(0, lo_open=True)
+"""A positive duration in hours."""
+HoursOrZero = number(0)
+"""A duration in hours, 0 allowed."""
 Weight = number(0)
 """A non-negative weight."""
 Share = number(0, 1, lo_open=True)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from td3sched.cli import app
 from td3sched.policy import make_policy
 from td3sched.policy.static_weights import StaticWeights
-from td3sched.scenario import load_scenario
+from td3sched.scenario import ScenarioError, load_scenario
 from td3sched.search.best_static import (
     CEILING_VALUES, SearchSettings, candidates, choose_step, ladder_evaluations, resolve_policy, rung_plan, search, simplex_grid, store,
     train_windows,
@@ -207,3 +207,32 @@ def test_a_warmed_up_search_starts_each_window_after_a_warm_up_under_the_candida
     cold = Simulation(world, make_policy(result["policy"]), 1, window["start_s"], window["end_s"]).run()
     assert result["reward"] == pytest.approx(warmed["metrics"]["episode_reward"], rel=1e-12)
     assert warmed["metrics"]["episode_reward"] != cold["metrics"]["episode_reward"]
+
+
+def test_a_scenario_names_its_searchs_default_windows():
+    """A scenario's ``search`` section sets the windows a search builds when the command line does not:
+    openb's placements act over pods' 24-hour lives, so its windows are 6 hours after a 12-hour warm-up.
+    An explicit value wins, and a ``--set`` meets the schema (and changes the stored result's key)."""
+    openb = SearchSettings("openb").resolved()
+    assert (openb.window_h, openb.warmup_h) == (6.0, 12.0) and openb.as_dict()["warmup_h"] == 12.0
+    cold = SearchSettings("openb", warmup_h=0, window_h=1).resolved()
+    assert (cold.window_h, cold.warmup_h) == (1.0, 0.0) and "warmup_h" not in cold.as_dict()
+    assert SearchSettings("openb", ("search.warmup_h=3",)).resolved().warmup_h == 3.0
+    assert SearchSettings("openb", ("search.warmup_h=3",)).key() != SearchSettings("openb").key()
+    tiny = SearchSettings("tiny").resolved()  # no search section: the train span's 24th, no warm-up
+    assert (tiny.window_h, tiny.warmup_h) == (1.0, 0.0)
+    with pytest.raises(ScenarioError, match=r"search.warmup_h=-2: expected a number >= 0"):
+        SearchSettings("openb", ("search.warmup_h=-2",)).resolved()
+
+
+def test_a_span_with_fewer_hourly_starts_than_windows_ends_the_ladder_at_the_windows_there_are(tmp_path):
+    """tiny's 18-hour train span after a 12-hour warm-up holds 3-hour windows at 3 distinct hourly starts
+    (12, 13 and 14 h), not the 8 the ladder's last rung asks for: the ladder stops at 3 (it used to ask
+    for window 3 and fail with an IndexError)."""
+    assert len(train_windows(12 * 3600, 18 * 3600, 3 * 3600, 8)) == 3
+    settings = SearchSettings("tiny", step="0.5", tau_values=(0.0,), window_h=3, warmup_h=12, budget_min=5)
+    result, path = search(settings, workers=1, models_dir=tmp_path)
+    stored = json.loads(path.read_text())
+    assert len(stored["windows"]) == 3 and stored["settings"]["max_windows"] == 8
+    assert [r["windows"] for r in stored["search"]["rungs"]][-1] == 3 and stored["search"]["stopped"] == "ladder complete"
+    assert result["reward_per_window"] and len(result["reward_per_window"]) == 3

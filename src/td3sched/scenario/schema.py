@@ -30,7 +30,8 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PlainValidato
 from pydantic_core import PydanticCustomError
 
 from td3sched.metrics.fragmentation import FragmentationConfig
-from td3sched.quantities import SETTINGS, Allowed, CountOrZero, Flag, Positive, Share, Weight, allowed, number
+from td3sched.quantities import (SETTINGS, Allowed, CountOrZero, Flag, Hours, HoursOrZero, Positive, Share, Weight,
+                                 allowed, number)
 from td3sched.reward import RewardConfig
 from td3sched.simulator.cluster import NodeShape
 from td3sched.simulator.config import Autoscaler, Kubelet, LatencyModel, SimConfig
@@ -192,6 +193,18 @@ Span = Annotated[tuple[float, float], PlainValidator(_span),
                  WithJsonSchema({"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 2,
                                  "maxItems": 2}), Allowed("[first day, end day]")]
 
+class StaticSearch(Section):
+    """How `td3sched search-static` builds its evaluation windows for this scenario when its command line
+    does not say (docs/policies.md). A scenario whose placements take effect over long pod lives needs
+    windows that start from a warmed-up cluster, as `evaluate` starts a span."""
+
+    window_h: Hours | None = None
+    """Length of an evaluation window, in hours; null: a 24th of the train span, within 1 to 6 hours."""
+    warmup_h: HoursOrZero = 0.0
+    """Each window starts from the state the candidate reaches after this many hours under itself; 0:
+    from the trace's state at the window's start (an empty cluster)."""
+
+
 _NESTED = set(SIM_SECTIONS)
 SimulatorSection = create_model(
     "SimulatorSection", __base__=Section, __doc__=SimConfig.__doc__ or "The simulator's own constants.",
@@ -229,6 +242,8 @@ class ScenarioSpec(Section):
     """The fragmentation metric's typical pods."""
     reward: RewardConfig = Field(default_factory=RewardConfig)
     """The reward's weights."""
+    search: StaticSearch = Field(default_factory=StaticSearch)
+    """The static-weights search's default windows."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "ScenarioSpec":

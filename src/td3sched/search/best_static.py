@@ -4,13 +4,15 @@ the same search with tau fixed at 0, the reference design's idle-weighted score.
 
 Method (successive halving over a grid, within a wall-clock budget):
 
-1. **Windows.** ``max_windows`` windows of ``window_h`` hours inside the train span. Window k starts
+1. **Windows.** ``max_windows`` windows of ``window_h`` hours inside the train span (fewer when it has
+   fewer distinct hourly starts; the ladder then ends at the windows there are). Window k starts
    at the k-th point of the base-2 van der Corput sequence (0, 1/2, 1/4, 3/4, 1/8, ...) across the
    span, floored to the hour, so that every prefix of the list is spread over the span. Default
-   ``window_h``: a 24th of the train span, clipped to [1, 6] hours. With ``warmup_h`` (default 0) each window starts from
-   the state the candidate reaches after that many hours before it (as ``evaluate`` runs a span), and
-   the windows are placed at least that far into the trace; without it a window starts from an empty
-   cluster.
+   ``window_h``: the scenario's ``search.window_h``, else a 24th of the train span, clipped to [1, 6]
+   hours. With ``warmup_h`` (default: the scenario's ``search.warmup_h``, 0 unless it says) each window
+   starts from the state the candidate reaches after that many hours before it (as ``evaluate`` runs a
+   span), and the windows are placed at least that far into the trace; without it a window starts from
+   an empty cluster.
 2. **Grid.** Weights: every point of the simplex whose coordinates are multiples of ``step``; tau:
    ``tau_values`` (0, 0.2, ..., 1), or only ``tau_fixed``; with ``ceiling_values`` (default none: no
    hold-back) every weights-and-tau point once per hold-back ceiling (``static-weights:...:ceiling=c``,
@@ -90,13 +92,14 @@ class SearchSettings:
     ceiling_values: tuple[float | None, ...] = (None,)
     """Hold-back ceilings searched (``static-weights``' ``ceiling``), None for none; the default searches none."""
     window_h: float | None = None
-    """Window length in hours; None: a 24th of the train span, clipped to WINDOW_H_RANGE."""
+    """Window length in hours; None: the scenario's ``search.window_h``, else a 24th of the train span,
+    clipped to WINDOW_H_RANGE."""
     max_windows: int = MAX_WINDOWS
-    warmup_h: float = 0.0
+    warmup_h: float | None = None
     """Each window starts from the state the candidate reaches after this many hours before it (the
     simulator's steady-state start, as ``evaluate`` runs a span); 0: from the trace's state at the
-    window's start, an empty cluster (the default, under which the stored results were searched). With a
-    warm-up, windows start at least this long after the trace's beginning."""
+    window's start, an empty cluster; None: the scenario's ``search.warmup_h`` (0 unless it says). With
+    a warm-up, windows start at least this long after the trace's beginning."""
     eta: int = ETA
     """Successive-halving factor: each rung keeps the best 1/eta."""
 
@@ -107,9 +110,10 @@ class SearchSettings:
             object.__setattr__(self, "tau_fixed", float(self.tau_fixed))
         if self.window_h is not None:
             object.__setattr__(self, "window_h", float(self.window_h))
-        object.__setattr__(self, "warmup_h", float(self.warmup_h))
-        if not (math.isfinite(self.warmup_h) and self.warmup_h >= 0):
-            raise ValueError(f"warmup_h={self.warmup_h!r}: expected hours >= 0")
+        if self.warmup_h is not None:
+            object.__setattr__(self, "warmup_h", float(self.warmup_h))
+            if not (math.isfinite(self.warmup_h) and self.warmup_h >= 0):
+                raise ValueError(f"warmup_h={self.warmup_h!r}: expected hours >= 0")
         if not (math.isfinite(self.budget_min) and self.budget_min > 0):
             raise ValueError(f"budget_min={self.budget_min!r}: expected a positive number of minutes")
         if self.step != "auto":
@@ -147,14 +151,21 @@ class SearchSettings:
         return name if self.ceiling_values == (None,) else f"{name}-ceiling"
 
     def resolved(self) -> "SearchSettings":
-        """With the default window length worked out from the scenario's train span."""
-        if self.window_h is not None:
+        """With the defaults worked out from the scenario: its ``search`` section, else (the window's
+        length) its train span."""
+        if self.window_h is not None and self.warmup_h is not None:
             return self
         from td3sched.scenario import load_scenario
 
-        start, end = load_scenario(self.scenario, list(self.overrides)).span("train")
-        lo, hi = WINDOW_H_RANGE
-        return replace(self, window_h=float(min(hi, max(lo, (end - start) / HOUR_S / 24))))
+        scenario = load_scenario(self.scenario, list(self.overrides))
+        search = scenario.config.get("search", {})
+        window_h = self.window_h if self.window_h is not None else search.get("window_h")
+        if window_h is None:
+            start, end = scenario.span("train")
+            lo, hi = WINDOW_H_RANGE
+            window_h = min(hi, max(lo, (end - start) / HOUR_S / 24))
+        warmup_h = self.warmup_h if self.warmup_h is not None else search.get("warmup_h", 0.0)
+        return replace(self, window_h=float(window_h), warmup_h=float(warmup_h))
 
     def as_dict(self) -> dict:
         return {
@@ -212,7 +223,8 @@ def candidates(step: float, tau_values, ceiling_values=(None,)) -> list[Candidat
 
 
 def train_windows(start_s: float, end_s: float, window_s: float, count: int) -> list[tuple[float, float]]:
-    """``count`` distinct windows in [start_s, end_s), starts at van der Corput points floored to the hour."""
+    """``count`` distinct windows in [start_s, end_s), starts at van der Corput points floored to the hour;
+    fewer when the span has fewer distinct hourly starts (a 6-hour window in 12 hours: 7 at most)."""
     room = end_s - start_s - window_s
     if room < 0:
         raise ValueError(f"window of {window_s / HOUR_S:g} h does not fit the train span of "
@@ -390,6 +402,7 @@ def search(settings: SearchSettings, workers: int = 2, progress: bool = False,
             raise ValueError(f"warmup_h={settings.warmup_h:g}: the train span ends at {end_s / HOUR_S:g} h, "
                              "before a warm-up that long: expected a shorter warm-up")
     windows = train_windows(start_s, end_s, settings.window_h * HOUR_S, settings.max_windows)
+    n_windows = len(windows)  # fewer than max_windows when the span has fewer distinct hourly starts
     workers = max(1, workers)
     ladder = _Ladder()
     bar = _Bar(progress, f"{settings.scenario} {settings.variant}")
@@ -410,13 +423,13 @@ def search(settings: SearchSettings, workers: int = 2, progress: bool = False,
             bar.plan(len(pilots), "pilot runs (timing the grid)")
             evaluator.run([(c, 0) for c in pilots], math.inf, done)
             step = choose_step(ladder.eval_s(), deadline - time.monotonic(), workers, settings.tau_values,
-                               settings.eta, settings.max_windows, settings.ceiling_values)
+                               settings.eta, n_windows, settings.ceiling_values)
         else:
             step = float(settings.step)
         grid = candidates(step, settings.tau_values, settings.ceiling_values)
         order = np.random.default_rng([settings.seed, 97]).permutation(len(grid))
         survivors = [grid[i] for i in order]  # a seeded order: a budget cut in rung 0 leaves a spread sample
-        plan = rung_plan(len(grid), settings.eta, settings.max_windows)
+        plan = rung_plan(len(grid), settings.eta, n_windows)
         ranked: list[Candidate] = []
         for r, (n, k) in enumerate(plan):
             survivors = survivors[:n] if r == 0 else ranked[:n]
