@@ -28,7 +28,7 @@ out = Console()
 
 
 def _scenario_help(what: str = "Scenario") -> str:
-    return f"{what} (see `td3sched scenarios`; default {DEFAULT_SCENARIO})."
+    return f"{what}: a shipped one (see `td3sched scenarios`) or a scenario file's path (.yaml); default {DEFAULT_SCENARIO}."
 
 
 def _span_help(default: str, what: str = "Span of the scenario") -> str:
@@ -881,6 +881,31 @@ def import_history_cmd(
                   f"{escape(str(path))}")
 
 
+@app.command("rebuild-scenario")
+def rebuild_scenario_cmd(
+    history: Path = typer.Option(..., "--history", metavar="DIR", help="Scheduling history of a cluster (import-history, "
+                                 "history-from-log) or of the simulator: a folder of Parquet files or one file."),
+    nodes: Path = typer.Option(..., "--nodes", metavar="FILE", help="The cluster's nodes: `kubectl get nodes -o json`."),
+    window: str = typer.Option("7d", help="The newest window of the history, the span `recent`: 7d, 12h, 30m, 3600s."),
+    warmup: str = typer.Option("1d", help="History before the window replayed as the warm-up (at most)."),
+    out_dir: Path = typer.Option(..., "--out", help="Folder to write (replaced whole): scenario.yaml, the pods and "
+                                 "their usage, rebuild.json."),
+) -> None:
+    """A scenario rebuilt from scheduling history on the cluster's nodes, for the gate and evaluate
+    (`--scenario OUT/scenario.yaml --span recent`; docs/lifecycle.md)."""
+    from td3sched.lifecycle.finetune import parse_window
+    from td3sched.lifecycle.rebuild import read_node_list, rebuild_scenario
+
+    try:
+        rebuilt = rebuild_scenario(history, read_node_list(nodes), out_dir, parse_window(window),
+                                   parse_window(warmup) if warmup.strip() not in ("0", "0s") else 0.0,
+                                   progress=lambda line: console.print(escape(line)))
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print(f"scenario {escape(rebuilt.scenario)}, span {rebuilt.span}: td3sched evaluate --scenario "
+              f"{escape(rebuilt.scenario)} --span {rebuilt.span} ...")
+
+
 @app.command("offline-rl")
 def offline_rl_cmd(
     history: Path = typer.Option(..., "--history", metavar="DIR", help="Simulator history of a policy of the "
@@ -997,22 +1022,30 @@ def gate_cmd(
     safety_tolerance: float = typer.Option(0.02, help="Share by which a safety metric's mean may exceed the current's."),
     promote: bool = typer.Option(False, "--promote", help="Promote the candidate when it passes."),
     history: Optional[Path] = typer.Option(None, "--history", metavar="DIR", help="Replay the newest --window of this "
-                                           "simulator history (its scenario) instead of --scenario and --span."),
+                                           "history instead of --scenario and --span: a simulator history's own "
+                                           "scenario, or a scenario rebuilt from a cluster's (engine, import) history "
+                                           "on the nodes of --nodes."),
     window: str = typer.Option("7d", help="With --history: the window replayed, before its last decision."),
+    nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE", help="With a cluster's --history: its "
+                                         "nodes, as `kubectl get nodes -o json` prints them. The rebuilt scenario "
+                                         "is kept in the candidate's registry folder (replay/)."),
     registry: Optional[Path] = typer.Option(None, help=REGISTRY_HELP),
 ) -> None:
     """Replay the candidate and the serving model on the same seeds; record the verdict (exit 1 if refused)."""
     from td3sched.lifecycle.finetune import parse_window
-    from td3sched.lifecycle.gate import RECENT_SPAN, GateConfig, recent_span, run_gate
+    from td3sched.lifecycle.gate import GateConfig, history_replay, run_gate
+    from td3sched.lifecycle.rebuild import read_node_list
     from td3sched.lifecycle.registry import Registry
 
     try:
-        if history is not None:
-            scenario, recent = recent_span(history, parse_window(window))
-            span, set_ = RECENT_SPAN, [*set_, *recent]
         reg = Registry(registry)
         version = reg.register(candidate) if Path(candidate).is_dir() else candidate
         folder = reg.folder(version)
+        if history is not None:
+            node_list = read_node_list(nodes) if nodes is not None else None
+            scenario, span, recent = history_replay(history, parse_window(window), node_list, folder / "replay",
+                                                    progress=lambda line: console.print(escape(line)))
+            set_ = [*set_, *recent]
         if against is None:
             serving = reg.serving()
             against = str(reg.folder(serving)) if serving else "k8s-default"

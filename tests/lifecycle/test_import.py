@@ -112,10 +112,10 @@ def _stamp(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _audit(verb_ref: dict, t: float, request=None, response=None, code=201) -> str:
+def _audit(verb_ref: dict, t: float, request=None, response=None, code=201, verb: str = "create") -> str:
     """One audit.k8s.io/v1 Event as the API server writes it (level RequestResponse)."""
     event = {"kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "RequestResponse", "auditID": f"id-{t}",
-             "stage": "ResponseComplete", "verb": "create", "user": {"username": "system:kube-scheduler"},
+             "stage": "ResponseComplete", "verb": verb, "user": {"username": "system:kube-scheduler"},
              "objectRef": {"apiVersion": "v1", **verb_ref}, "responseStatus": {"metadata": {}, "code": code},
              "requestReceivedTimestamp": _stamp(t - 0.001), "stageTimestamp": _stamp(t)}
     if request is not None:
@@ -142,6 +142,10 @@ def test_an_audit_log_gives_the_decisions_of_the_same_bindings_as_the_pod_list(r
                         float(times[-1]), request={"target": {"name": "node-a"}}))  # its creation is not logged
     lines.append(_audit({"resource": "pods", "namespace": "shop", "name": "api-0", "subresource": "binding"},
                         float(times[-1]), request={"target": {"name": "node-a"}}, code=409))  # a refused binding
+    deleted = times[1] + 5  # api-1 is deleted: the audit log's delete, the PodList's deletionTimestamp
+    lines.append(_audit({"resource": "pods", "namespace": "shop", "name": "api-1"}, float(deleted), code=200,
+                        verb="delete"))
+    listed[1]["metadata"]["deletionTimestamp"] = _stamp(deleted)
     log = tmp_path / "audit.log"
     log.write_text("\n".join(lines) + "\n")
     path, counts = import_history(None, url, tmp_path / "audit.parquet", step_s=1.0, queries=QUERIES, audit_log=log)
@@ -153,3 +157,15 @@ def test_an_audit_log_gives_the_decisions_of_the_same_bindings_as_the_pod_list(r
     for a, b in zip(by_audit, by_list, strict=True):
         assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
     assert [r["chosen_node"] for r in by_audit] == ["node-b"] * 3
+    assert [(r["outcome_left_s"], r["outcome"]) for r in by_audit] == [(None, None), (deleted, "departure"),
+                                                                        (None, None)]
+
+
+def test_a_finished_pod_left_when_its_last_container_finished():
+    pods = [_pod("done", "node-a", 1000.0), _pod("running", "node-a", 1001.0)]
+    pods[0]["status"].update(phase="Succeeded", containerStatuses=[
+        {"name": "c", "state": {"terminated": {"exitCode": 0, "finishedAt": _stamp(1500.0)}}},
+        {"name": "sidecar", "state": {"terminated": {"exitCode": 0, "finishedAt": _stamp(1510.0)}}}])
+    pods[1]["status"]["containerStatuses"] = [{"name": "c", "state": {"running": {"startedAt": _stamp(1002.0)}}}]
+    bindings, skipped = bindings_from_pod_list({"items": pods})
+    assert skipped == 0 and [(b.pod.name, b.left_s) for b in bindings] == [("done", 1510.0), ("running", None)]

@@ -18,10 +18,11 @@ Every number, the per-seed records and the reasons for a refusal are in the gate
 the version's ``gate.json`` in the registry). With fewer than 2 seeds there is no interval: refused.
 
 The replay runs a scenario span: the one given (default: tiny's test span), or the **recent window of
-a history** (``recent_span``): for a history recorded in the simulator, its scenario from the newest
+a history** (``history_replay``): for a history recorded in the simulator, its scenario from the newest
 ``window`` before its last decision to that decision, as a span ``recent`` (``--set
-spans.recent=[a,b]``, in days). A history from the engine or a cluster names no scenario: rebuilding a
-scenario from a cluster's history is not done (docs/lifecycle.md).
+spans.recent=[a,b]``, in days); for a history of the engine or of a cluster (``import-history``), which
+names no scenario, a scenario rebuilt from the history itself on the cluster's nodes
+(``lifecycle.rebuild``), its span ``recent``.
 """
 
 from __future__ import annotations
@@ -133,6 +134,26 @@ def recent_span(history, window_s: float) -> tuple[str, list[str]]:
     start_day = max(0.0, last - window_s) / 86400.0
     end_day = (math.floor(last) + 1.0) / 86400.0  # the first whole second after the last decision
     return scenarios[0], [f"spans.{RECENT_SPAN}=[{start_day!r},{end_day!r}]"]
+
+
+def history_replay(history, window_s: float, node_list: dict | None = None, out=None,
+                   progress: Callable[[str], None] | None = None) -> tuple[str, str, list[str]]:
+    """(scenario, span, overrides) that replay the newest ``window_s`` of ``history``: a simulator
+    history's own scenario (``recent_span``); any other history rebuilt into the folder ``out`` on the
+    nodes of ``node_list`` (a v1.NodeList; ``lifecycle.rebuild``)."""
+    from td3sched.lifecycle.history import HistoryError, read_history
+    from td3sched.lifecycle.rebuild import rebuild_scenario
+
+    sources = set(read_history(history).column("source").to_pylist())
+    if sources == {"simulator"}:
+        scenario, overrides = recent_span(history, window_s)
+        return scenario, RECENT_SPAN, overrides
+    if node_list is None or out is None:
+        raise HistoryError(f"history {history} comes from {', '.join(sorted(sources))}: its window is replayed on a "
+                           "scenario rebuilt from it, on the cluster's nodes: expected a node list (--nodes, the "
+                           "output of `kubectl get nodes -o json`)")
+    rebuilt = rebuild_scenario(history, node_list, out, window_s, progress=progress)
+    return rebuilt.scenario, rebuilt.span, []
 
 
 def _spec(model) -> str:

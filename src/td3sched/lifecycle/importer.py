@@ -16,6 +16,10 @@ Decisions are rebuilt from the pods' bindings and the nodes' metrics at bind tim
 
   requests, limits and QoS are read as the engine's extender reads a v1.Pod
   (``engine.kubernetes_objects``);
+- **departures** (``outcome_left_s``, ``outcome`` ``departure``): in a PodList, a pod that has
+  finished (phase Succeeded or Failed) left at its containers' latest ``state.terminated.finishedAt``,
+  and a pod being deleted at its ``metadata.deletionTimestamp``; in an audit log, at the successful
+  ``delete`` of the pod after its binding. Pods still running have none;
 - **metrics**: the engine's Prometheus queries (``engine.prometheus_source``, the same PromQL) as
   range queries (``/api/v1/query_range``) over the bindings' span, step ``step_s``; a binding at time t
   sees each series' latest point at or before t (what an instant query at that grid time returns).
@@ -32,6 +36,7 @@ observation are thus the engine's, to the bit, on the metrics the cluster had at
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
@@ -66,10 +71,11 @@ class Binding:
     node: str
     time_s: float
     scheduler: str
+    left_s: float | None = None
+    """When the pod left the node (it finished, or was deleted), None while it runs or when unknown."""
 
 
-
-def _binding(pod: dict, node, time_s: float, where: str) -> Binding:
+def _binding(pod: dict, node, time_s: float, where: str, left_s: float | None = None) -> Binding:
     """The Binding of a Kubernetes pod object to ``node`` at ``time_s`` (a bad pod: HistoryError
     naming ``where``)."""
     try:
@@ -77,7 +83,24 @@ def _binding(pod: dict, node, time_s: float, where: str) -> Binding:
     except ValueError as exc:
         raise HistoryError(str(exc)) from None
     scheduler = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
-    return Binding(spec_pod, str(node), time_s, str(scheduler))
+    return Binding(spec_pod, str(node), time_s, str(scheduler), left_s)
+
+
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+def _left_s(pod: dict, where: str) -> float | None:
+    """When a listed pod left its node: a finished pod at its containers' latest finishedAt, a pod
+    being deleted at its deletionTimestamp; None while it runs."""
+    status = pod.get("status") or {}
+    if status.get("phase") in FINISHED_PHASES:
+        ends = [_time(c["state"]["terminated"]["finishedAt"], f"{where}.status.containerStatuses[{i}]")
+                for i, c in enumerate(status.get("containerStatuses") or [])
+                if ((c.get("state") or {}).get("terminated") or {}).get("finishedAt")]
+        if ends:
+            return max(ends)
+    deleted = (pod.get("metadata") or {}).get("deletionTimestamp")
+    return _time(deleted, f"{where}.metadata.deletionTimestamp") if deleted else None
 
 def _time(text: str, where: str) -> float:
     try:
@@ -100,7 +123,7 @@ def bindings_from_pod_list(pod_list, where: str = "PodList") -> tuple[list[Bindi
         if not node or cond is None:
             skipped += 1
             continue
-        out.append(_binding(pod, node, _time(cond["lastTransitionTime"], at), at))
+        out.append(_binding(pod, node, _time(cond["lastTransitionTime"], at), at, _left_s(pod, at)))
     out.sort(key=lambda b: b.time_s)
     return out, skipped
 
@@ -110,6 +133,7 @@ def bindings_from_audit_log(path) -> tuple[list[Binding], int]:
     server audit log (see the module's docstring)."""
     pods: dict[tuple[str, str], dict] = {}
     out, skipped = [], 0
+    bound_at: dict[tuple[str, str], int] = {}  # pod -> its latest binding's index in out
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -122,13 +146,20 @@ def bindings_from_audit_log(path) -> tuple[list[Binding], int]:
             event = json.loads(line)
         except json.JSONDecodeError as exc:
             raise HistoryError(f"{where}: not a JSON audit event ({exc})") from None
-        if event.get("kind") != "Event" or event.get("stage") != "ResponseComplete" or event.get("verb") != "create":
+        if event.get("kind") != "Event" or event.get("stage") != "ResponseComplete" or \
+                event.get("verb") not in ("create", "delete"):
             continue
         ref = event.get("objectRef") or {}
         code = (event.get("responseStatus") or {}).get("code", 0)
         if ref.get("resource") != "pods" or not 200 <= int(code) < 300:
             continue
         key = (str(ref.get("namespace") or ""), str(ref.get("name") or ""))
+        if event["verb"] == "delete":
+            k = bound_at.pop(key, None) if not ref.get("subresource") else None
+            if k is not None:
+                stamp = event.get("stageTimestamp") or event.get("requestReceivedTimestamp")
+                out[k] = dataclasses.replace(out[k], left_s=_time(stamp, where))
+            continue
         if not ref.get("subresource"):
             pod = event.get("responseObject") or event.get("requestObject")
             if not isinstance(pod, dict):
@@ -146,6 +177,7 @@ def bindings_from_audit_log(path) -> tuple[list[Binding], int]:
                 skipped += 1
                 continue
             stamp = event.get("stageTimestamp") or event.get("requestReceivedTimestamp")
+            bound_at[key] = len(out)
             out.append(_binding(pod, target, _time(stamp, where), where))
     out.sort(key=lambda b: b.time_s)
     return out, skipped
@@ -241,7 +273,7 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
     with tempfile.TemporaryDirectory(prefix="td3sched-import-") as tmp:
         log = DecisionLog(Path(tmp) / "decisions.jsonl", fsync_interval_s=60.0)
         service = EngineService(DecisionEngine(state, ModelSlot(None)), log)
-        schedulers = {}
+        schedulers, lefts = {}, {}
         for k, b in enumerate(bindings):
             clock[0] = b.time_s
             snap = metrics.snapshot_at(b.time_s)
@@ -251,6 +283,7 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
             state.publish(snap)
             decision_id, _ = service.score_nodes(b.pod, None)
             schedulers[decision_id] = b.scheduler
+            lefts[decision_id] = b.left_s
             if b.node in snap.index:
                 service.report_binding(b.pod, b.node, decision_id)
             else:  # a node without metrics: the binding is logged, the assign cache cannot hold it
@@ -261,7 +294,10 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
         log.close()
         rows, log_counts = decisions_from_log(Path(tmp) / "decisions.jsonl")
     for row in rows:
+        left = lefts[row["decision_id"]]
         row.update(source="import", policy=f"cluster:{schedulers[row['decision_id']]}", model_version=None,
-                   action=None, weights=None, tau=None)
-    counts.update(decisions=log_counts["decisions"], bound=log_counts["bound"])
+                   action=None, weights=None, tau=None, outcome_left_s=left,
+                   outcome=None if left is None else "departure")
+    counts.update(decisions=log_counts["decisions"], bound=log_counts["bound"],
+                  departures=sum(left is not None for left in lefts.values()))
     return write_history(out, rows), counts

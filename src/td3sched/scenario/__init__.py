@@ -3,12 +3,16 @@
 A scenario plus a seed fully determines a run. ``load_scenario("dlrm", ["batch.enabled=false"])``
 reads ``td3sched/scenarios/dlrm.yaml``, applies the overrides and validates the result against the
 schema (``scenario.schema``: types, ranges and defaults of every section); ``scenario.build(seed)``
-makes the ``World`` the simulator runs.
+makes the ``World`` the simulator runs. A scenario file of one's own is named by its path
+(``load_scenario("replay/scenario.yaml")``: a name ending in ``.yaml`` or ``.yml``); a files
+workload's relative ``path`` is then relative to the file's folder (``lifecycle.rebuild`` writes
+such scenarios from a cluster's scheduling history).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
@@ -105,7 +109,7 @@ class Scenario:
         """The scenario the typical pods come from: this one with ``days`` as in its file (a ``days``
         override is dropped), so the fragmentation metric does not change with the run's length."""
         kept = tuple(o for o in self.overrides if o.split("=", 1)[0].strip() != "days")
-        if kept == self.overrides or not (SCENARIO_DIR / f"{self.name}.yaml").is_file():
+        if kept == self.overrides or not scenario_file(self.name).is_file():
             return self
         return load_scenario(self.name, kept)
 
@@ -168,15 +172,32 @@ def _openb_pool(nodes: dict, seed: int) -> Pool:
     return Pool("openb", shapes, count, count)
 
 
+SCENARIO_SUFFIXES = (".yaml", ".yml")
+
+
+def scenario_file(name: str) -> Path:
+    """The file of scenario ``name``: a shipped one (``scenarios/NAME.yaml``), or a path ending in .yaml/.yml."""
+    return Path(name) if str(name).endswith(SCENARIO_SUFFIXES) else SCENARIO_DIR / f"{name}.yaml"
+
+
 def load_scenario(name: str, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
-    """Scenario ``name`` from the scenarios folder with ``key=value`` overrides applied."""
-    path = SCENARIO_DIR / f"{name}.yaml"
+    """Scenario ``name`` (a shipped scenario, or the path of a scenario file) with ``key=value``
+    overrides applied."""
+    path = scenario_file(name)
     if not path.is_file():
-        raise ValueError(f"unknown scenario {name!r}: expected one of {', '.join(scenario_names())}")
+        if path.parent != SCENARIO_DIR:
+            raise ValueError(f"scenario file {name}: not found: expected a scenario file (.yaml), or one of the "
+                             f"shipped scenarios {', '.join(scenario_names())}")
+        raise ValueError(f"unknown scenario {name!r}: expected one of {', '.join(scenario_names())}, or the path "
+                         "of a scenario file (.yaml)")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ScenarioError(f"scenario file {path.name} is not valid YAML: {exc}") from exc
+    workload = raw.get("workload") if isinstance(raw, dict) else None
+    if (path.parent != SCENARIO_DIR and isinstance(workload, dict) and workload.get("kind") == "files"
+            and isinstance(workload.get("path"), str) and not Path(workload["path"]).is_absolute()):
+        raw = {**raw, "workload": {**workload, "path": str((path.parent / workload["path"]).resolve())}}
     config = resolve(raw, tuple(overrides), source=f"scenario file {path.name}")
     return Scenario(name, config, tuple(overrides))
 

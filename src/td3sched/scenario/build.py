@@ -32,7 +32,7 @@ def build_workload(scenario, pools: tuple[Pool, ...], seed: int, lenient: bool =
     if kind == "openb":
         return _openb(scenario, pools, seed, lenient, reports)
     if kind == "files":
-        return _files(scenario)
+        return _files(scenario, seed)
     raise ValueError(f"scenario {scenario.name!r}: unknown workload kind {kind!r}: expected dlrm, openb or files")
 
 
@@ -105,10 +105,60 @@ def _openb(scenario, pools, seed, lenient, reports):
     return w, profiles
 
 
-def _files(scenario):
+def _files(scenario, seed: int):
     from td3sched.workload.files import load_workload
 
     from td3sched.scenario.schema import SCENARIO_DIR
 
-    folder = SCENARIO_DIR / scenario.config["workload"]["path"]
-    return load_workload(folder)
+    spec = scenario.config["workload"]
+    workload, profiles = load_workload(SCENARIO_DIR / spec["path"])
+    sim = scenario.config["simulator"]
+    return spread_usage(workload, float(spec.get("cpu_spread", 0.0)), float(spec.get("mem_spread", 0.0)), seed,
+                        float(sim.get("usage_scale", 1.13)), float(sim.get("mem_level", 0.71)), profiles,
+                        scenario.days * DAY_S), profiles
+
+
+def _spread(size: np.ndarray, factor: np.ndarray, cap: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """``size`` x ``factor``, each at most ``cap`` (or its own size, if larger), the uncapped ones scaled
+    so that the ``weight``-ed total stays ``size``'s."""
+    cap = np.maximum(cap, size)
+    total = (size * weight).sum()
+    out = np.minimum(size * factor, cap)
+    for _ in range(50):
+        free = out < cap
+        short = total - (out * weight).sum()
+        if short <= 1e-9 * total or not free.any():
+            break
+        out[free] *= 1.0 + short / (out[free] * weight[free]).sum()
+        out = np.minimum(out, cap)
+    return out
+
+
+def spread_usage(w: Workload, cpu_sigma: float, mem_sigma: float, seed: int, usage_scale: float = 1.0,
+                 mem_level: float = 1.0, profiles: UsageProfiles | None = None, horizon_s: float = np.inf) -> Workload:
+    """``w`` with each pod's CPU, disk and network sizes times one lognormal draw of mean 1 and sigma
+    ``cpu_sigma``, and its memory size times another of ``mem_sigma`` (seeded: the same seed, the same
+    draws). The spread stands for what is not known about each pod; what is known holds: a draw never
+    takes a pod past its limit at its profile's peak (CPU limit / ``usage_scale``, memory limit /
+    ``mem_level``, over the largest value of its ``profiles`` shape) unless its size already was, and the
+    other pods' draws are scaled so that every size's total over time (x the pod's run time before
+    ``horizon_s``) is the workload's. Both sigmas 0: ``w``."""
+    import dataclasses
+
+    if cpu_sigma == 0 and mem_sigma == 0:
+        return w
+    rng = np.random.default_rng([seed, 43])
+    m_cpu = np.exp(cpu_sigma * rng.standard_normal(len(w)) - cpu_sigma ** 2 / 2)
+    m_mem = np.exp(mem_sigma * rng.standard_normal(len(w)) - mem_sigma ** 2 / 2)
+    peak = (np.ones((2, len(w))) if profiles is None else
+            np.maximum(profiles.shape[:2].max(axis=2)[:, w.profile].astype(np.float64), 1e-9))
+    run_s = np.maximum(np.minimum(w.arrival_s + w.duration_s, horizon_s) - w.arrival_s, 0.0)
+    run_s = run_s if np.isfinite(run_s).all() and run_s.sum() > 0 else np.ones(len(w))
+    cpu = _spread(w.size_cpu_milli, m_cpu, w.cpu_limit_milli / (usage_scale * peak[0]), run_s)
+    m_cpu = np.divide(cpu, w.size_cpu_milli, out=np.ones(len(w)), where=w.size_cpu_milli > 0)
+    sizes = {"size_cpu_milli": cpu, "size_disk_mbps": w.size_disk_mbps * m_cpu,
+             "size_net_mbps": w.size_net_mbps * m_cpu,
+             "size_mem_mib": _spread(w.size_mem_mib, m_mem, w.mem_limit_mib / (mem_level * peak[1]), run_s)}
+    for name, new in sizes.items():
+        new.setflags(write=getattr(w, name).flags.writeable)  # the compiled kernels are typed on it, as loaded
+    return dataclasses.replace(w, **sizes)

@@ -95,7 +95,13 @@ class FilesWorkload(Section):
 
     kind: Literal["files"]
     path: Text
-    """Folder of the files: relative to the scenarios folder, or absolute."""
+    """Folder of the files: relative to the scenarios folder (a scenario file elsewhere: to its own folder), or
+    absolute."""
+    cpu_spread: number(0, 3) = 0.0
+    """Per seed, each pod's CPU, disk and network sizes are multiplied by one lognormal draw of mean 1 and this
+    sigma: how far pods' usage spreads around the sizes the files hold (0: the files' sizes, whatever the seed)."""
+    mem_spread: number(0, 3) = 0.0
+    """The same for each pod's memory size, an independent draw."""
 
     @model_validator(mode="after")
     def _has_files(self) -> "FilesWorkload":
