@@ -167,11 +167,11 @@ class ControlPlane:
         if not wait_for(lambda: _http_ok(f"http://127.0.0.1:{client}/health"), deadline_s=60, every_s=0.2):
             raise RuntimeError(f"etcd not healthy within 60 s:\n{self.etcd.tail()}")
         (f / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
-        # the audit log of pod creations and bindings (import-history reads it), nothing else
+        # the audit log of pod creations, bindings and deletions (import-history reads it), nothing else
         self.audit_log = f / "audit.log"
         (f / "audit-policy.yaml").write_text(yaml.safe_dump({
             "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-            "rules": [{"level": "Request", "verbs": ["create"],
+            "rules": [{"level": "Request", "verbs": ["create", "delete"],
                        "resources": [{"group": "", "resources": ["pods", "pods/binding"]}]},
                       {"level": "None"}]}))
         key = f / "service-account.key"

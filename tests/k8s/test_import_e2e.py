@@ -1,7 +1,8 @@
 """import-history on a real control plane: a stock kube-scheduler (no td3-scheduler anywhere) binds pods
 to the harness's fake nodes; the history rebuilt from the API server's pods and the real Prometheus
 names each pod's node, at its PodScheduled time, with every node's metrics of that moment; the API
-server's own audit log gives the same decisions."""
+server's own audit log gives the same decisions, and the deletions of pods their departures; the
+scenario rebuilt from that history on the API server's NodeList replays in the simulator."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import datetime
 
 import numpy as np
 
-from td3sched.lifecycle.history import read_history
+from td3sched.lifecycle.history import read_history, write_history
 from td3sched.lifecycle.importer import import_history, read_pod_list
+from td3sched.lifecycle.rebuild import rebuild_scenario
+from td3sched.run import run_simulation
+from td3sched.scenario import load_scenario
 from tests.k8s.conftest import NODES
 from tests.k8s.control_plane import QUERIES
 from tests.k8s.test_scheduling_e2e import create_pods, wait_bound
@@ -63,3 +67,29 @@ def test_history_imported_from_a_real_api_server_and_prometheus(cluster, prometh
         assert r["chosen_node"] == other["chosen_node"] and 0 <= r["time_s"] - other["time_s"] < 1.5
         assert (r["cpu_milli"], r["mem_mib"], r["qos"]) == (other["cpu_milli"], other["mem_mib"], other["qos"])
         assert sorted(c["node"] for c in r["candidates"]) == sorted(nodes)
+
+
+def test_a_cluster_history_with_deletions_replays_on_the_scenario_rebuilt_from_it(cluster, prometheus, namespace,
+                                                                                  start_scheduler, tmp_path):
+    start_scheduler("stock", PLAIN_CONFIG)
+    names = create_pods(cluster, namespace, PLAIN_SCHEDULER, 12)
+    wait_bound(cluster, namespace, names)
+    for name in names[:4]:
+        cluster.delete_pod(namespace, name)
+    path, _ = import_history(None, prometheus.url, tmp_path / "audit.parquet", step_s=1.0, queries=QUERIES,
+                             audit_log=cluster.audit_log)
+    rows = [r for r in read_history(path).to_pylist() if r["pod_namespace"] == namespace]  # this test's pods
+    assert sorted(r["pod_name"] for r in rows) == names
+    left = {r["pod_name"]: (r["outcome_left_s"], r["outcome"]) for r in rows}
+    assert all(left[n][1] == "departure" and left[n][0] > 0 for n in names[:4])
+    assert all(left[n] == (None, None) for n in names[4:])
+    mine = write_history(tmp_path / "mine.parquet", [{k: v for k, v in r.items() if k != "schema_version"}
+                                                     for r in rows])
+    nodes = read_pod_list(f"{cluster.url}/api/v1/nodes", cluster.token, ca_file=cluster.cert_dir / "apiserver.crt")
+    rebuilt = rebuild_scenario(mine, nodes, tmp_path / "replay", window_s=3600.0)
+    assert rebuilt.report["pods"] == 12 and rebuilt.report["pods_without_departure"] == 8
+    assert not rebuilt.report["history_nodes_missing_from_node_list"]
+    shapes = {(s.cpu_milli, s.mem_mib) for p in load_scenario(rebuilt.scenario).pools(1) for s in p.shapes}
+    assert {(cores * 1000.0, mem * 1024.0) for _, cores, _, mem, _ in NODES} <= shapes
+    metrics = run_simulation(rebuilt.scenario, "k8s-default", 1, rebuilt.span)["metrics"]
+    assert metrics["pods_arrived"] == 12 and metrics["binds"] == 12

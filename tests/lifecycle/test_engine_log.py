@@ -112,3 +112,27 @@ def test_the_pods_of_a_hold_become_rows_with_the_holds_action(tmp_path, actor):
         assert r["weights"] == rows[0]["weights"] and r["tau"] == rows[0]["tau"]
         assert r["action"] == rows[0]["action"] and r["model_version"] == actor.version
     assert len(Decisions.from_table(read_history(path))) == 1  # learning reads the decision, not the held rows
+
+
+def test_a_release_of_the_pod_watch_gives_the_bound_row_its_departure(tmp_path, actor):
+    log = DecisionLog(tmp_path / "decisions.jsonl", fsync_interval_s=0.05)
+    snap = snapshot(3)
+    service, clock = make_service(actor, snap, max_age_s=60, log=log)
+    pods = [PodSpec(f"job-{i}", namespace="batch", cpu_milli=500, mem_mib=256) for i in range(3)]
+    for pod in pods:
+        decision_id, _ = service.score_nodes(pod, list(snap.names))
+        service.report_binding(pod, "node-1", decision_id)
+        clock.t += 10.0
+    service.forget_binding("batch", "job-0", "node-1")  # t0 + 30: deleted
+    clock.t += 5.0
+    service.forget_binding("batch", "job-0", "node-1")  # a second release of it matches no live row
+    service.forget_binding("batch", "job-9", "node-2")  # a pod the log never saw bound
+    decision_id, _ = service.score_nodes(pods[1], list(snap.names))  # job-1 again, after it left
+    service.forget_binding("batch", "job-1", "node-1")
+    log.close()
+    path, counts = convert_log(tmp_path / "decisions.jsonl", tmp_path / "engine.parquet")
+    assert counts["released"] == 2 and counts["releases_unmatched"] == 2
+    rows = read_history(path).to_pylist()
+    start = rows[0]["time_s"]
+    assert [(r["pod_name"], r["outcome_left_s"] and r["outcome_left_s"] - start, r["outcome"]) for r in rows] == [
+        ("job-0", 30.0, "departure"), ("job-1", 35.0, "departure"), ("job-2", None, None), ("job-1", None, None)]

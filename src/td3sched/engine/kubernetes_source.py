@@ -354,15 +354,16 @@ class KubernetesSource:
             if not first and (held is None or held[2] != node):
                 self._report(pod, node)  # bound while the watch was away
         for key in self.bound.keys() - bound.keys():
-            namespace, name, _ = self.bound[key]
-            self.service.forget_binding(namespace, name)  # gone while the watch was away
+            namespace, name, node = self.bound[key]
+            self.service.forget_binding(namespace, name, node)  # gone while the watch was away
         self.bound = bound
 
     def _pod_event(self, kind: str, pod: dict) -> None:
         key, namespace, name, node = self._key(pod)
         if kind == "DELETED" or not node:
-            if self.bound.pop(key, None) is not None:
-                self.service.forget_binding(namespace, name)
+            held = self.bound.pop(key, None)
+            if held is not None:
+                self.service.forget_binding(namespace, name, held[2])
             return
         held = self.bound.get(key)
         if held is not None and held[2] == node:

@@ -149,9 +149,14 @@ class EngineService:
             self.metrics.log_records.inc()
         return counted
 
-    def forget_binding(self, namespace: str, name: str) -> None:
-        """The pod is gone (the pod watch saw it deleted or finished)."""
+    def forget_binding(self, namespace: str, name: str, node: str = "") -> None:
+        """The pod is gone (the pod watch saw it deleted or finished): out of the assign cache, and a
+        ``release`` record in the decision log (the history's departures)."""
         self.engine.state.forget_binding(binding_key(namespace, name))
+        if self.log is not None:
+            self.log.append({"kind": "release", "time_s": self.engine.state.clock(),
+                             "pod": {"namespace": namespace, "name": name}, "node": node})
+            self.metrics.log_records.inc()
 
     def reload(self, actor) -> None:
         """Validate and swap in a new model; the version changes in responses, logs and metrics."""

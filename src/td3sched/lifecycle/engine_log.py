@@ -17,8 +17,10 @@ say which action placed which pod where.
 
 Columns from the log: time (Unix seconds), pod, observation, action, weights, tau, model version,
 candidates (score 0-100 as logged, ``u`` with the pod included, null when stale). ``policy`` is
-``engine`` (``engine:fallback:<reason>`` for a fallback decision). No outcome is in the log:
-``outcome_left_s``, ``outcome``, ``outcome_kills``, ``reward`` and ``elapsed_s`` are null.
+``engine`` (``engine:fallback:<reason>`` for a fallback decision). A ``release`` record (the pod
+watch saw the pod deleted or finished, or found it gone on a relist) sets ``outcome_left_s`` of the
+pod's latest bound row before it that has none, with ``outcome`` ``departure``; without a pod watch
+there is none. ``outcome_kills``, ``reward`` and ``elapsed_s`` are null.
 
 A log is the file and its rotated files (``.N`` ... ``.1``, oldest first, then the file): all read.
 Records cut by a crash are skipped and counted.
@@ -66,7 +68,9 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
     rows: list[dict] = []
     by_id: dict[str, dict] = {}
     unbound_by_pod: dict[tuple, list[dict]] = {}
-    counts = {"decisions": 0, "bound": 0, "held": 0, "bindings_unmatched": 0, "lines_skipped": skipped, "other": 0}
+    counts = {"decisions": 0, "bound": 0, "held": 0, "bindings_unmatched": 0, "released": 0,
+              "releases_unmatched": 0, "lines_skipped": skipped, "other": 0}
+    bound_by_pod: dict[tuple, list[dict]] = {}
     held_rows: dict[str, int] = {}
     for file, r in records:
         where = str(file)
@@ -102,6 +106,7 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
             pod = r.get("pod") or {}
             if row is not None and (row["pod_namespace"], row["pod_name"]) != (pod.get("namespace"), pod.get("name")):
                 rows.append(_held_row(row, r, pod, where, held_rows))
+                bound_by_pod.setdefault((rows[-1]["pod_namespace"], rows[-1]["pod_name"]), []).append(rows[-1])
                 counts["held"] += 1
                 continue
             if row is None or row["chosen_node"] is not None:
@@ -115,7 +120,18 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
             row["chosen_node"] = node
             names = [c["node"] for c in row["candidates"]]
             row["chosen_index"] = names.index(node) if node in names else None
+            bound_by_pod.setdefault((row["pod_namespace"], row["pod_name"]), []).append(row)
             counts["bound"] += 1
+        elif kind == "release":
+            pod = r.get("pod") or {}
+            t = float(r.get("time_s", 0.0))
+            live = [x for x in bound_by_pod.get((pod.get("namespace"), pod.get("name")), [])
+                    if x["outcome_left_s"] is None and x["time_s"] <= t]
+            if not live:
+                counts["releases_unmatched"] += 1
+                continue
+            live[-1].update(outcome_left_s=t, outcome="departure")
+            counts["released"] += 1
         else:
             counts["other"] += 1
     return rows, counts
