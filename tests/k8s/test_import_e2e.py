@@ -92,4 +92,6 @@ def test_a_cluster_history_with_deletions_replays_on_the_scenario_rebuilt_from_i
     shapes = {(s.cpu_milli, s.mem_mib) for p in load_scenario(rebuilt.scenario).pools(1) for s in p.shapes}
     assert {(cores * 1000.0, mem * 1024.0) for _, cores, _, mem, _ in NODES} <= shapes
     metrics = run_simulation(rebuilt.scenario, "k8s-default", 1, rebuilt.span)["metrics"]
-    assert metrics["pods_arrived"] == 12 and metrics["binds"] == 12
+    # every pod is placed (the replay's own dynamics may evict and place one again: the fake nodes' usage
+    # is all the known pods', a large share of their requests)
+    assert metrics["pods_arrived"] == 12 and metrics["binds"] >= 12 and metrics["unschedulable"] == 0

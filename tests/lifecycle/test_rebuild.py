@@ -70,6 +70,23 @@ def test_a_replay_of_a_rebuilt_cluster_history_has_the_recorded_runs_load(cluste
     assert replay["node_hours"] == pytest.approx(metrics["node_hours"])
 
 
+def test_a_rebuilt_scenario_reproduces_the_observations_it_was_built_from(cluster_history, tmp_path):
+    from td3sched.lifecycle.record import record_simulation
+
+    _, history, nodes = cluster_history
+    first = rebuild_scenario(history, nodes, tmp_path / "replay", window_s=6 * 3600)
+    # the replay's own history, without the spread, rebuilt again on its nodes: the same estimates
+    no_spread = ["workload.cpu_spread=0", "workload.mem_spread=0"]
+    _, path, _ = record_simulation(first.scenario, "k8s-default", 1, first.span, tmp_path / "again", no_spread)
+    assert path.parent == tmp_path / "again" and path.name.startswith("replay-scenario-recent-seed1-")
+    second = rebuild_scenario(path, node_list_of(load_scenario(first.scenario)), tmp_path / "replay2",
+                              window_s=6 * 3600)
+    for key, value in first.report["ratio_mean"].items():
+        assert second.report["ratio_mean"][key] == pytest.approx(value, rel=0.01), key  # measured: within 0.1%
+    # every pod of that world uses the same share of its requests: no spread is estimated
+    assert first.report["spread"]["cpu_sigma"] > 0.3 and second.report["spread"]["cpu_sigma"] < 0.05
+
+
 def test_the_gate_replays_a_cluster_history_on_the_scenario_rebuilt_from_it(cluster_history, tmp_path):
     _, history, nodes = cluster_history
     with pytest.raises(HistoryError, match=r"comes from import.*--nodes"):

@@ -209,9 +209,12 @@ class HistoryRecorder(Policy):
 
 
 def history_file_name(scenario: str, span: str, seed: int, label: str) -> str:
-    """``<scenario>-<span>-seed<seed>-<policy>.parquet``, the policy label made safe for a file name."""
+    """``<scenario>-<span>-seed<seed>-<policy>.parquet``, the scenario (``scenario_slug``: a scenario file
+    by its folder and stem) and the policy label made safe for a file name."""
+    from td3sched.scenario import scenario_slug
+
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in label)[:80]
-    return f"{scenario}-{span}-seed{seed}-{safe}.parquet"
+    return f"{scenario_slug(scenario)}-{span}-seed{seed}-{safe}.parquet"
 
 
 def record_simulation(scenario: str, policy: str, seed: int, span: str, out_dir, overrides: list[str] | None = None,

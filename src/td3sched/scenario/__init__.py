@@ -180,6 +180,17 @@ def scenario_file(name: str) -> Path:
     return Path(name) if str(name).endswith(SCENARIO_SUFFIXES) else SCENARIO_DIR / f"{name}.yaml"
 
 
+def scenario_slug(name: str) -> str:
+    """``name`` as part of a file name: a shipped scenario's name itself; a scenario file's folder and stem
+    (``replay/scenario.yaml`` -> ``replay-scenario``), characters other than letters, digits, ``-``, ``_``
+    and ``.`` replaced by ``_``."""
+    if not str(name).endswith(SCENARIO_SUFFIXES):
+        return str(name)
+    path = Path(name)
+    text = f"{path.parent.name}-{path.stem}" if path.parent.name else path.stem
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
+
+
 def load_scenario(name: str, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
     """Scenario ``name`` (a shipped scenario, or the path of a scenario file) with ``key=value``
     overrides applied."""
@@ -201,4 +212,4 @@ def load_scenario(name: str, overrides: list[str] | tuple[str, ...] = ()) -> Sce
     config = resolve(raw, tuple(overrides), source=f"scenario file {path.name}")
     return Scenario(name, config, tuple(overrides))
 
-__all__ = ["Scenario", "ScenarioError", "load_scenario", "scenario_names", "Workload", "UsageProfiles"]
+__all__ = ["Scenario", "ScenarioError", "load_scenario", "scenario_names", "scenario_slug", "Workload", "UsageProfiles"]

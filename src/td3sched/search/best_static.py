@@ -41,6 +41,7 @@ candidate's scores, the code version and the wall time. ``resolve_policy`` turns
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import itertools
 import json
@@ -181,7 +182,9 @@ class SearchSettings:
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     def file_name(self) -> str:
-        return f"{self.scenario}-{self.variant}-{self.key()}.json"
+        from td3sched.scenario import scenario_slug
+
+        return f"{scenario_slug(self.scenario)}-{self.variant}-{self.key()}.json"
 
 
 def _match_key(settings: dict) -> dict:
@@ -522,6 +525,7 @@ def load_result(name: str, scenario_name: str, overrides, models_dir: Path | Non
     """The stored result of ``name`` (best-static or best-static-seed) for a scenario and its
     overrides under the default search settings. Searched in ``models_dir``, by default in the user's
     then the shipped best-static folders: the user's folder wins, then the largest budget, then the newest."""
+    from td3sched.scenario import scenario_slug
     from td3sched.shipped import best_static_dirs
 
     folders = [Path(models_dir)] if models_dir is not None else best_static_dirs()
@@ -529,7 +533,7 @@ def load_result(name: str, scenario_name: str, overrides, models_dir: Path | Non
                           ceiling_values=VARIANT_CEILINGS.get(name, (None,))).resolved()
     found: list[tuple[int, float, str, dict, Path]] = []  # (folder rank: the user's first, budget, time, ...)
     for rank, folder in enumerate(folders):
-        for path in sorted(folder.glob(f"{scenario_name}-{want.variant}-*.json")):
+        for path in sorted(folder.glob(f"{glob.escape(scenario_slug(scenario_name))}-{want.variant}-*.json")):
             try:
                 result = json.loads(path.read_text())
                 settings = result["settings"]
