@@ -111,3 +111,28 @@ def test_the_gate_replays_the_recent_window_of_a_simulator_history(models, tmp_p
     assert result.exit_code in (0, 1) and "cost_node_hours: current" in result.output, result.output
     gate = next(v.gate for v in Registry(reg).list())
     assert gate["config"]["span"] == "recent" and gate["config"]["overrides"] == overrides
+
+
+def test_the_gate_replays_a_cluster_history_on_a_scenario_rebuilt_in_the_registry(models, tmp_path):
+    from td3sched.lifecycle.history import write_history
+    from td3sched.lifecycle.record import record_simulation
+    from td3sched.scenario import load_scenario
+    from tests.lifecycle.test_rebuild import CLUSTER_ONLY, FIXED, node_list_of
+
+    _, path, _ = record_simulation("tiny", "k8s-default", 1, "test", tmp_path / "sim", list(FIXED))
+    rows = [{k: v for k, v in {**row, **CLUSTER_ONLY}.items() if k != "schema_version"}
+            for row in read_history(path).to_pylist()]
+    history = write_history(tmp_path / "cluster.parquet", rows)
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps(node_list_of(load_scenario("tiny", FIXED))))
+    reg = tmp_path / "registry"
+    args = ["gate", str(models / "good"), "--against", "k8s-default", "--history", str(history), "--window", "6h",
+            "--seeds", "2", "--registry", str(reg)]
+    refused = runner.invoke(app, args)
+    assert refused.exit_code != 0 and "--nodes" in refused.output, refused.output
+    result = runner.invoke(app, [*args, "--nodes", str(nodes)])
+    assert result.exit_code in (0, 1) and "cost_node_hours: current" in result.output, result.output
+    version = next(v for v in Registry(reg).list())
+    replay = Registry(reg).folder(version.version) / "replay"
+    assert version.gate["config"]["scenario"] == str(replay / "scenario.yaml") and version.gate["config"]["span"] == "recent"
+    assert json.loads((replay / "rebuild.json").read_text())["nodes"] == 26
