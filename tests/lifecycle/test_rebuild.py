@@ -151,6 +151,9 @@ def test_the_usage_ratio_and_the_pods_lifetimes_are_read_from_the_history(tmp_pa
     np.testing.assert_allclose(pods["size_mem_mib"], 0.25 * pods["request_mem_mib"])
     world = load_scenario(rebuilt.scenario).build(1)
     assert [p.count for p in world.pools] == [2] and world.config.usage_scale == 1.0
+    only_n1 = {"items": NODES["items"][:1]}  # a node of the history the NodeList no longer has
+    assert rebuild_scenario(history, only_n1, tmp_path / "out1", window_s=86400.0).report[
+        "history_nodes_missing_from_node_list"] == ["n2"]
     np.testing.assert_array_equal(world.profiles.shape[:2, 0, :], 1.0)  # one slot, at its peak
 
 

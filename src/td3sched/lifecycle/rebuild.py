@@ -51,6 +51,8 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import yaml
 
 from td3sched.engine.kubernetes_source import node_allocatable
@@ -202,8 +204,10 @@ def rebuild_scenario(history, node_list: dict, out, window_s: float, warmup_s: f
     offs = cands.offsets.to_numpy().astype(np.int64)
     offs = offs - offs[0]
     flat = cands.flatten()
-    cand_node = np.array([node_index.get(n, -1) for n in flat.field("node").to_pylist()], dtype=np.int64)
-    missing_nodes.update(n for n, k in zip(flat.field("node").to_pylist(), cand_node) if k < 0)
+    # a production history holds millions of candidates: names to indices in Arrow, no Python object each
+    known = pa.array(sorted(shapes), pa.string())
+    cand_node = pc.index_in(flat.field("node"), value_set=known).fill_null(-1).to_numpy().astype(np.int64)
+    missing_nodes.update(pc.unique(pc.filter(flat.field("node"), pa.array(cand_node < 0))).to_pylist())
     u = np.column_stack([flat.field(f).to_numpy(zero_copy_only=False).astype(np.float64) for f in U_FIELDS]) \
         if len(flat) else np.zeros((0, 4))
     stale = flat.field("stale").to_numpy(zero_copy_only=False).astype(bool) if len(flat) else np.zeros(0, bool)
