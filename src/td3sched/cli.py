@@ -1137,7 +1137,7 @@ def models_cmd(
 @app.command("inspect-model")
 def inspect_model(
     folder: Path = typer.Argument(..., help="Model folder (td3sched train's run folder), or a shipped model's "
-                                            "name (td3-dlrm, td3-dlrm-seed, td3-dlrm-held, td3-openb, td3-openb-seed)."),
+                                            "name (td3-dlrm, td3-dlrm-seed, td3-dlrm-held, td3-openb, td3-openb-seed, td3-openb-held)."),
     scenario: str = typer.Option(DEFAULT_SCENARIO, help=_scenario_help("Scenario whose window the model runs on")),
     span: str = typer.Option(MEASURE_SPAN, help=_span_help(MEASURE_SPAN, "Span of the window")),
     episode_hours: float = typer.Option(6.0, help="Window length in simulated hours."),

@@ -1,7 +1,8 @@
 """Where the models shipped with the package are, and where a user's own ones go.
 
 - **Shipped** (package data, inside the installed package): ``td3sched/models/``, holding the trained
-  TD3 models (``td3-dlrm``, ``td3-dlrm-seed``, ``td3-dlrm-held``, ``td3-openb``, ``td3-openb-seed``) and the stored
+  TD3 models (``td3-dlrm``, ``td3-dlrm-seed``, ``td3-dlrm-held``, ``td3-openb``, ``td3-openb-seed``,
+  ``td3-openb-held``) and the stored
   best-static search results (``best-static/``). In a checkout, ``models`` at the repository root
   links to that folder.
 - **The user's**: ``$TD3SCHED_MODELS`` when set, else ``models/`` in the working directory.
