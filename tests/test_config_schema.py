@@ -117,7 +117,7 @@ def test_show_with_a_bad_override_exits_2():
 
 
 def test_every_shipped_scenario_resolves_and_round_trips():
-    for name in ("tiny", "dlrm", "openb"):
+    for name in ("tiny", "dlrm", "dlrm-small", "openb"):
         config = load_scenario(name).config
         assert json.dumps(resolve(yaml.safe_load(to_yaml(config)))) == json.dumps(config), name
 

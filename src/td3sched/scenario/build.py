@@ -68,7 +68,11 @@ def _dlrm(scenario, pools, seed, lenient, reports):
     cpu, gpu = _pool(pools, "cpu"), _pool(pools, "gpu")
     trace = load_dlrm(lenient=lenient)
     reports.append(trace.skipped)
-    parts = [dlrm_workload(cpu.shapes[0], gpu.shapes[0], profiles.count, seed, frame=trace.frame)]
+    dlrm = dlrm_workload(cpu.shapes[0], gpu.shapes[0], profiles.count, seed, frame=trace.frame)
+    sample = float(scenario.config["workload"].get("sample", 1.0))
+    if sample < 1.0:
+        dlrm = dlrm.select(np.random.default_rng([seed, 43]).uniform(size=len(dlrm)) < sample)
+    parts = [dlrm]
     batch = scenario.config.get("batch", {})
     if batch.get("enabled", False):
         parts.append(batch_stream(batch, cpu, scenario.days, seed, profiles.count, lenient, reports))

@@ -74,6 +74,9 @@ class DlrmWorkload(Section):
     """Alibaba's DLRM serving instances (cluster-trace-gpu-v2025); needs node pools named cpu and gpu."""
 
     kind: Literal["dlrm"]
+    sample: number(0, 1, lo_open=True) = 1.0
+    """Keep this share of the DLRM instances, drawn per seed (1: all of them). With the node pools scaled by
+    the same share, a smaller dlrm that loads its pools as dlrm does (the dlrm-small scenario)."""
 
 
 class OpenbWorkload(Section):
