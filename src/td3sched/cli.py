@@ -974,19 +974,30 @@ def online_rl_cmd(
 def finetune_cmd(
     history: Path = typer.Option(..., "--history", metavar="DIR", help="Scheduling history (folder or file)."),
     window: str = typer.Option("7d", help="The newest window of the history to learn from: 7d, 12h, 30m, 3600s."),
-    learning_rate: float = typer.Option(1e-5, "--lr", help="Adam's learning rate (small: the model moves a little a day)."),
-    epochs: int = typer.Option(5, help="Passes over the window's decisions."),
+    method: str = typer.Option("choices", help="choices: rank the window's chosen nodes first (behaviour cloning; "
+                                               "from another scheduler's or an operator's history); replay: TD3 on "
+                                               "the replay of the window, the gate's (learns from outcomes; from the "
+                                               "model's own history)."),
+    learning_rate: Optional[float] = typer.Option(None, "--lr", help="Adam's learning rate (small: the model moves a "
+                                                  "little a day; default 1e-5 with choices, 1e-4 with replay)."),
+    epochs: int = typer.Option(5, help="With choices: passes over the window's decisions."),
+    steps: int = typer.Option(300, min=1, help="With replay: TD3 steps (decisions, or holds of the model's card)."),
+    nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE", help="With replay and a cluster's history: "
+                                         "its nodes (`kubectl get nodes -o json`), to rebuild the window on."),
     model: Optional[Path] = typer.Option(None, help="Model folder to fine-tune (default: the registry's serving one)."),
     out_dir: Path = typer.Option(..., "--out", metavar="CANDIDATE", help="Model folder to write the candidate to."),
     registry: Optional[Path] = typer.Option(None, help=REGISTRY_HELP),
-    seed: int = typer.Option(1, min=0, help="torch's seed (batch order)."),
+    seed: int = typer.Option(1, min=0, help="torch's seed (batch order; with replay, the episodes' too)."),
     threads: int = typer.Option(1, min=1, help="torch threads."),
 ) -> None:
     """Fine-tune the serving model on the newest window of history; write and register a candidate."""
-    from td3sched.lifecycle.finetune import finetune
+    from td3sched.lifecycle.finetune import DEFAULT_LR, DEFAULT_REPLAY_LR, finetune, finetune_on_replay
+    from td3sched.lifecycle.rebuild import read_node_list
     from td3sched.lifecycle.registry import Registry, RegistryError
     from td3sched.outputs import check_folder
 
+    if method not in ("choices", "replay"):
+        _fail(f"--method {method!r}: expected choices or replay")
     try:
         import torch
 
@@ -999,13 +1010,24 @@ def finetune_cmd(
                                     "version (td3sched promote)")
             model = reg.folder(serving)
         check_folder(out_dir, "--out")
-        training = finetune(history, model, out_dir, window, learning_rate, epochs, seed,
-                            progress=lambda line: console.print(escape(line)))
+        say = lambda line: console.print(escape(line))  # noqa: E731
+        if method == "choices":
+            training = finetune(history, model, out_dir, window, learning_rate or DEFAULT_LR, epochs, seed,
+                                progress=say)
+        else:
+            node_list = read_node_list(nodes) if nodes is not None else None
+            training = finetune_on_replay(history, model, out_dir, window, learning_rate or DEFAULT_REPLAY_LR, steps,
+                                          seed=seed, node_list=node_list, progress=say)
         version = reg.register(out_dir)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
-    out.print(f"agreement with the window: {training['initial_train']['agreement']:.3f} before, "
-              f"{training['train']['agreement']:.3f} after")
+    if method == "choices":
+        out.print(f"agreement with the window: {training['initial_train']['agreement']:.3f} before, "
+                  f"{training['train']['agreement']:.3f} after")
+    else:
+        returns = training["recent_returns"]
+        out.print(f"{training['steps']:,} steps on the replay, {training['episodes']} episode(s)"
+                  + (f", last return {returns[-1]:.4f}" if returns else ""))
     out.print(f"candidate {version} registered in {reg.root} (parent {training['parent']}): td3sched gate {version}")
 
 
@@ -1102,6 +1124,53 @@ def rollback_cmd(registry: Optional[Path] = typer.Option(None, help=REGISTRY_HEL
         _fail(str(exc))
     out.print(f"serving {now} (rolled back from {was})")
 
+
+
+@app.command("rehearse")
+def rehearse_cmd(
+    model: Path = typer.Option(..., "--model", help="The model serving at the start (and kept frozen to compare)."),
+    out_dir: Path = typer.Option(..., "--out", metavar="DIR", help="Folder of the rehearsal: its registry, history, "
+                                 "candidates, rows.jsonl, report.md and rehearsal.png. An existing one goes on after "
+                                 "its last period done."),
+    scenario: str = typer.Option(DEFAULT_SCENARIO, help=_scenario_help("Scenario rolled through")),
+    days: Optional[str] = typer.Option(None, help="FIRST:END days rolled through (END exclusive), e.g. 14:31; "
+                                       "default: the scenario's test span."),
+    period: float = typer.Option(1.0, help="Days per round of serve, fine-tune and gate."),
+    seeds: int = typer.Option(2, min=1, help="Seeds 1..N each period is served on by both models (seed 1 is the "
+                                             "history)."),
+    window: str = typer.Option("7d", help="The fine-tune's window of the history."),
+    steps: int = typer.Option(300, min=1, help="The fine-tune's TD3 steps."),
+    learning_rate: float = typer.Option(1e-4, "--lr", help="The fine-tune's learning rate."),
+    gate_window: str = typer.Option("1d", help="The window the gate replays."),
+    gate_seeds: int = typer.Option(3, min=2, help="The gate's seeds 1..N."),
+    margin: float = typer.Option(0.01, help="The gate's margin, a share of the serving model's cost."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    threads: int = typer.Option(1, min=1, help="torch threads."),
+) -> None:
+    """The lifecycle rolled through a scenario's days (serve, fine-tune on the replay, gate, promote)
+    against the model frozen at the start; a row per period, a report and a figure (docs/lifecycle.md)."""
+    from td3sched.lifecycle.rehearsal import RehearsalConfig, rehearse, report
+
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        first, end = (float(x) for x in days.split(":")) if days is not None else (None, None)
+    except ValueError:
+        _fail(f"--days {days!r}: expected FIRST:END in days, e.g. 14:31")
+    try:
+        if days is None:
+            from td3sched.scenario import load_scenario
+
+            first, end = (s / 86400.0 for s in load_scenario(scenario, list(set_)).span("test"))
+        config = RehearsalConfig(scenario, first, end, period, tuple(range(1, seeds + 1)), window, steps,
+                                 learning_rate, gate_window, tuple(range(1, gate_seeds + 1)), margin, tuple(set_))
+        rows = rehearse(model, out_dir, config, progress=lambda line: console.print(escape(line)))
+        md, png = report(out_dir, rows)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print(md.read_text().splitlines()[-1])
+    out.print(f"report: {md}; figure: {png}")
 
 @app.command("models")
 def models_cmd(

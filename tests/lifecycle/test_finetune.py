@@ -81,3 +81,48 @@ def test_the_cli_clones_then_finetunes_the_serving_model_into_the_registry(histo
     assert result.exit_code == 0 and f"(parent {serving})" in " ".join(result.output.split()), result.output
     versions = Registry(reg).list()
     assert len(versions) == 2 and Registry(reg).serving() == serving  # a candidate serves nothing before its gate
+
+
+# --- finetune --method replay: TD3 on the replay of the window ---------------------------------------------
+
+def _held():
+    """A shipped held-action model (10-minute holds), trained on dlrm."""
+    from td3sched.shipped import SHIPPED_MODELS
+
+    return SHIPPED_MODELS / "td3-dlrm-held"
+
+
+def test_finetuning_on_the_replay_moves_the_actor_and_keeps_the_cards_episodes(history, tmp_path):
+    from td3sched.lifecycle.finetune import finetune_on_replay
+
+    torch.set_num_threads(1)
+    parent_folder = _held()
+    parent = load_model(parent_folder)
+    training = finetune_on_replay(history, parent_folder, tmp_path / "candidate", window="4h", learning_rate=1e-3,
+                                  steps=30, seed=3)
+    assert training["kind"] == "finetune-replay" and training["parent"] == parent.content_sha256[:12]
+    assert training["replay"]["scenario"] == "tiny" and training["replay"]["span"] == "recent"
+    assert training["steps"] == 30 and training["window_s"] == 14400
+    card = json.loads((tmp_path / "candidate" / "model.json").read_text())
+    assert card["action_hold_s"] == parent.card["action_hold_s"] == 600.0  # the episodes the card sets
+    assert card["config"]["learning_rate"] == 1e-3 and card["config"]["bc_alpha"] == 2.5
+    child = load_model(tmp_path / "candidate")
+    obs = np.random.default_rng(0).normal(size=(64, child.observation_size)).astype(np.float32)
+    with torch.no_grad():
+        before = parent.actor(torch.from_numpy(parent.normalizer.normalize(obs)))
+        after = child.actor(torch.from_numpy(child.normalizer.normalize(obs)))
+    gap = float((before - after).abs().mean())
+    assert 0 < gap < 1.0, gap  # it moved, a little
+
+
+def test_the_cli_finetunes_on_the_replay_and_refuses_a_bad_method(history, tmp_path):
+    reg = tmp_path / "registry"
+    result = runner.invoke(app, ["finetune", "--history", str(history), "--method", "replay", "--window", "3h",
+                                 "--steps", "10", "--model", str(_held()), "--out", str(tmp_path / "cand"),
+                                 "--registry", str(reg)])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0 and "10 steps on the replay" in text, result.output
+    assert len(Registry(reg).list()) == 1 and Registry(reg).serving() is None
+    result = runner.invoke(app, ["finetune", "--history", str(history), "--method", "nosuch", "--model",
+                                 str(_held()), "--out", str(tmp_path / "never")])
+    assert result.exit_code == 2 and "--method 'nosuch': expected choices or replay" in " ".join(result.output.split())

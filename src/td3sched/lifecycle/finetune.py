@@ -10,6 +10,14 @@ critics are the parent's. A candidate serves nothing until the gate passes it (`
 What it learns is to rank the window's chosen nodes first: from a history of the cluster's own
 scheduler, of an operator's choices or of a better policy. Learning from the history's rewards is
 TD3+BC (``lifecycle.offline``).
+
+``finetune_on_replay`` (``--method replay``) learns from outcomes instead, where the history has none
+(the engine's log, an import) or where they are the serving model's own choices (which the
+behaviour-cloning loss would only copy): TD3 goes on, from the model with its critics, on the replay
+of the window the gate replays (``gate.history_replay``: a simulator history's own scenario, or a
+scenario rebuilt from a cluster's history on its nodes), its episodes as the model's card sets them
+(hold, warm-up). The behaviour term of TD3+BC (alpha ``DEFAULT_REPLAY_ALPHA``) keeps the actor near
+the actions it replays, which are its own plus exploration noise: the model moves a little a day.
 """
 
 from __future__ import annotations
@@ -26,6 +34,12 @@ from td3sched.lifecycle.history import Decisions, HistoryError, read_history
 UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 DEFAULT_WINDOW = "7d"
 DEFAULT_LR = 1e-5
+DEFAULT_REPLAY_LR = 1e-4
+"""Adam's learning rate of ``finetune_on_replay``: a third of training's (3e-4)."""
+DEFAULT_REPLAY_STEPS = 300
+"""TD3 steps of ``finetune_on_replay``: two days of 10-minute holds."""
+DEFAULT_REPLAY_ALPHA = 2.5
+"""TD3+BC's alpha in ``finetune_on_replay`` (the paper's)."""
 
 
 def parse_window(text: str) -> float:
@@ -72,6 +86,64 @@ def finetune(history, model, out, window: str = DEFAULT_WINDOW, learning_rate: f
                                       "span": card.get("span"), "episode_hours": card.get("episode_hours"),
                                       "seed": seed, "config": dict(card["config"]), "training": training},
                   critic_state=critic)
+    return training
+
+
+def finetune_on_replay(history, model, out, window: str = DEFAULT_WINDOW, learning_rate: float = DEFAULT_REPLAY_LR,
+                       steps: int = DEFAULT_REPLAY_STEPS, alpha: float = DEFAULT_REPLAY_ALPHA, seed: int = 1,
+                       node_list: dict | None = None, progress: Callable[[str], None] | None = None) -> dict:
+    """TD3 from the model folder ``model`` on the replay of the newest ``window`` of ``history`` for
+    ``steps`` steps (see the module's docstring); write the candidate to ``out``; return its card's
+    ``training`` entry. A cluster's history is rebuilt on the nodes of ``node_list`` (a v1.NodeList)."""
+    import dataclasses
+    import tempfile
+
+    from td3sched.lifecycle.gate import history_replay
+    from td3sched.rl.model import load_model
+    from td3sched.rl.td3 import TD3
+    from td3sched.rl.train import TrainSettings, learn
+
+    say = progress or (lambda line: None)
+    if not (isinstance(steps, int) and steps >= 1):
+        raise ValueError(f"steps={steps!r}: expected a whole number >= 1")
+    if not learning_rate > 0:
+        raise ValueError(f"learning rate {learning_rate!r}: expected a positive number")
+    window_s = parse_window(window)
+    parent = load_model(model)
+    card = parent.card
+    agent = TD3.load(model)
+    agent.config = dataclasses.replace(agent.config, learning_rate=learning_rate, learning_starts=0, anchor=None,
+                                       bc_alpha=alpha, bc_decay_steps=None)
+    for optimizer in (agent.actor_optimizer, agent.critic_optimizer):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate
+    agent.seed, agent.rng = seed, np.random.default_rng(seed)
+    with tempfile.TemporaryDirectory(prefix="td3sched-replay-") as rebuilt:
+        scenario, span, overrides = history_replay(history, window_s, node_list, Path(rebuilt), progress=say)
+        hours = min(float(card.get("episode_hours") or 24.0), window_s / 3600.0)
+        settings = TrainSettings(scenario=scenario, seed=seed, span=span, episode_hours=hours,
+                                 action_mode=agent.action_mode, overrides=tuple(overrides),
+                                 action_hold_s=float(card.get("action_hold_s") or 0.0),
+                                 warmup_hours=float(card.get("warmup_hours") or 0.0),
+                                 warmup_score=card.get("warmup_score"))
+        say(f"TD3 on the replay of the newest {window} ({scenario}, {' '.join(overrides) or span}), {hours:g} h "
+            f"episodes, {steps:,} steps at {learning_rate:g}, alpha {alpha:g}; parent {parent.content_sha256[:12]}")
+        env = settings.make_env()
+        try:
+            result = learn(agent, env, steps, settings=settings, on_log=lambda row: say(
+                f"step {row['step']:,}/{steps:,}: episodes {row['episodes']}, return {row['episode_reward']:.4f}"))
+        finally:
+            env.close()
+    training = {"kind": "finetune-replay", "parent": parent.content_sha256[:12], "history": str(history),
+                "window": window, "window_s": window_s, "replay": {"scenario": scenario, "span": span,
+                                                                  "overrides": list(overrides)},
+                "steps": steps, "learning_rate": learning_rate, "alpha": alpha, "episodes": result.episodes,
+                "recent_returns": [float(r) for r in result.recent_returns], "wall_s": round(result.wall_s, 1),
+                "parent_training": card.get("training")}
+    kept = {k: card[k] for k in ("action_hold_s", "warmup_hours", "warmup_score") if card.get(k) is not None}
+    agent.save(Path(out), {"scenario": card.get("scenario"), "overrides": card.get("overrides") or [],
+                           "span": card.get("span"), "episode_hours": card.get("episode_hours"), "seed": seed,
+                           **kept, "training": training})
     return training
 
 

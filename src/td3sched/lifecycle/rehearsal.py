@@ -1,0 +1,270 @@
+"""``td3sched rehearse``: the learning lifecycle rolled day by day through a scenario, against the model
+frozen at its start (the non-stationarity experiment of docs/lifecycle.md).
+
+A registry of its own starts with the model serving. Then for each period (a day by default) of the
+span rolled through:
+
+1. **Serve.** The serving model runs the period (seed ``seeds[0]``: the cluster's own world), its
+   decisions recorded into the rehearsal's history, as a cluster's engine would log them; the other
+   seeds replay the same period as other worlds. The frozen model runs the same period on the same
+   seeds: paired runs.
+2. **Fine-tune.** ``finetune_on_replay`` from the serving model on the replay of the history's newest
+   ``window``: the candidate, registered.
+3. **Gate.** ``run_gate`` replays the candidate and the serving model on the history's newest
+   ``gate_window`` (``gate_seeds``); the verdict is recorded in the registry and a candidate that
+   passes is promoted: it serves the next period.
+
+Each period's row (both models' metrics per seed, the candidate, the gate's verdict and figures) is
+appended to ``rows.jsonl`` once the period is done, and a rerun of the same command goes on after the
+last row (nothing done is lost on a crash; a period cut short is run again whole). ``report`` writes
+the per-period table (``report.md``) and the figure of the objective and the case study's metrics
+(``rehearsal.png``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+ROWS_FILE = "rows.jsonl"
+SETTINGS_FILE = "rehearsal.json"
+OBJECTIVE = "cost_node_hours"
+METRICS = (OBJECTIVE, "cpu_util", "fragmentation", "latency_p99_ms", "oom_kills_total", "overload_node_frac",
+           "pending_p99_s", "episode_reward")
+"""Kept per run: the gate's objective, the case study's four metrics, the gate's other safety metrics."""
+PERIOD_SPAN = "period"
+"""Period k is the span ``period<k>`` of its runs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RehearsalConfig:
+    scenario: str = "dlrm-small"
+    start_day: float = 14.0
+    """First day served (the model was trained before it)."""
+    end_day: float = 31.0
+    """Day the rehearsal ends at (exclusive)."""
+    period_days: float = 1.0
+    """One serve, fine-tune and gate round per period."""
+    seeds: tuple[int, ...] = (1, 2)
+    """Seeds each period is served on by both models (the first one is recorded as the history)."""
+    window: str = "7d"
+    """The fine-tune's window of the history."""
+    steps: int = 300
+    """The fine-tune's TD3 steps."""
+    learning_rate: float = 1e-4
+    """The fine-tune's learning rate."""
+    gate_window: str = "1d"
+    """The window the gate replays (the newest period, by default)."""
+    gate_seeds: tuple[int, ...] = (1, 2, 3)
+    margin: float = 0.01
+    """The gate's margin (a share of the serving model's cost)."""
+    overrides: tuple[str, ...] = ()
+    """Scenario settings (--set) for every run."""
+
+    def __post_init__(self) -> None:
+        from td3sched.lifecycle.finetune import parse_window
+
+        object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
+        object.__setattr__(self, "gate_seeds", tuple(int(s) for s in self.gate_seeds))
+        object.__setattr__(self, "overrides", tuple(self.overrides))
+        if not (self.period_days > 0 and self.end_day - self.start_day >= self.period_days):
+            raise ValueError(f"rehearsal days {self.start_day!r} to {self.end_day!r} by periods of {self.period_days!r} "
+                             "day(s): expected a span of at least one positive period (--days, --period)")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"rehearsal seeds {list(self.seeds)}: expected distinct seeds")
+        parse_window(self.window)
+        parse_window(self.gate_window)
+
+    def periods(self) -> list[tuple[float, float]]:
+        n = int(math.floor((self.end_day - self.start_day) / self.period_days + 1e-9))
+        return [(self.start_day + k * self.period_days, self.start_day + (k + 1) * self.period_days) for k in range(n)]
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "seeds": list(self.seeds), "gate_seeds": list(self.gate_seeds),
+                "overrides": list(self.overrides)}
+
+
+def read_rows(out) -> list[dict]:
+    path = Path(out) / ROWS_FILE
+    if not path.is_file():
+        return []
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a crash is the last one: its period runs again
+            if n != len(path.read_text().splitlines()):
+                raise ValueError(f"{path}: line {n} is not JSON: expected one period's row a line")
+    return rows
+
+
+def _append_row(out: Path, row: dict) -> None:
+    with open(out / ROWS_FILE, "a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _metrics(record: dict) -> dict:
+    return {k: record["metrics"][k] for k in METRICS}
+
+
+def rehearse(model, out, config: RehearsalConfig = RehearsalConfig(),
+             progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Roll the lifecycle through ``config``'s periods from the model folder ``model`` into the folder
+    ``out`` (see the module's docstring); the rows of every period done."""
+    from td3sched.lifecycle.finetune import finetune_on_replay, parse_window
+    from td3sched.lifecycle.gate import GateConfig, history_replay, run_gate
+    from td3sched.lifecycle.record import record_simulation
+    from td3sched.lifecycle.registry import Registry
+    from td3sched.run import code_version, run_simulation
+
+    say = progress or (lambda line: None)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {"model": str(model), "config": config.to_json()}
+    saved = out / SETTINGS_FILE
+    if saved.is_file():
+        before = json.loads(saved.read_text())
+        if {k: before.get(k) for k in settings} != settings:
+            raise ValueError(f"{out} holds a rehearsal of other settings ({saved}): expected the same model and "
+                             "settings to go on with it, or a new --out")
+    else:
+        saved.write_text(json.dumps({**settings, "code_version": code_version()}, indent=2) + "\n")
+    registry = Registry(out / "registry")
+    frozen = registry.register(model)
+    if registry.serving() is None:
+        registry.promote(frozen, require_gate=False)
+    history = out / "history"
+    rows = read_rows(out)
+    done = {round(r["day"], 9) for r in rows}
+    for k, (day, end) in enumerate(config.periods()):
+        if round(day, 9) in done:
+            continue
+        t0 = time.perf_counter()
+        serving = registry.serving()
+        span = f"{PERIOD_SPAN}{k}"  # a span a period: the history's file names differ by it
+        period = [*config.overrides, f"spans.{span}=[{day!r},{end!r}]"]
+        row: dict = {"day": day, "end_day": end, "serving": serving, "frozen": frozen, "runs": {}}
+        for i, seed in enumerate(config.seeds):
+            runs = {}
+            for who, version in (("rolling", serving), ("frozen", frozen)):
+                spec = f"td3:{registry.folder(version)}"
+                if who == "rolling" and i == 0:
+                    record, _, _ = record_simulation(config.scenario, spec, seed, span, history, period)
+                elif who == "frozen" and serving == frozen and "rolling" in runs:
+                    record = None
+                else:
+                    record = run_simulation(config.scenario, spec, seed, span, period)
+                runs[who] = _metrics(record) if record is not None else None
+            if runs["frozen"] is None:  # the same model on the same seed: the same run
+                runs["frozen"] = runs["rolling"]
+            row["runs"][str(seed)] = runs
+            say(f"day {day:g} seed {seed}: {OBJECTIVE} frozen {runs['frozen'][OBJECTIVE]:.2f}, rolling "
+                f"{runs['rolling'][OBJECTIVE]:.2f} (serving {serving})")
+        if end < config.end_day - 1e-9:  # the last period's candidate would serve nothing
+            candidate_dir = out / "candidates" / f"day-{day:g}"
+            if candidate_dir.exists():  # a crash after the fine-tune: trained again, from the same seed
+                import shutil
+
+                shutil.rmtree(candidate_dir)
+            training = finetune_on_replay(history, registry.folder(serving), candidate_dir, config.window,
+                                          config.learning_rate, config.steps, seed=int(day * 1000) + 1)
+            candidate = registry.register(candidate_dir)
+            scenario, span, recent = history_replay(history, parse_window(config.gate_window))
+            gate = run_gate(registry.folder(candidate), registry.folder(serving),
+                            GateConfig(scenario, span, config.gate_seeds, (*config.overrides, *recent), config.margin),
+                            progress=say)
+            registry.record_gate(candidate, gate)
+            if gate["promote"]:
+                registry.promote(candidate)
+            o = gate["objective"]
+            row.update(candidate=candidate, finetune={"episodes": training["episodes"], "wall_s": training["wall_s"]},
+                       gate={"promote": gate["promote"], "reasons": gate["reasons"], "current_mean": o["current_mean"],
+                             "candidate_mean": o["candidate_mean"], "improvement_low": o["improvement_low"],
+                             "improvement_high": o["improvement_high"]})
+            say(f"day {day:g}: candidate {candidate} " + ("promoted" if gate["promote"] else
+                                                          "refused: " + "; ".join(gate["reasons"])))
+        row["wall_s"] = round(time.perf_counter() - t0, 1)
+        _append_row(out, row)
+        rows.append(row)
+    return rows
+
+
+def mean_by_day(rows: list[dict], who: str, metric: str) -> np.ndarray:
+    return np.array([np.mean([r["runs"][s][who][metric] for s in r["runs"]]) for r in rows])
+
+
+def report(out, rows: list[dict] | None = None) -> tuple[Path, Path]:
+    """Write ``report.md`` (a row per period, the totals) and ``rehearsal.png`` into ``out``."""
+    from td3sched.evaluate.stats import paired_difference
+
+    out = Path(out)
+    rows = read_rows(out) if rows is None else rows
+    if not rows:
+        raise ValueError(f"{out}: no period done yet: expected {ROWS_FILE} with at least one row")
+    settings = json.loads((out / SETTINGS_FILE).read_text())
+    lines = [f"# Lifecycle rehearsal: {settings['config']['scenario']}, days {rows[0]['day']:g} to "
+             f"{rows[-1]['end_day']:g}", "",
+             f"Model `{settings['model']}`, code {settings.get('code_version')}; settings: "
+             f"`{json.dumps(settings['config'])}`.", "",
+             "Means over the seeds. Cost: node-hours of the objective (lower is better).", "",
+             "| day | serving | cost frozen | cost rolling | cpu_util frozen / rolling | fragmentation frozen / rolling "
+             "| P99 ms frozen / rolling | OOM frozen / rolling | gate |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        def pair(metric: str, fmt: str) -> str:
+            f, g = (mean_by_day([r], who, metric)[0] for who in ("frozen", "rolling"))
+            return f"{f:{fmt}} / {g:{fmt}}"
+        gate = r.get("gate")
+        verdict = "-" if gate is None else ("promoted" if gate["promote"] else "refused") + (
+            "" if gate["improvement_low"] is None else
+            f" [{gate['improvement_low']:.1f}, {gate['improvement_high']:.1f}]")
+        lines.append(f"| {r['day']:g} | {r['serving']} | {mean_by_day([r], 'frozen', OBJECTIVE)[0]:.1f} | "
+                     f"{mean_by_day([r], 'rolling', OBJECTIVE)[0]:.1f} | {pair('cpu_util', '.4f')} | "
+                     f"{pair('fragmentation', '.4f')} | {pair('latency_p99_ms', '.1f')} | "
+                     f"{pair('oom_kills_total', '.1f')} | {verdict} |")
+    frozen = [r["runs"][s]["frozen"][OBJECTIVE] for r in rows for s in r["runs"]]
+    rolling = [r["runs"][s]["rolling"][OBJECTIVE] for r in rows for s in r["runs"]]
+    diff = paired_difference(dict(enumerate(rolling)), dict(enumerate(frozen)))  # frozen - rolling: saved
+    promoted = sum(1 for r in rows if r.get("gate", {}).get("promote"))
+    gated = sum(1 for r in rows if r.get("gate"))
+    lines += ["", f"Total cost: frozen {sum(frozen):.1f}, rolling {sum(rolling):.1f}; per (period, seed), rolling "
+              f"saves {diff.mean:.2f} on average, 95% interval "
+              + ("none" if diff.low is None else f"[{diff.low:.2f}, {diff.high:.2f}]")
+              + f" ({len(frozen)} pairs). Candidates promoted: {promoted} of {gated}."]
+    md = out / "report.md"
+    md.write_text("\n".join(lines) + "\n")
+    png = out / "rehearsal.png"
+    _figure(rows, png)
+    return md, png
+
+
+def _figure(rows: list[dict], path: Path) -> None:
+    from td3sched.evaluate.plots import _figure as figure, _save
+
+    panels = ((OBJECTIVE, "cost (node-hours)"), ("cpu_util", "CPU utilisation"), ("fragmentation", "fragmentation"),
+              ("latency_p99_ms", "P99 latency (ms)"), ("oom_kills_total", "OOM kills"))
+    fig = figure(9.0, 9.0)
+    axes = fig.subplots(len(panels), 1, sharex=True)
+    days = np.array([r["day"] for r in rows])
+    for ax, (metric, label) in zip(axes, panels):
+        for who, colour in (("frozen", "#888888"), ("rolling", "#1f77b4")):
+            ax.plot(days, mean_by_day(rows, who, metric), marker="o", ms=3, color=colour, label=who)
+        promoted = [r["end_day"] for r in rows if r.get("gate", {}).get("promote")]
+        for d in promoted:
+            ax.axvline(d, color="#2ca02c", lw=0.8, ls=":")
+        ax.set_ylabel(label)
+    axes[0].legend(loc="best", fontsize=8)
+    axes[0].set_title("frozen model vs daily fine-tuning and gating (dotted: a promotion serves from there)")
+    axes[-1].set_xlabel("day of the scenario")
+    _save(fig, path)

@@ -1,0 +1,101 @@
+"""The lifecycle's rehearsal on tiny's last hours: each period's row holds both models' paired runs and
+the gate's verdict, recorded in the rehearsal's own registry; a rerun goes on after the last row done
+(a row cut by a crash runs again), other settings in the same folder are refused; the report and the
+figure are written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+
+from td3sched.cli import app  # noqa: E402
+from td3sched.lifecycle.registry import Registry  # noqa: E402
+from td3sched.lifecycle.rehearsal import ROWS_FILE, RehearsalConfig, read_rows, rehearse, report  # noqa: E402
+
+runner = CliRunner()
+CONFIG = RehearsalConfig("tiny", 0.5, 0.75, 0.125, (1, 2), "3h", 10, 1e-4, "3h", (1, 2))
+
+
+def _held():
+    from td3sched.shipped import SHIPPED_MODELS
+
+    return SHIPPED_MODELS / "td3-dlrm-held"
+
+
+@pytest.fixture(scope="module")
+def rehearsed(tmp_path_factory):
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("rehearsal")
+    rows = rehearse(_held(), out, CONFIG)
+    return out, rows
+
+
+def test_each_period_has_paired_runs_and_a_gated_candidate(rehearsed):
+    out, rows = rehearsed
+    assert [r["day"] for r in rows] == [0.5, 0.625] and read_rows(out) == rows
+    reg = Registry(out / "registry")
+    first = rows[0]
+    assert first["serving"] == first["frozen"] and reg.folder(first["frozen"]).is_dir()
+    for r in rows:
+        assert set(r["runs"]) == {"1", "2"}
+        for runs in r["runs"].values():
+            assert runs["frozen"]["cost_node_hours"] > 0 and runs["rolling"]["cost_node_hours"] > 0
+            if r["serving"] == r["frozen"]:  # the same model on the same world: the same run
+                assert runs["frozen"] == runs["rolling"]
+    gate = json.loads((reg.folder(first["candidate"]) / "gate.json").read_text())
+    assert gate["promote"] == first["gate"]["promote"] and gate["config"]["span"] == "recent"
+    assert rows[1]["serving"] == (first["candidate"] if first["gate"]["promote"] else first["frozen"])
+    assert "gate" not in rows[-1]  # the last period's candidate would serve nothing
+    history = list((out / "history").glob("*.parquet"))
+    assert len(history) == 2  # seed 1 of each period, served by the serving model
+
+
+def test_a_rerun_goes_on_after_the_last_row_and_a_cut_row_runs_again(rehearsed, tmp_path):
+    import shutil
+
+    out, rows = rehearsed
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, symlinks=True)
+    assert rehearse(_held(), copy, CONFIG) == rows  # nothing left to do
+    lines = (copy / ROWS_FILE).read_text().splitlines()
+    (copy / ROWS_FILE).write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # a crash mid-write
+    again = rehearse(_held(), copy, CONFIG)
+    assert [r["day"] for r in again] == [0.5, 0.625]
+    assert again[1]["runs"] == rows[1]["runs"]  # the period ran again whole, the same runs
+
+
+def test_other_settings_in_the_same_folder_are_refused(rehearsed, tmp_path):
+    import dataclasses
+    import shutil
+
+    out, _ = rehearsed
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, symlinks=True)
+    with pytest.raises(ValueError, match="holds a rehearsal of other settings"):
+        rehearse(_held(), copy, dataclasses.replace(CONFIG, steps=11))
+
+
+def test_the_report_has_a_row_per_period_and_the_totals(rehearsed, tmp_path):
+    out, rows = rehearsed
+    md, png = report(out)
+    text = md.read_text()
+    assert text.count("\n| 0.5") == 1 and text.count("\n| 0.625") == 1
+    frozen = sum(r["runs"][s]["frozen"]["cost_node_hours"] for r in rows for s in r["runs"])
+    assert f"Total cost: frozen {frozen:.1f}" in text and "(4 pairs)" in text
+    assert png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--days", "14"], "--days '14': expected FIRST:END"),
+    (["--days", "0.5:0.5"], "expected a span of at least one positive period"),
+    (["--window", "7w", "--days", "0.5:0.75", "--period", "0.125"], "--window '7w': expected a positive duration"),
+    ([], "rehearsal days 0.75 to 1.0 by periods of 1.0 day(s)"),  # tiny's test span is 6 hours
+])
+def test_bad_settings_are_refused_naming_the_value(args, message, tmp_path):
+    result = runner.invoke(app, ["rehearse", "--model", str(_held()), "--out", str(tmp_path / "r"),
+                                 "--scenario", "tiny", *args])
+    assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
