@@ -245,3 +245,16 @@ def test_outcomes_are_the_event_logs_releases_and_kills(tmp_path):
     outcomes = {r["outcome"] for r in rows}
     assert matched > 100 and {"departure", "evicted:scale_down"} <= outcomes
     assert sum(r["outcome_kills"] or 0 for r in rows) > 10  # not vacuous: kills were attributed
+
+
+def test_some_columns_read_as_the_whole_history_orders_them(tmp_path):
+    rows = [{**_one_row(), "decision_id": f"d{i}", "time_s": t, "pod_name": f"p{i}"} for i, t in enumerate([3.0, 1.0, 2.0])]
+    write_history(tmp_path / "a.parquet", rows[:2])
+    write_history(tmp_path / "b.parquet", rows[2:])
+    whole = read_history(tmp_path)
+    some = read_history(tmp_path, ["pod_name", "source"])
+    assert some.schema.names == ["pod_name", "source", "time_s"]
+    assert some.to_pylist() == whole.select(["pod_name", "source", "time_s"]).to_pylist()
+    assert some.column("pod_name").to_pylist() == ["p1", "p2", "p0"]
+    with pytest.raises(ValueError, match=r"history columns \['nosuch'\]: expected some of schema_version"):
+        read_history(tmp_path, ["nosuch"])

@@ -124,7 +124,7 @@ def recent_span(history, window_s: float) -> tuple[str, list[str]]:
 
     from td3sched.lifecycle.history import HistoryError, read_history
 
-    table = read_history(history)
+    table = read_history(history, ["scenario"])
     scenarios = sorted({s for s in table.column("scenario").to_pylist() if s})
     if len(scenarios) != 1 or table.column("scenario").null_count:
         raise HistoryError(f"history {history}: scenarios {scenarios} (and {table.column('scenario').null_count} "
@@ -144,7 +144,7 @@ def history_replay(history, window_s: float, node_list: dict | None = None, out=
     from td3sched.lifecycle.history import HistoryError, read_history
     from td3sched.lifecycle.rebuild import rebuild_scenario
 
-    sources = set(read_history(history).column("source").to_pylist())
+    sources = set(read_history(history, ["source"]).column("source").to_pylist())
     if sources == {"simulator"}:
         scenario, overrides = recent_span(history, window_s)
         return scenario, RECENT_SPAN, overrides

@@ -220,20 +220,28 @@ def check_schema(schema: pa.Schema, where: str) -> int:
     return version
 
 
-def read_history(path) -> pa.Table:
+def read_history(path, columns: list[str] | tuple[str, ...] | None = None) -> pa.Table:
     """Every decision of a history (a file or a folder of files), checked against the schema, in time
-    order (stable: a file's rows are written when the pod's outcome is known, not in decision order)."""
+    order (stable: a file's rows are written when the pod's outcome is known, not in decision order).
+    ``columns``: only those (and ``time_s``, for the order), which spares reading the candidates of a
+    long history when a caller needs its times or scenarios."""
+    wanted = list(COLUMNS) if columns is None else list(dict.fromkeys([*columns, "time_s"]))
+    unknown = [c for c in wanted if c not in COLUMNS]
+    if unknown:
+        raise ValueError(f"history columns {unknown}: expected some of {', '.join(COLUMNS)}")
+    schema = pa.schema([SCHEMA.field(c) for c in wanted])
     tables = []
     for file in history_files(path):
         try:
-            table = pq.read_table(file)
+            version = check_schema(pq.read_schema(file), str(file))
+            present = [c for c in wanted if ADDED_IN.get(c, 1) <= version]
+            table = pq.read_table(file, columns=present)
         except (pa.ArrowInvalid, OSError) as exc:
             raise HistoryError(f"{file}: not a readable Parquet file ({exc})") from None
-        version = check_schema(table.schema, str(file))
-        for name, added in ADDED_IN.items():
-            if added > version:  # an older file: the column reads as null
+        for name in wanted:
+            if name not in present:  # an older file: the column reads as null
                 table = table.append_column(SCHEMA.field(name), pa.nulls(len(table), SCHEMA.field(name).type))
-        tables.append(table.select(list(COLUMNS)).cast(SCHEMA))
+        tables.append(table.select(wanted).cast(schema))
     table = pa.concat_tables(tables)
     order = np.argsort(table.column("time_s").to_numpy(), kind="stable")
     return table.take(pa.array(order))

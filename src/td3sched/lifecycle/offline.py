@@ -49,9 +49,9 @@ class Transitions:
 
 def transitions_from_history(history, action_mode: str = "full") -> Transitions:
     """The transitions of a history (see the module's docstring), with counts of what was left out."""
-    table = read_history(history)
-    rows = table.select(["source", "scenario", "seed", "policy", "decision_id", "time_s", "observation", "action",
-                         "weights", "tau", "reward", "elapsed_s"]).to_pylist()
+    table = read_history(history, ["source", "scenario", "seed", "policy", "decision_id", "time_s", "observation",
+                                   "action", "weights", "tau", "reward", "elapsed_s"])
+    rows = table.to_pylist()
     runs: dict[tuple, list[dict]] = {}
     for row in rows:
         runs.setdefault((row["source"], row["scenario"], row["seed"], row["policy"]), []).append(row)
@@ -139,7 +139,7 @@ def offline_td3bc(history, out, steps: int, alpha: float = DEFAULT_ALPHA, init=N
                 "steps": steps, "alpha": alpha, "parent": parent.get("version"),
                 "mean_abs_action_gap": behaviour_gap, "wall_s": round(time.perf_counter() - t0, 1),
                 "last_losses": {k: float(v) for k, v in logged.items()}}
-    scenarios = {s for s in read_history(history).column("scenario").to_pylist() if s}
+    scenarios = {s for s in read_history(history, ["scenario"]).column("scenario").to_pylist() if s}
     agent.save(Path(out), {"scenario": scenarios.pop() if len(scenarios) == 1 else parent.get("scenario"),
                            "overrides": [], "span": None, "episode_hours": None, "seed": seed, "training": training})
     return training
