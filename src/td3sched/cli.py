@@ -981,7 +981,8 @@ def finetune_cmd(
     learning_rate: Optional[float] = typer.Option(None, "--lr", help="Adam's learning rate (small: the model moves a "
                                                   "little a day; default 1e-5 with choices, 1e-4 with replay)."),
     epochs: int = typer.Option(5, help="With choices: passes over the window's decisions."),
-    steps: int = typer.Option(300, min=1, help="With replay: TD3 steps (decisions, or holds of the model's card)."),
+    steps: int = typer.Option(600, min=2, help="With replay: TD3 steps (decisions, or holds of the model's card), "
+                                               "the first 256 (at most half) filling the replay buffer."),
     nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE", help="With replay and a cluster's history: "
                                          "its nodes (`kubectl get nodes -o json`), to rebuild the window on."),
     model: Optional[Path] = typer.Option(None, help="Model folder to fine-tune (default: the registry's serving one)."),
@@ -1139,7 +1140,7 @@ def rehearse_cmd(
     seeds: int = typer.Option(2, min=1, help="Seeds 1..N each period is served on by both models (seed 1 is the "
                                              "history)."),
     window: str = typer.Option("7d", help="The fine-tune's window of the history."),
-    steps: int = typer.Option(300, min=1, help="The fine-tune's TD3 steps."),
+    steps: int = typer.Option(600, min=2, help="The fine-tune's TD3 steps (finetune --method replay)."),
     learning_rate: float = typer.Option(1e-4, "--lr", help="The fine-tune's learning rate."),
     gate_window: str = typer.Option("1d", help="The window the gate replays."),
     gate_seeds: int = typer.Option(3, min=2, help="The gate's seeds 1..N."),

@@ -106,6 +106,7 @@ def test_finetuning_on_the_replay_moves_the_actor_and_keeps_the_cards_episodes(h
     card = json.loads((tmp_path / "candidate" / "model.json").read_text())
     assert card["action_hold_s"] == parent.card["action_hold_s"] == 600.0  # the episodes the card sets
     assert card["config"]["learning_rate"] == 1e-3 and card["config"]["bc_alpha"] == 2.5
+    assert card["config"]["learning_starts"] == 15 and card["config"]["warmup_actor"] is True  # half fill the buffer
     child = load_model(tmp_path / "candidate")
     obs = np.random.default_rng(0).normal(size=(64, child.observation_size)).astype(np.float32)
     with torch.no_grad():

@@ -193,3 +193,28 @@ def test_train_command_warms_episodes_up_and_starts_from_a_static_score(tmp_path
                           "a ceiling needs the action mode 'ceiling'")):
         refused = runner.invoke(app, ["train", "--steps", "10", "--out", str(tmp_path / "bad"), *bad])
         assert refused.exit_code == 2 and message in " ".join(refused.output.split()), refused.output
+
+
+@pytest.mark.parametrize("warmup_actor", [True, False])
+def test_warmup_actor_fills_the_buffer_with_the_actors_actions(warmup_actor):
+    """A fine-tune's warm-up (TD3Config.warmup_actor) acts as the model does; the default one at random."""
+    import dataclasses
+
+    from td3sched.lifecycle.bc import set_constant
+    from td3sched.rl.train import learn
+
+    config = dataclasses.replace(SMALL, learning_starts=40, exploration_noise=0.0, warmup_actor=warmup_actor)
+    agent = TD3(OBSERVATION_SIZE, config, 3, SETTINGS.action_mode)
+    constant = np.linspace(-1.0, 1.0, agent.action_size).astype(np.float32)
+    set_constant(agent.actor, constant)
+    env = SETTINGS.make_env()
+    try:
+        learn(agent, env, 30, settings=SETTINGS)  # within the warm-up: no gradient step yet
+    finally:
+        env.close()
+    actions = agent.buffer.actions[: agent.buffer.size]
+    assert agent.buffer.size >= 25
+    if warmup_actor:
+        np.testing.assert_allclose(actions, np.broadcast_to(constant, actions.shape), atol=1e-5)
+    else:
+        assert np.abs(actions - constant).max() > 1.0

@@ -16,8 +16,10 @@ TD3+BC (``lifecycle.offline``).
 behaviour-cloning loss would only copy): TD3 goes on, from the model with its critics, on the replay
 of the window the gate replays (``gate.history_replay``: a simulator history's own scenario, or a
 scenario rebuilt from a cluster's history on its nodes), its episodes as the model's card sets them
-(hold, warm-up). The behaviour term of TD3+BC (alpha ``DEFAULT_REPLAY_ALPHA``) keeps the actor near
-the actions it replays, which are its own plus exploration noise: the model moves a little a day.
+(hold, warm-up). The model acts with exploration noise from the first step, learning once its buffer
+holds a batch of its own transitions; the behaviour term of TD3+BC (alpha ``DEFAULT_REPLAY_ALPHA``)
+keeps the actor near the actions it replays, which are its own plus exploration noise: the model moves
+a little a day.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ DEFAULT_WINDOW = "7d"
 DEFAULT_LR = 1e-5
 DEFAULT_REPLAY_LR = 1e-4
 """Adam's learning rate of ``finetune_on_replay``: a third of training's (3e-4)."""
-DEFAULT_REPLAY_STEPS = 300
-"""TD3 steps of ``finetune_on_replay``: two days of 10-minute holds."""
+DEFAULT_REPLAY_STEPS = 600
+"""TD3 steps of ``finetune_on_replay``: four days of 10-minute holds, the first ``batch_size`` (at most half)
+filling the replay buffer with the model's own actions plus noise before the first gradient step."""
 DEFAULT_REPLAY_ALPHA = 2.5
 """TD3+BC's alpha in ``finetune_on_replay`` (the paper's)."""
 
@@ -104,16 +107,19 @@ def finetune_on_replay(history, model, out, window: str = DEFAULT_WINDOW, learni
     from td3sched.rl.train import TrainSettings, learn
 
     say = progress or (lambda line: None)
-    if not (isinstance(steps, int) and steps >= 1):
-        raise ValueError(f"steps={steps!r}: expected a whole number >= 1")
+    if not (isinstance(steps, int) and steps >= 2):
+        raise ValueError(f"steps={steps!r}: expected a whole number >= 2 (half at most fill the buffer)")
     if not learning_rate > 0:
         raise ValueError(f"learning rate {learning_rate!r}: expected a positive number")
     window_s = parse_window(window)
     parent = load_model(model)
     card = parent.card
     agent = TD3.load(model)
-    agent.config = dataclasses.replace(agent.config, learning_rate=learning_rate, learning_starts=0, anchor=None,
-                                       bc_alpha=alpha, bc_decay_steps=None)
+    # The buffer starts empty: the model acts (with noise) for a batch's worth of steps before it learns,
+    # or its first gradient steps would fit the critics to a handful of transitions sampled over and over.
+    starts = min(agent.config.batch_size, steps // 2)
+    agent.config = dataclasses.replace(agent.config, learning_rate=learning_rate, learning_starts=starts,
+                                       warmup_actor=True, anchor=None, bc_alpha=alpha, bc_decay_steps=None)
     for optimizer in (agent.actor_optimizer, agent.critic_optimizer):
         for group in optimizer.param_groups:
             group["lr"] = learning_rate

@@ -56,7 +56,7 @@ class RehearsalConfig:
     """Seeds each period is served on by both models (the first one is recorded as the history)."""
     window: str = "7d"
     """The fine-tune's window of the history."""
-    steps: int = 300
+    steps: int = 600
     """The fine-tune's TD3 steps."""
     learning_rate: float = 1e-4
     """The fine-tune's learning rate."""

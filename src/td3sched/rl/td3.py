@@ -109,6 +109,10 @@ class TD3Config:
     warm-up, then its own) while ``bc_decay_steps`` lets it go. None: uniform warm-up, random actor."""
     anchor_fit_steps: int = 1000
     """Adam steps (learning rate 1e-3, ``batch_size`` observations) of the actor's fit to the anchor."""
+    warmup_actor: bool = False
+    """The warm-up's ``learning_starts`` steps take the actor's action plus exploration noise (as after
+    it) instead of random or anchored ones: a fine-tune of a trained model fills its replay buffer with
+    the model's own behaviour before its first gradient step (``lifecycle.finetune``)."""
     branch_every: int = 0
     """Counterfactual branches (``rl.counterfactual``): every this many steps after the warm-up the
     pending decision is forked ``branch_actions`` times, each branch followed for
@@ -164,6 +168,7 @@ class TD3Config:
                        "a whole number of steps >= 1"))
         checks.append(("learning_starts", isinstance(self.learning_starts, int) and self.learning_starts >= 0,
                        "a whole number >= 0"))
+        checks.append(("warmup_actor", isinstance(self.warmup_actor, bool), "true or false"))
         checks.append(("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "positive layer widths"))
         checks.append(("bc_alpha", self.bc_alpha is None or self.bc_alpha >= 0, "a weight >= 0, or None (plain TD3)"))
         checks.append(("bc_decay_steps", self.bc_decay_steps is None or (isinstance(self.bc_decay_steps, int)
@@ -192,7 +197,7 @@ class TD3Config:
 LATER_FIELDS = {"gamma_per_hour": None, "preactivation_penalty": 0.0, "bc_alpha": None, "bc_decay_steps": None,
                 "branch_every": 0, "branch_actions": 4, "branch_noise": 1.5, "branch_horizon_s": 1800.0,
                 "branch_weight": 1.0, "branch_batch": 64, "branch_imitation": 0.0, "anchor": None,
-                "anchor_fit_steps": 1000}
+                "anchor_fit_steps": 1000, "warmup_actor": False}
 """Fields added after models were shipped, with the value that reproduces those models' training."""
 
 

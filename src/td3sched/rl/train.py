@@ -153,7 +153,8 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
             # Act: the warm-up's action (uniformly random, or the anchor's plus noise), then the actor plus
             # exploration noise.
             agent.normalizer.update(obs)
-            action = agent.warmup_action() if global_step < cfg.learning_starts else agent.explore(obs)
+            warming = global_step < cfg.learning_starts and not cfg.warmup_actor
+            action = agent.warmup_action() if warming else agent.explore(obs)
             if cfg.branch_every and global_step >= cfg.learning_starts and global_step % cfg.branch_every == 0:
                 branch(agent, env, obs, action, branch_workers)
             next_obs, reward, terminated, truncated, info = env.step_logits(action)
