@@ -99,3 +99,17 @@ def test_bad_settings_are_refused_naming_the_value(args, message, tmp_path):
     result = runner.invoke(app, ["rehearse", "--model", str(_held()), "--out", str(tmp_path / "r"),
                                  "--scenario", "tiny", *args])
     assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+
+
+def test_a_crash_after_a_promotion_runs_the_period_again_from_the_model_that_served_it(rehearsed, tmp_path):
+    import shutil
+
+    out, rows = rehearsed
+    assert not rows[0]["gate"]["promote"]  # the premise: the first candidate was refused (deterministic runs)
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, symlinks=True)
+    (copy / ROWS_FILE).write_text(json.dumps(rows[0]) + "\n")  # the second period's row never written ...
+    reg = Registry(copy / "registry")
+    reg.promote(rows[0]["candidate"], require_gate=False)  # ... after a promotion (its gate is not read here)
+    again = rehearse(_held(), copy, CONFIG)
+    assert again[1]["serving"] == rows[1]["serving"] and again[1]["runs"] == rows[1]["runs"]

@@ -16,7 +16,8 @@ span rolled through:
 
 Each period's row (both models' metrics per seed, the candidate, the gate's verdict and figures) is
 appended to ``rows.jsonl`` once the period is done, and a rerun of the same command goes on after the
-last row (nothing done is lost on a crash; a period cut short is run again whole). ``report`` writes
+last row (nothing done is lost on a crash; a period cut short is run again whole, from the model that
+served it, even when the crash came after its candidate's promotion). ``report`` writes
 the per-period table (``report.md``) and the figure of the objective and the case study's metrics
 (``rehearsal.png``).
 """
@@ -142,8 +143,6 @@ def rehearse(model, out, config: RehearsalConfig = RehearsalConfig(),
         saved.write_text(json.dumps({**settings, "code_version": code_version()}, indent=2) + "\n")
     registry = Registry(out / "registry")
     frozen = registry.register(model)
-    if registry.serving() is None:
-        registry.promote(frozen, require_gate=False)
     history = out / "history"
     rows = read_rows(out)
     done = {round(r["day"], 9) for r in rows}
@@ -151,7 +150,9 @@ def rehearse(model, out, config: RehearsalConfig = RehearsalConfig(),
         if round(day, 9) in done:
             continue
         t0 = time.perf_counter()
-        serving = registry.serving()
+        serving = serving_after(rows, frozen)
+        if registry.serving() != serving:  # the start, or a crash between a promotion and its period's row
+            registry.promote(serving, require_gate=False)
         span = f"{PERIOD_SPAN}{k}"  # a span a period: the history's file names differ by it
         period = [*config.overrides, f"spans.{span}=[{day!r},{end!r}]"]
         row: dict = {"day": day, "end_day": end, "serving": serving, "frozen": frozen, "runs": {}}
@@ -198,6 +199,15 @@ def rehearse(model, out, config: RehearsalConfig = RehearsalConfig(),
         _append_row(out, row)
         rows.append(row)
     return rows
+
+
+def serving_after(rows: list[dict], frozen: str) -> str:
+    """The version that serves after the periods of ``rows``: the last candidate promoted, else the
+    last period's serving one, else the frozen model."""
+    if not rows:
+        return frozen
+    last = rows[-1]
+    return last["candidate"] if last.get("gate", {}).get("promote") else last["serving"]
 
 
 def mean_by_day(rows: list[dict], who: str, metric: str) -> np.ndarray:
