@@ -82,11 +82,18 @@ def test_imported_decisions_see_the_metrics_of_their_bind_time(recorded, tmp_pat
     before = [int(change_s) - 3, int(change_s) - 2]          # the 5 s rate window all before the change
     after = [int(change_s) + 8, int(change_s) + 10]          # ... all after it
     pods = [_pod(f"web-{i}", "node-c", t) for i, t in enumerate(before + after)]
+    # kills: web-0 says nothing; web-1 restarted once after an OOM kill; web-2 three times; web-3 never
+    oom = {"terminated": {"reason": "OOMKilled", "exitCode": 137}}
+    pods[1]["status"]["containerStatuses"] = [{"name": "c", "restartCount": 1, "lastState": oom}]
+    pods[2]["status"]["containerStatuses"] = [{"name": "c", "restartCount": 3, "lastState": oom}]
+    pods[3]["status"]["containerStatuses"] = [{"name": "c", "restartCount": 0}]
     pods += [_pod("pending", None, None), _pod("unscheduled", "node-b", None)]
     path, counts = import_history({"items": pods}, url, tmp_path / "import.parquet", step_s=1.0, queries=QUERIES)
     assert counts["bindings"] == 4 and counts["pods_skipped"] == 2 and counts["bound"] == 4
+    assert counts["kills_known"] == 2
     rows = read_history(path).to_pylist()
     assert [r["pod_name"] for r in rows] == ["web-0", "web-1", "web-2", "web-3"]
+    assert [r["outcome_kills"] for r in rows] == [None, 1, None, 0]
     for r, t in zip(rows, before + after):
         assert r["source"] == "import" and r["policy"] == "cluster:default-scheduler" and r["time_s"] == t
         assert r["chosen_node"] == "node-c" and r["model_version"] is None and r["weights"] is None
@@ -159,6 +166,25 @@ def test_an_audit_log_gives_the_decisions_of_the_same_bindings_as_the_pod_list(r
     assert [r["chosen_node"] for r in by_audit] == ["node-b"] * 3
     assert [(r["outcome_left_s"], r["outcome"]) for r in by_audit] == [(None, None), (deleted, "departure"),
                                                                         (None, None)]
+
+
+@pytest.mark.parametrize("statuses, kills", [
+    (None, None),
+    ([{"name": "c", "restartCount": 0}], 0),
+    ([{"name": "c", "restartCount": 1, "lastState": {"terminated": {"reason": "OOMKilled"}}}], 1),
+    ([{"name": "c", "restartCount": 1, "lastState": {"terminated": {"reason": "Error"}}}], 0),
+    ([{"name": "c", "restartCount": 1, "lastState": {"terminated": {"reason": "OOMKilled"}}},
+      {"name": "sidecar", "restartCount": 1, "lastState": {"terminated": {"reason": "OOMKilled"}}}], 2),
+    ([{"name": "c", "restartCount": 2, "lastState": {"terminated": {"reason": "OOMKilled"}}}], None),
+    ([{"name": "c", "restartCount": 0}, {"name": "sidecar", "restartCount": 5}], None),
+    ([{"name": "c", "restartCount": "1"}], None),
+])
+def test_a_listed_pods_kills_are_read_where_its_statuses_pin_them_down(statuses, kills):
+    pod = _pod("web", "node-a", 1000.0)
+    if statuses is not None:
+        pod["status"]["containerStatuses"] = statuses
+    bindings, _ = bindings_from_pod_list({"items": [pod]})
+    assert bindings[0].kills == kills
 
 
 def test_a_finished_pod_left_when_its_last_container_finished():

@@ -20,6 +20,9 @@ Decisions are rebuilt from the pods' bindings and the nodes' metrics at bind tim
   finished (phase Succeeded or Failed) left at its containers' latest ``state.terminated.finishedAt``,
   and a pod being deleted at its ``metadata.deletionTimestamp``; in an audit log, at the successful
   ``delete`` of the pod after its binding. Pods still running have none;
+- **kills** (``outcome_kills``): in a PodList, where its container statuses pin them down (``_kills``:
+  a container restarted at most once, the restart's cause in ``lastState``); else, and in an audit
+  log, null;
 - **metrics**: the engine's Prometheus queries (``engine.prometheus_source``, the same PromQL) as
   range queries (``/api/v1/query_range``) over the bindings' span, step ``step_s``; a binding at time t
   sees each series' latest point at or before t (what an instant query at that grid time returns).
@@ -73,9 +76,12 @@ class Binding:
     scheduler: str
     left_s: float | None = None
     """When the pod left the node (it finished, or was deleted), None while it runs or when unknown."""
+    kills: int | None = None
+    """OOM kills of its containers on the node, each followed by a restart (``_kills``); None when unknown."""
 
 
-def _binding(pod: dict, node, time_s: float, where: str, left_s: float | None = None) -> Binding:
+def _binding(pod: dict, node, time_s: float, where: str, left_s: float | None = None,
+             kills: int | None = None) -> Binding:
     """The Binding of a Kubernetes pod object to ``node`` at ``time_s`` (a bad pod: HistoryError
     naming ``where``)."""
     try:
@@ -83,7 +89,7 @@ def _binding(pod: dict, node, time_s: float, where: str, left_s: float | None = 
     except ValueError as exc:
         raise HistoryError(str(exc)) from None
     scheduler = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
-    return Binding(spec_pod, str(node), time_s, str(scheduler), left_s)
+    return Binding(spec_pod, str(node), time_s, str(scheduler), left_s, kills)
 
 
 FINISHED_PHASES = ("Succeeded", "Failed")
@@ -101,6 +107,24 @@ def _left_s(pod: dict, where: str) -> float | None:
             return max(ends)
     deleted = (pod.get("metadata") or {}).get("deletionTimestamp")
     return _time(deleted, f"{where}.metadata.deletionTimestamp") if deleted else None
+
+def _kills(pod: dict) -> int | None:
+    """OOM kills of a listed pod's containers, each followed by a restart, where the PodList pins them
+    down: a container that never restarted had none; one restarted once had one if its last termination
+    (``lastState.terminated.reason``) was ``OOMKilled``, else none. A container restarted more often
+    keeps only its last termination's reason, and a pod without container statuses says nothing: None."""
+    statuses = (pod.get("status") or {}).get("containerStatuses")
+    if not statuses:
+        return None
+    kills = 0
+    for c in statuses:
+        restarts = c.get("restartCount")
+        if not isinstance(restarts, int) or isinstance(restarts, bool) or restarts < 0 or restarts > 1:
+            return None
+        last = ((c.get("lastState") or {}).get("terminated") or {}).get("reason")
+        kills += int(restarts == 1 and last == "OOMKilled")
+    return kills
+
 
 def _time(text: str, where: str) -> float:
     try:
@@ -123,7 +147,7 @@ def bindings_from_pod_list(pod_list, where: str = "PodList") -> tuple[list[Bindi
         if not node or cond is None:
             skipped += 1
             continue
-        out.append(_binding(pod, node, _time(cond["lastTransitionTime"], at), at, _left_s(pod, at)))
+        out.append(_binding(pod, node, _time(cond["lastTransitionTime"], at), at, _left_s(pod, at), _kills(pod)))
     out.sort(key=lambda b: b.time_s)
     return out, skipped
 
@@ -273,7 +297,7 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
     with tempfile.TemporaryDirectory(prefix="td3sched-import-") as tmp:
         log = DecisionLog(Path(tmp) / "decisions.jsonl", fsync_interval_s=60.0)
         service = EngineService(DecisionEngine(state, ModelSlot(None)), log)
-        schedulers, lefts = {}, {}
+        schedulers, lefts, kills = {}, {}, {}
         for k, b in enumerate(bindings):
             clock[0] = b.time_s
             snap = metrics.snapshot_at(b.time_s)
@@ -284,6 +308,7 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
             decision_id, _ = service.score_nodes(b.pod, None)
             schedulers[decision_id] = b.scheduler
             lefts[decision_id] = b.left_s
+            kills[decision_id] = b.kills
             if b.node in snap.index:
                 service.report_binding(b.pod, b.node, decision_id)
             else:  # a node without metrics: the binding is logged, the assign cache cannot hold it
@@ -297,7 +322,8 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
         left = lefts[row["decision_id"]]
         row.update(source="import", policy=f"cluster:{schedulers[row['decision_id']]}", model_version=None,
                    action=None, weights=None, tau=None, outcome_left_s=left,
-                   outcome=None if left is None else "departure")
+                   outcome=None if left is None else "departure", outcome_kills=kills[row["decision_id"]])
     counts.update(decisions=log_counts["decisions"], bound=log_counts["bound"],
-                  departures=sum(left is not None for left in lefts.values()))
+                  departures=sum(left is not None for left in lefts.values()),
+                  kills_known=sum(k is not None for k in kills.values()))
     return write_history(out, rows), counts
