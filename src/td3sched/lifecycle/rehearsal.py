@@ -157,18 +157,13 @@ def rehearse(model, out, config: RehearsalConfig = RehearsalConfig(),
         period = [*config.overrides, f"spans.{span}=[{day!r},{end!r}]"]
         row: dict = {"day": day, "end_day": end, "serving": serving, "frozen": frozen, "runs": {}}
         for i, seed in enumerate(config.seeds):
-            runs = {}
-            for who, version in (("rolling", serving), ("frozen", frozen)):
-                spec = f"td3:{registry.folder(version)}"
-                if who == "rolling" and i == 0:
-                    record, _, _ = record_simulation(config.scenario, spec, seed, span, history, period)
-                elif who == "frozen" and serving == frozen and "rolling" in runs:
-                    record = None
-                else:
-                    record = run_simulation(config.scenario, spec, seed, span, period)
-                runs[who] = _metrics(record) if record is not None else None
-            if runs["frozen"] is None:  # the same model on the same seed: the same run
-                runs["frozen"] = runs["rolling"]
+            spec = f"td3:{registry.folder(serving)}"
+            record = record_simulation(config.scenario, spec, seed, span, history, period)[0] if i == 0 else \
+                run_simulation(config.scenario, spec, seed, span, period)
+            runs = {"rolling": _metrics(record)}
+            # the frozen model: the same run while it serves (the same model on the same world)
+            runs["frozen"] = runs["rolling"] if serving == frozen else _metrics(
+                run_simulation(config.scenario, f"td3:{registry.folder(frozen)}", seed, span, period))
             row["runs"][str(seed)] = runs
             say(f"day {day:g} seed {seed}: {OBJECTIVE} frozen {runs['frozen'][OBJECTIVE]:.2f}, rolling "
                 f"{runs['rolling'][OBJECTIVE]:.2f} (serving {serving})")
@@ -181,9 +176,10 @@ def rehearse(model, out, config: RehearsalConfig = RehearsalConfig(),
             training = finetune_on_replay(history, registry.folder(serving), candidate_dir, config.window,
                                           config.learning_rate, config.steps, seed=int(day * 1000) + 1)
             candidate = registry.register(candidate_dir)
-            scenario, span, recent = history_replay(history, parse_window(config.gate_window))
+            scenario, recent_span, recent = history_replay(history, parse_window(config.gate_window))
             gate = run_gate(registry.folder(candidate), registry.folder(serving),
-                            GateConfig(scenario, span, config.gate_seeds, (*config.overrides, *recent), config.margin),
+                            GateConfig(scenario, recent_span, config.gate_seeds, (*config.overrides, *recent),
+                                       config.margin),
                             progress=say)
             registry.record_gate(candidate, gate)
             if gate["promote"]:
