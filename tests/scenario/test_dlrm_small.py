@@ -11,13 +11,7 @@ from td3sched.scenario.build import build_workload
 
 
 @pytest.fixture(scope="module")
-def workloads():
-    from td3sched.trace.location import traces_dir
-
-    try:
-        traces_dir()
-    except FileNotFoundError as exc:  # like every test that reads the real traces
-        pytest.skip(f"real traces not available ({exc})")
+def workloads(traces):
     out = {}
     for name in ("dlrm", "dlrm-small"):
         scenario = load_scenario(name, ["batch.enabled=false"])
@@ -52,13 +46,7 @@ def test_dlrm_small_keeps_a_twentieth_of_the_instances_and_loads_its_pools_as_dl
         assert abs(mini / big - 1) < 0.1, (pool, mini, big)
 
 
-def test_a_sample_is_drawn_per_seed():
-    from td3sched.trace.location import traces_dir
-
-    try:
-        traces_dir()
-    except FileNotFoundError as exc:
-        pytest.skip(f"real traces not available ({exc})")
+def test_a_sample_is_drawn_per_seed(traces):
     scenario = load_scenario("dlrm-small", ["batch.enabled=false"])
     pools = scenario.pools(1)
     one, _ = build_workload(scenario, pools, seed=1)
