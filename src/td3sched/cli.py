@@ -950,6 +950,11 @@ def online_rl_cmd(
     episode_hours: float = typer.Option(12.0, help="Episode window in simulated hours."),
     eval_every: int = typer.Option(500, min=1, help="Steps between two evaluations on one fixed window."),
     seed: int = typer.Option(1, min=0, help="Seed of the env's windows and of the noise."),
+    action_hold: float = typer.Option(0.0, min=0.0, help="Simulated seconds an action holds online (as train's; "
+                                      "0: an action per decision)."),
+    warmup_h: float = typer.Option(0.0, min=0.0, help="Start each episode from the cluster --warmup-score leaves "
+                                   "after this many simulated hours (as train's)."),
+    warmup_score: Optional[str] = typer.Option(None, help="The static-weights spec of the warm-up's placements."),
     threads: int = typer.Option(1, min=1, help="torch threads."),
 ) -> None:
     """Online TD3 from an offline TD3+BC model, the behaviour term decayed (docs/lifecycle.md)."""
@@ -962,7 +967,8 @@ def online_rl_cmd(
         torch.set_num_threads(threads)
         check_folder(out_dir, "--out")
         result = online_after_offline(model, history, out_dir, steps, None if naive else decay_steps, scenario,
-                                      episode_hours, eval_every, seed=seed,
+                                      episode_hours, eval_every, seed=seed, action_hold_s=action_hold,
+                                      warmup_hours=warmup_h, warmup_score=warmup_score,
                                       progress=lambda line: console.print(escape(line)))
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))

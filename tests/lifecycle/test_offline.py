@@ -102,3 +102,17 @@ def test_online_after_offline_runs_from_the_offline_model_and_measures_its_retur
     assert [s for s, _ in result["returns"]] == [0, 20, 40] and all(np.isfinite(r) for _, r in result["returns"])
     card = json.loads((tmp_path / "online" / "model.json").read_text())
     assert card["training"]["kind"] == "td3+bc-online" and card["config"]["bc_decay_steps"] == 20
+
+
+def test_online_after_offline_holds_actions_and_warms_episodes_up_when_told(history, tmp_path):
+    from td3sched.lifecycle.offline import offline_td3bc, online_after_offline
+
+    torch.set_num_threads(1)
+    folder, _ = history
+    offline_td3bc(folder, tmp_path / "offline", 20, alpha=2.5)
+    spec = "static-weights:w=1/0/0/0:tau=0.4"
+    result = online_after_offline(tmp_path / "offline", folder, tmp_path / "online", 12, 6, episode_hours=2.0,
+                                  eval_every=6, action_hold_s=600.0, warmup_hours=1.0, warmup_score=spec)
+    assert [s for s, _ in result["returns"]] == [0, 6, 12]
+    card = json.loads((tmp_path / "online" / "model.json").read_text())
+    assert card["action_hold_s"] == 600.0 and card["warmup_hours"] == 1.0 and card["warmup_score"] == spec

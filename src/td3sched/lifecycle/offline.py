@@ -155,13 +155,17 @@ def agent_card(folder) -> dict:
 
 def online_after_offline(model, history, out, steps: int, decay_steps: int | None, scenario: str = "tiny",
                          episode_hours: float = 12.0, eval_every: int = 500, eval_episode: dict | None = None,
-                         seed: int = 1, progress: Callable[[str], None] | None = None) -> dict:
+                         seed: int = 1, action_hold_s: float = 0.0, warmup_hours: float = 0.0,
+                         warmup_score: str | None = None, progress: Callable[[str], None] | None = None) -> dict:
     """Online TD3 on the simulator from an offline TD3+BC model (``offline_td3bc``'s): the replay buffer
     starts with the history's transitions, the behaviour term's weight decays linearly to 0 over
     ``decay_steps`` (None: it is dropped at once, the naive switch), ``learning_starts`` is 0 (the
     model acts from the first step). Every ``eval_every`` steps (and at step 0) the deterministic actor's
     return on one fixed window (``eval_episode``, default: world 2, the span's first ``episode_hours``) is
-    measured; the returns are in the result, with the model written to ``out``."""
+    measured; the returns are in the result, with the model written to ``out``. ``action_hold_s``,
+    ``warmup_hours`` and ``warmup_score``: the online episodes' (and the evaluation's) action hold and
+    warm-up, as ``rl.train.TrainSettings`` (the history's transitions stay one a decision: a semi-MDP
+    step of any length, discounted by its elapsed time)."""
     import dataclasses
 
     from td3sched.rl.env import ClusterSchedulingEnv, episode_return
@@ -179,9 +183,11 @@ def online_after_offline(model, history, out, steps: int, decay_steps: int | Non
         agent.buffer.add(data.obs[i], data.actions[i], float(data.rewards[i]), data.next_obs[i], False,
                          float(data.elapsed_s[i]))
     settings = TrainSettings(scenario=scenario, seed=seed, span="train", episode_hours=episode_hours,
-                             action_mode=agent.action_mode)
+                             action_mode=agent.action_mode, action_hold_s=action_hold_s, warmup_hours=warmup_hours,
+                             warmup_score=warmup_score)
     env = settings.make_env()
-    eval_env = ClusterSchedulingEnv(scenario, "train", episode_hours, agent.action_mode)
+    eval_env = ClusterSchedulingEnv(scenario, "train", episode_hours, agent.action_mode, action_hold_s=action_hold_s,
+                                    warmup_hours=warmup_hours, warmup_score=warmup_score)
     if eval_episode is None:
         start = eval_env.span_s[0]
         eval_episode = {"world_seed": 2, "start_s": start, "end_s": start + eval_env.episode_s, "sim_seed": 7}
