@@ -222,7 +222,8 @@ def report(out, rows: list[dict] | None = None) -> tuple[Path, Path]:
     lines = [f"# Lifecycle rehearsal: {settings['config']['scenario']}, days {rows[0]['day']:g} to "
              f"{rows[-1]['end_day']:g}", "",
              f"Code version: `{settings.get('code_version')}`.", "",
-             f"Model `{settings['model']}`; settings: `{json.dumps(settings['config'])}`.", "",
+             f"Frozen model: version `{rows[0]['frozen']}` (its content's hash, as the registry names it); settings: "
+             f"`{json.dumps(settings['config'])}`.", "",
              "Means over the seeds. Cost: node-hours of the objective (lower is better).", "",
              "| day | serving | cost frozen | cost rolling | cpu_util frozen / rolling | fragmentation frozen / rolling "
              "| P99 ms frozen / rolling | OOM frozen / rolling | gate |",
