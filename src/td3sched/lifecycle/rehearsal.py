@@ -97,13 +97,14 @@ def read_rows(out) -> list[dict]:
     if not path.is_file():
         return []
     rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    lines = path.read_text().splitlines()
+    for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:  # a line cut by a crash is the last one: its period runs again
-            if n != len(path.read_text().splitlines()):
+            if n != len(lines):
                 raise ValueError(f"{path}: line {n} is not JSON: expected one period's row a line")
     return rows
 
