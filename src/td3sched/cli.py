@@ -794,7 +794,9 @@ def bc_cmd(
     out_dir: Path = typer.Option(..., "--out", metavar="MODEL", help="Model folder to write (then --policy td3:MODEL)."),
     epochs: int = typer.Option(40, help="Passes of the actor stage over the decisions (BCConfig.epochs)."),
     learning_rate: float = typer.Option(1e-4, "--lr", help="Adam's learning rate of the actor stage."),
-    action: str = typer.Option("full", help="full: weights and tau; seed: weights, tau fixed at 0."),
+    action: str = typer.Option("full", help="full (weights+tau): weights and tau; seed (weights): tau fixed at 0; "
+                               "requests (weights+tau+requests): weights, tau and the requests share, which a "
+                               "history of a requests-based scheduler such as k8s-default needs."),
     validation_share: float = typer.Option(0.1, help="Newest share of decisions held out for the agreement."),
     seed: int = typer.Option(1, min=0, help="torch's seed (initialisation, batch order)."),
     threads: int = typer.Option(1, min=1, help="torch threads (more can be far slower on a busy machine)."),
@@ -803,13 +805,14 @@ def bc_cmd(
     product's score (docs/lifecycle.md); prints the top-1 agreement with the history."""
     from td3sched.lifecycle.bc import BCConfig, clone_history
     from td3sched.outputs import check_folder
+    from td3sched.rl.actions import action_mode_of
 
     try:
         import torch
 
         torch.set_num_threads(threads)
         check_folder(out_dir, "--out")
-        config = BCConfig(epochs=epochs, learning_rate=learning_rate, action_mode=action,
+        config = BCConfig(epochs=epochs, learning_rate=learning_rate, action_mode=action_mode_of(action),
                           validation_share=validation_share, seed=seed)
         training = clone_history(history, out_dir, config, progress=lambda line: console.print(escape(line)))
     except (ValueError, FileNotFoundError) as exc:

@@ -216,6 +216,40 @@ def test_a_list_after_the_watch_was_away_catches_up(cluster, namespace, source):
     np.testing.assert_allclose(assigned(source, "node-0"), before["node-0"])
 
 
+def requested(source: KubernetesSource, node: str) -> np.ndarray:
+    """The non-zero requests the served snapshot holds for ``node``."""
+    snap = source.state.snapshot
+    return snap.nonzero_requested[snap.index[node]].copy()
+
+
+def test_each_nodes_requests_follow_its_bound_pods(cluster, namespace):
+    """The requests a model with a requests share scores by: every bound pod's, those bound before the
+    engine started included (the first list), changed by each binding and departure."""
+    cluster.create_pod(namespace, "early", NOBODY, "600m", "1Gi")
+    cluster.bind_pod(namespace, "early", "node-3")
+    early = pod_request(cluster.request("GET", f"/api/v1/namespaces/{namespace}/pods/early"))
+    s = make_source(cluster)
+    try:
+        assert wait_for(lambda: all(w.synced for w in s.watches), deadline_s=DEADLINE_S)
+        listed = requested(s, "node-3")
+        assert np.all(listed >= early)  # the first list counts the pods already bound
+        listed_all = {}
+        for pod in cluster.request("GET", "/api/v1/pods")["items"]:
+            node = pod["spec"].get("nodeName")
+            if node and pod["status"].get("phase") not in ("Succeeded", "Failed"):
+                listed_all[node] = listed_all.get(node, np.zeros(2)) + pod_request(pod)
+        np.testing.assert_allclose(listed, listed_all["node-3"])
+        cluster.create_pod(namespace, "late", NOBODY, "0", "0")  # kube-scheduler's non-zero defaults
+        cluster.bind_pod(namespace, "late", "node-3")
+        assert wait_for(lambda: np.allclose(requested(s, "node-3"), listed + [100, 200]), deadline_s=DEADLINE_S), \
+            f"a binding did not reach the node's requests: {requested(s, 'node-3')}"
+        cluster.delete_pod(namespace, "early")
+        assert wait_for(lambda: np.allclose(requested(s, "node-3"), listed + [100, 200] - early),
+                        deadline_s=DEADLINE_S), f"a departure did not leave the node's requests: {requested(s, 'node-3')}"
+    finally:
+        s.stop()
+
+
 # --- failures --------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

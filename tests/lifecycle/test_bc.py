@@ -75,3 +75,60 @@ def test_bc_recovers_known_static_weights(history, tmp_path):
     card = json.loads((tmp_path / "bc" / "model.json").read_text())
     assert card["training"]["kind"] == "behaviour-cloning" and card["scenario"] == "tiny"
     assert card["training"]["policies"] == [SPEC]
+
+
+REQ_SPEC = "static-weights:w=0.6/0.2/0.1/0.1:tau=0.3:req=0.7"
+
+
+@settings(max_examples=100, deadline=None)
+@given(score_inputs(), st.floats(0, 1))
+def test_the_torch_requests_blend_is_the_products(inputs, share):
+    from td3sched.policy.features import with_requests
+
+    u, w, tau = inputs
+    r = np.clip(u[:, :2][::-1].copy() * 0.7 + 0.1, 0, 1.5)  # any requested utilisation
+    expected = weighted_closeness(with_requests(u, r, share), w, tau)
+    blended = score_torch.with_requests(torch.from_numpy(u), torch.from_numpy(r), torch.tensor(share, dtype=torch.float64))
+    got = score_torch.weighted_closeness(blended, torch.from_numpy(w), torch.tensor(tau, dtype=torch.float64))
+    np.testing.assert_allclose(got.numpy(), expected, rtol=0, atol=1e-12)
+
+
+def test_bc_in_the_requests_mode_recovers_a_requests_share(tmp_path):
+    """A history of a static score reading requests to a share of 0.7: the requests mode recovers the
+    share and agrees with >= 95% of the choices, where the usage-only modes cannot express them."""
+    torch.set_num_threads(1)
+    folder = tmp_path / "history"
+    for seed in (1, 2):
+        record_simulation("tiny", REQ_SPEC, seed, "train", folder)
+    d = Decisions.from_table(read_history(folder))
+    assert static_agreement(TRUE_W, TRUE_TAU, d, requests=0.7).agreement == 1.0
+    usage_only = static_agreement(TRUE_W, TRUE_TAU, d).agreement
+    assert usage_only < 0.95, usage_only
+    training = clone_history(folder, tmp_path / "bc", BCConfig(epochs=3, seed=1, action_mode="requests"))
+    assert training["train"]["agreement"] >= 0.95 and training["validation"]["agreement"] >= 0.95, training
+    assert abs(training["static"]["requests"] - 0.7) < 0.05, training["static"]
+    actor = load_actor(tmp_path / "bc")
+    assert actor.action_mode == "requests"
+    assert agreement(actor.act, d, actor.action_mode).agreement >= 0.95
+
+
+def test_the_requests_mode_refuses_a_history_without_requests(history, tmp_path):
+    """A history whose candidates lack their requests (an older file, the engine without a pod watch)
+    cannot train a requests share: refused, naming what is missing."""
+    from td3sched.lifecycle.history import HistoryError
+
+    table = read_history(history)
+    cands = table.column("candidates").to_pylist()
+    for row in cands:
+        for c in row:
+            c["r_cpu"] = c["r_mem"] = None
+    import pyarrow as pa
+
+    i = table.schema.get_field_index("candidates")
+    table = table.set_column(i, table.schema.field(i), pa.array(cands, table.schema.field(i).type))
+    from td3sched.lifecycle.bc import behaviour_clone
+
+    with pytest.raises(HistoryError, match=r"lack their requested utilisation \(r_cpu, r_mem\)"):
+        behaviour_clone(Decisions.from_table(table), BCConfig(epochs=1, action_mode="requests"))
+    with pytest.raises(ValueError, match="BCConfig.action_mode='ceiling': expected one of full, seed, requests"):
+        BCConfig(action_mode="ceiling")

@@ -33,8 +33,9 @@ def rows(draw):
     for j in range(k):
         stale = draw(st.booleans())
         u = [None] * 4 if stale else [draw(st.floats(0, 2)) for _ in range(4)]
+        r = [draw(st.one_of(st.none(), st.floats(0, 2))) for _ in range(2)]
         cands.append({"node": f"n{j}", "u_cpu": u[0], "u_mem": u[1], "u_io": u[2], "u_net": u[3], "stale": stale,
-                      "score": draw(maybe_float)})
+                      "score": draw(maybe_float), "r_cpu": r[0], "r_mem": r[1]})
     chosen = draw(st.one_of(st.none(), st.integers(0, k - 1)))
     return {
         "source": draw(st.sampled_from(["simulator", "engine", "import"])), "decision_id": draw(st.text(min_size=1)),
@@ -74,36 +75,66 @@ def _one_row() -> dict:
             "disk_gib": 0.0, "rdma_pct": 0.0, "gpu_count": 0, "gpu_milli": 0, "cpu_limit_milli": None,
             "mem_limit_mib": None, "observation": None,
             "candidates": [{"node": "a", "u_cpu": 0.1, "u_mem": 0.2, "u_io": 0.0, "u_net": 0.0, "stale": False,
-                            "score": 50.0}],
+                            "score": 50.0, "r_cpu": 0.3, "r_mem": 0.4}],
             "chosen_node": "a", "chosen_index": 0, "model_version": None, "action": None, "weights": None,
             "tau": None, "outcome_left_s": None, "outcome": None, "outcome_kills": None, "reward": None,
             "elapsed_s": None}
 
 
 def test_another_schema_version_is_refused_naming_the_file(tmp_path):
-    table = pa.Table.from_pylist([{"schema_version": 3, **_one_row()}], schema=SCHEMA)
-    path = tmp_path / "v3.parquet"
-    pq.write_table(table.replace_schema_metadata({VERSION_KEY: b"3"}), path)
-    with pytest.raises(HistoryError, match=rf"v3.parquet: history schema version 3: expected 1 to {SCHEMA_VERSION}"):
+    table = pa.Table.from_pylist([{"schema_version": 9, **_one_row()}], schema=SCHEMA)
+    path = tmp_path / "v9.parquet"
+    pq.write_table(table.replace_schema_metadata({VERSION_KEY: b"9"}), path)
+    with pytest.raises(HistoryError, match=rf"v9.parquet: history schema version 9: expected 1 to {SCHEMA_VERSION}"):
         read_history(tmp_path)
 
 
+def _older(row: dict, version: int) -> pa.Table:
+    """A file of an older schema version: its candidates without the requested utilisation."""
+    from td3sched.lifecycle.history import CANDIDATE_V2
+
+    old = {**row, "candidates": [{k: v for k, v in c.items() if not k.startswith("r_")} for c in row["candidates"]]}
+    schema = pa.schema([pa.field("candidates", pa.list_(CANDIDATE_V2), nullable=False) if f.name == "candidates" else f
+                        for f in SCHEMA])
+    table = pa.Table.from_pylist([{"schema_version": version, **old}], schema=schema)
+    return table.replace_schema_metadata({VERSION_KEY: str(version).encode()})
+
+
 def test_a_version_1_file_reads_with_the_later_columns_null(tmp_path):
-    """Histories written before the outcome columns (schema 1) still read; those columns are null."""
+    """Histories written before the outcome columns (schema 1) still read; those columns are null, and
+    so are the candidates' requested utilisation (added in schema 3)."""
     row = {**_one_row(), "outcome_left_s": 5.0}
-    v1 = pa.Table.from_pylist([{"schema_version": 1, **row}], schema=SCHEMA).drop_columns(["outcome", "outcome_kills"])
-    pq.write_table(v1.replace_schema_metadata({VERSION_KEY: b"1"}), tmp_path / "v1.parquet")
+    v1 = _older(row, 1).drop_columns(["outcome", "outcome_kills"])
+    pq.write_table(v1, tmp_path / "v1.parquet")
     back = read_history(tmp_path).to_pylist()
-    assert back == [{"schema_version": 1, **row}] and back[0]["outcome"] is None and back[0]["outcome_kills"] is None
+    expected = {**row, "candidates": [{**c, "r_cpu": None, "r_mem": None} for c in row["candidates"]]}
+    assert back == [{"schema_version": 1, **expected}]
+    assert back[0]["outcome"] is None and back[0]["outcome_kills"] is None
+    d = Decisions.from_table(read_history(tmp_path).set_column(
+        COLUMNS.index("observation"), "observation", pa.array([[0.0] * 35], pa.list_(pa.float32()))))
+    assert np.isnan(d.r).all()
+    with pytest.raises(HistoryError, match=r"lack their requested utilisation \(r_cpu, r_mem\)"):
+        d.require_requests()
     # a version 2 file must have them
-    v2 = pa.Table.from_pylist([{"schema_version": 2, **row}], schema=SCHEMA).drop_columns(["outcome_kills"])
+    v2 = _older(row, 2).drop_columns(["outcome_kills"])
     pq.write_table(v2, tmp_path / "v2.parquet")
     with pytest.raises(HistoryError, match=r"v2.parquet: column 'outcome_kills' missing"):
         read_history(tmp_path / "v2.parquet")
 
 
+def test_a_version_2_file_reads_its_candidates_with_null_requests(tmp_path):
+    row = _one_row()
+    pq.write_table(_older(row, 2), tmp_path / "v2.parquet")
+    back = read_history(tmp_path / "v2.parquet").to_pylist()
+    assert back[0]["candidates"] == [{**c, "r_cpu": None, "r_mem": None} for c in row["candidates"]]
+    # a version 3 file must have them
+    pq.write_table(_older(row, 3), tmp_path / "v3.parquet")
+    with pytest.raises(HistoryError, match=r"v3.parquet: column 'candidates' is list<.*expected list<"):
+        read_history(tmp_path / "v3.parquet")
+
+
 def test_a_missing_column_is_refused_naming_it(tmp_path):
-    table = pa.Table.from_pylist([{"schema_version": 2, **_one_row()}], schema=SCHEMA).drop_columns(["chosen_node"])
+    table = pa.Table.from_pylist([{"schema_version": 3, **_one_row()}], schema=SCHEMA).drop_columns(["chosen_node"])
     pq.write_table(table, tmp_path / "cut.parquet")
     with pytest.raises(HistoryError, match=r"cut.parquet: column 'chosen_node' missing"):
         read_history(tmp_path / "cut.parquet")
@@ -148,6 +179,17 @@ def test_a_k8s_default_history_records_its_own_scores_and_the_product_features(t
     row = table.slice(0, 1).to_pylist()[0]
     assert row["weights"] is None and row["tau"] is None and row["policy"] == "k8s-default"
     assert all(0 <= c["score"] <= 200 and not math.isnan(c["u_cpu"]) for c in row["candidates"])
+    # the requested utilisation is what kube-scheduler's LeastAllocated reads: a node requested more
+    # scores lower, so a decision's best LeastAllocated node is the one of the least requests
+    d = Decisions.from_table(table)
+    d.require_requests()
+    assert np.all(d.r > 0)
+    for row in table.slice(0, 50).to_pylist():
+        cands = row["candidates"]
+        least = min(range(len(cands)), key=lambda j: cands[j]["r_cpu"] + cands[j]["r_mem"])
+        most = max(range(len(cands)), key=lambda j: cands[j]["r_cpu"] + cands[j]["r_mem"])
+        if cands[most]["r_cpu"] > cands[least]["r_cpu"] + 0.05 and cands[most]["r_mem"] > cands[least]["r_mem"] + 0.05:
+            assert cands[least]["score"] > cands[most]["score"]
 
 
 def test_a_recorded_run_frees_its_world(tmp_path):
@@ -173,7 +215,7 @@ def test_a_recorded_run_frees_its_world(tmp_path):
 
 def _decisions_by_rows(table):
     """The plain reading of Decisions (one Python object per candidate): the vectorised one must agree."""
-    obs, us, offsets, chosen, times, dropped = [], [], [0], [], [], 0
+    obs, us, rs, offsets, chosen, times, dropped = [], [], [], [0], [], [], 0
     for row in table.to_pylist():
         i, cands = row["chosen_index"], row["candidates"]
         if row["observation"] is None or i is None or cands[i]["stale"] or cands[i]["u_cpu"] is None:
@@ -182,11 +224,13 @@ def _decisions_by_rows(table):
         fresh = [not c["stale"] and c["u_cpu"] is not None for c in cands]
         obs.append(row["observation"])
         us.extend([c[f] for f in ("u_cpu", "u_mem", "u_io", "u_net")] for c, ok in zip(cands, fresh) if ok)
+        rs.extend([math.nan if c[f] is None else c[f] for f in ("r_cpu", "r_mem")] for c, ok in zip(cands, fresh) if ok)
         chosen.append(sum(fresh[:i]))
         offsets.append(offsets[-1] + sum(fresh))
         times.append(row["time_s"])
     return (np.asarray(obs, dtype=np.float32).reshape(-1, 35), np.asarray(us, dtype=np.float64).reshape(-1, 4),
-            np.asarray(offsets), np.asarray(chosen), np.asarray(times), dropped)
+            np.asarray(rs, dtype=np.float64).reshape(-1, 2), np.asarray(offsets), np.asarray(chosen),
+            np.asarray(times), dropped)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -197,7 +241,7 @@ def test_the_vectorised_reading_of_decisions_is_the_plain_one(tmp_path, batch):
             if c["u_cpu"] is None:
                 c["stale"] = True
     table = read_history(write_history(tmp_path / "h.parquet", batch))
-    obs, u, offsets, chosen, times, dropped = _decisions_by_rows(table)
+    obs, u, r, offsets, chosen, times, dropped = _decisions_by_rows(table)
     if len(chosen) == 0:
         with pytest.raises(HistoryError, match="none to learn from"):
             Decisions.from_table(table)
@@ -205,6 +249,11 @@ def test_the_vectorised_reading_of_decisions_is_the_plain_one(tmp_path, batch):
     d = Decisions.from_table(table)
     np.testing.assert_array_equal(d.obs, obs)
     np.testing.assert_array_equal(d.u, u)
+    np.testing.assert_array_equal(d.r, r)
+    sub = np.arange(len(d))[::2]
+    part = d.subset(sub)
+    assert part.u.shape[0] == part.r.shape[0] == part.offsets[-1]
+    np.testing.assert_array_equal(part.r, np.concatenate([d.r[d.offsets[i]:d.offsets[i + 1]] for i in sub]))
     assert d.offsets.tolist() == offsets.tolist() and d.chosen.tolist() == chosen.tolist()
     assert d.time_s.tolist() == times.tolist() and d.dropped == dropped
 

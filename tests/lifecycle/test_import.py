@@ -1,7 +1,8 @@
 """import-history against a real Prometheus (the engine's test harness) with recorded series: the
 decisions rebuilt from a v1.PodList see each node's metrics as they were at the pod's bind time (a
 node's load changes mid-way; decisions before and after the change see the old and the new value),
-the chosen node is the one the pod was bound to, and the features are the engine's."""
+the chosen node is the one the pod was bound to, the features are the engine's, and each node's
+requests are those of the pods imported before."""
 
 from __future__ import annotations
 
@@ -106,6 +107,12 @@ def test_imported_decisions_see_the_metrics_of_their_bind_time(recorded, tmp_pat
     u_b = [next(c for c in r["candidates"] if c["node"] == "node-b")["u_mem"] for r in rows]
     np.testing.assert_allclose(np.array(u_b) - 256 / (32 * 1024), 0.5, atol=1e-6)
     assert Decisions.from_table(read_history(path)).chosen.tolist() == [2, 2, 2, 2]  # node-c, names sorted
+    # each node's requests: the imported pods bound there before, with the pod (node-c: 2 cores, 8 GiB)
+    r_c = [next((c["r_cpu"], c["r_mem"]) for c in r["candidates"] if c["node"] == "node-c") for r in rows]
+    np.testing.assert_allclose(r_c, [(500 * (i + 1) / 2000, 256 * (i + 1) / 8192) for i in range(4)])
+    r_a = {next((c["r_cpu"], c["r_mem"]) for c in r["candidates"] if c["node"] == "node-a") for r in rows}
+    assert r_a == {(500 / 4000, 256 / 16384)}
+    Decisions.from_table(read_history(path)).require_requests()
 
 
 def test_a_pod_list_without_items_is_refused():

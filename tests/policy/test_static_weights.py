@@ -183,3 +183,62 @@ def test_a_spec_with_a_ceiling_reads_back():
     p = make_policy("static-weights:w=0.4/0.3/0.2/0.1:tau=0.5:ceiling=0.75")
     assert p.ceiling == 0.75 and make_policy(p.spec).spec == p.spec
     assert "ceiling" not in make_policy("static-weights").spec
+
+
+def test_a_requests_share_scores_cpu_and_memory_by_requests():
+    c = _cluster()
+    # requests bound: node 0 none (its usage is high), node 1 most of it (its usage is low in memory)
+    c.nonzero_requested[0] = [0.0, 0.0]
+    c.nonzero_requested[1] = [2000.0, 6144.0]
+    pod, nodes = _pod(), np.array([0, 1])
+    # by requests, with the pod: node 0 [1000/4000, 2048/8192] = [.25, .25]; node 1 [3000/4000, 8192/8192] = [.75, 1]
+    least = _attached(make_policy("static-weights:w=0.5/0.5/0/0:tau=0:req=1"), c)
+    assert least.score(pod, nodes, c) == pytest.approx([0.75, 0.125])
+    # by usage (test_static_weights_scores_by_hand's utilisations): node 0 [.5, .5], node 1 [1, .25]
+    usage = _attached(make_policy("static-weights:w=0.5/0.5/0/0:tau=0"), c)
+    assert usage.score(pod, nodes, c) == pytest.approx([0.5, 0.375])
+    # half and half: the mean of the two utilisations
+    half = _attached(make_policy("static-weights:w=0.5/0.5/0/0:tau=0:req=0.5"), c)
+    assert half.score(pod, nodes, c) == pytest.approx([0.625, 0.25])
+    # the ceiling reads observed usage whatever the share: node 1's CPU with the pod is 1.0 by usage
+    ceiling = _attached(make_policy("static-weights:w=0.5/0.5/0/0:ceiling=0.9:req=1"), c)
+    assert ceiling.filter(pod, nodes, c).tolist() == [True, False]
+    assert ceiling.score(pod, nodes[:1], c) == pytest.approx([0.75])
+
+
+def test_the_requests_share_rounds_trips_its_spec_and_refuses_a_bad_one():
+    p = make_policy("static-weights:w=0.5/0.5/0/0:tau=0:req=0.75")
+    assert p.requests == 0.75 and make_policy(p.spec).spec == p.spec and p.spec.endswith(":req=0.75")
+    assert "req" not in make_policy("static-weights:req=0").spec  # the default, usage only
+    for bad in ("-0.1", "1.01", "nan", "x"):
+        with pytest.raises(ValueError, match="req"):
+            make_policy(f"static-weights:req={bad}")
+
+
+def test_requests_only_ranks_nodes_as_kube_schedulers_least_allocated():
+    """With requests alone and weights (1/2, 1/2, 0, 0) at tau 0, the score is LeastAllocated before its
+    rounding: over a run's decisions the best node by the score is within LeastAllocated's rounding
+    (it floors each resource's score to a whole number, then their mean) of LeastAllocated's best, and
+    most often one of them."""
+    from td3sched.policy.features import requested_utilisation
+    from td3sched.policy.k8s_default import MIB, least_allocated
+    from td3sched.scenario import load_scenario
+    from td3sched.simulator.engine import Simulation
+
+    checked = []
+
+    class Checking(StaticWeights):
+        def score(self, pod, nodes, cluster):
+            s = super().score(pod, nodes, cluster)
+            req = cluster.nonzero_requested[nodes] + pod.nonzero_cpu_mem
+            la = least_allocated(req[:, 0], req[:, 1] * MIB, cluster.allocatable[nodes, 0],
+                                 cluster.allocatable[nodes, 1] * MIB)
+            r = requested_utilisation(pod, nodes, cluster)
+            np.testing.assert_allclose(s, 1 - r.clip(0, 1).mean(axis=1), rtol=1e-12, atol=1e-12)
+            checked.append(la.max() - la[np.argmax(s)])
+            return s
+
+    scenario = load_scenario("tiny")
+    start, end = scenario.span("test")
+    Simulation(scenario.build(1), Checking([0.5, 0.5, 0.0, 0.0], 0.0, requests=1.0), 1, start, end).run()
+    assert len(checked) > 200 and max(checked) <= 1 and np.mean(np.equal(checked, 0)) > 0.9

@@ -315,6 +315,12 @@ func TestAnActionIsNotHeldWithoutAValidHold(t *testing.T) {
 			reply.Advisory = true
 			return reply, nil
 		}},
+		{"a requests share, which the plugin's score does not read", nil,
+			func(req *enginev1.ScoreNodesRequest) (*enginev1.ScoreNodesResponse, error) {
+				reply, _ := heldBy(600, []float64{1, 0, 0, 0}, 0, 0, func(string) int64 { return 40 })(req)
+				reply.Action.Requests = 0.8
+				return reply, nil
+			}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

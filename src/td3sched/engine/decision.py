@@ -6,9 +6,11 @@ copied:
     u        = policy.features.utilisation(pod, fresh candidates, snapshot, assign-cache usage)
     obs      = rl.observation.observe(pod, fresh candidates, snapshot, u, OOM kills of 5 min)
     action   = the served actor (rl.onnx_actor) on obs
-    w, tau, ceiling = rl.actions.decode(action, the card's action mode)     ceiling: None unless the card
-                                                                            declares that dimension
-    score_n  = policy.static_weights.weighted_closeness(u_n, w, tau)          in [0, 1]
+    w, tau, ceiling, rho = rl.actions.decode(action, the card's action mode)   ceiling: None unless the card
+                                                                            declares that dimension; rho
+                                                                            (requests share) 0 unless it does
+    u'_n     = policy.features.with_requests(u_n, requested utilisation_n, rho)
+    score_n  = policy.static_weights.weighted_closeness(u'_n, w, tau)         in [0, 1]
     held_n   = not policy.static_weights.within_ceiling(u_n, ceiling)         score 0, and /filter fails n
 
 **Hold-back ceiling** (a model whose card declares the ``ceiling`` dimension, ``rl.actions``): a
@@ -17,6 +19,12 @@ pod, by the same rule as ``static-weights``' and the simulator's ``td3`` policy.
 pod)`` (the extender's /filter) fails those nodes with the reason, so a pod with none left waits, as in
 the simulator; ``decide`` (ScoreNodes, /prioritize) scores them 0 and marks them ``held_back`` (a Score
 plugin cannot filter; ScoreNodes also marks them ``excluded``). In shadow mode nothing is held back.
+
+**Requests share** (a card declaring the ``requests`` dimension): the score reads CPU and memory by
+the pods' requests to the share the action gives, from the snapshot's ``nonzero_requested`` (the pod
+watch of the Kubernetes source, or the simulator's). A snapshot without them (metrics alone) cannot
+serve such a model: the decision falls back (``no_requests``). The td3score plugin's own scoring of a
+held action reads usage only, so such an action is never handed to it (``action_valid_s`` 0).
 
 Candidates with stale or missing metrics (``state.Staleness``) are left out of the observation and
 get ``NEUTRAL_SCORE`` (fail-open) or are excluded (fail-closed). The safety filter
@@ -30,6 +38,7 @@ arguments (default: the best-static weights and tau of the model's scenario), an
     nan               the action has a NaN or an infinity
     out_of_range      an action value lies outside [-LOGIT_LIMIT, LOGIT_LIMIT] (beyond rounding)
     no_fresh_metrics  no candidate has fresh metrics: nothing to observe
+    no_requests       the model scores by requests and the state does not know them (no pod watch)
 
 **Action hold** (a card's ``action_hold_s`` > 0, ``rl.policy.ActionPolicy``): the actor is asked at most
 once per hold, on the engine's clock; a decision within the hold of the last action the model took
@@ -53,7 +62,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from td3sched.policy.base import PodRequest
-from td3sched.policy.features import utilisation
+from td3sched.policy.features import requested_utilisation, utilisation, with_requests
 from td3sched.policy.static_weights import validate_weights, weighted_closeness, within_ceiling
 from td3sched.rl.actions import LOGIT_LIMIT, ScoreArgs, decode
 from td3sched.rl.observation import OBSERVATION_SIZE, observe
@@ -64,7 +73,7 @@ NEUTRAL_SCORE = 0.5
 """Score in [0, 1] of a candidate with stale or missing metrics under fail-open (50 of 100)."""
 RANGE_SLACK = 1e-4
 """An action beyond LOGIT_LIMIT by more than this is out of range (the actor's tanh cannot reach it)."""
-FALLBACK_REASONS = ("no_model", "model_error", "nan", "out_of_range", "no_fresh_metrics")
+FALLBACK_REASONS = ("no_model", "model_error", "nan", "out_of_range", "no_fresh_metrics", "no_requests")
 QOS_NAMES = ("Guaranteed", "Burstable", "BestEffort")
 """QoS classes, indexed like ``PodRequest.qos`` (workload.pods)."""
 
@@ -136,6 +145,11 @@ class Decision:
     advisory: bool = False
     ceiling: float | None = None
     """The action's hold-back ceiling (None: the model declares none, or a fallback)."""
+    requests: float = 0.0
+    """The action's requests share (0: the model declares none, or a fallback)."""
+    requested: np.ndarray | None = None
+    """[fresh, 2] requested CPU and memory utilisation of the fresh candidates, pod included (for the
+    decision log); None when the snapshot does not know the requests."""
     held_back: np.ndarray | None = None
     """[k] bool: above the ceiling with the pod (score 0); None without a ceiling."""
     action_held: bool = False
@@ -257,13 +271,19 @@ class DecisionEngine:
         else:
             action, reason = self._action(actor, obs)
             taken_at = now
-            if hold and not reason:
-                self._held = (version, now, action)
+        reads_requests = not reason and actor.action_mode == "requests"
+        if reads_requests and snap.nonzero_requested is None:
+            reason, reads_requests = "no_requests", False
+        if hold and not reason and not held_action:
+            self._held = (version, now, action)
         valid_s = 0.0
-        if hold and not reason and not self.shadow and self.state.staleness.mode != "fail-closed":
+        if (hold and not reason and not reads_requests and not self.shadow
+                and self.state.staleness.mode != "fail-closed"):
             valid_s = hold - (now - taken_at)
         args = ScoreArgs(self.fallback_weights, self.fallback_tau) if reason else decode(action, actor.action_mode)
-        fresh_scores = weighted_closeness(u, args.weights, args.tau)
+        r = requested_utilisation(request, nodes, snap) if snap.nonzero_requested is not None else None
+        scored = with_requests(u, r, args.requests) if args.requests else u
+        fresh_scores = weighted_closeness(scored, args.weights, args.tau)
         held = None
         if args.ceiling is not None:
             over = ~within_ceiling(u, args.ceiling)
@@ -276,7 +296,7 @@ class DecisionEngine:
             scores[fresh] = fresh_scores
         return Decision(names, scores, excluded, stale, args.weights, args.tau, action, version, reason, obs, u, now,
                         advisory=self.shadow, ceiling=args.ceiling, held_back=held, action_held=held_action,
-                        action_valid_s=valid_s)
+                        action_valid_s=valid_s, requests=args.requests, requested=r)
 
     def warm_up(self) -> None:
         """Decide and filter on a two-node cluster of its own, before and after a binding, so that every

@@ -8,7 +8,12 @@ Format: JSON lines, one record per line, UTF-8. Schema (``SCHEMA_VERSION`` 1):
      "observation": [35 floats] or null, "action": [pre-activations] or null,
      "weights": [4], "tau": 0.3, "model_version": "ab12cd34ef56", "fallback_reason": "",
      "advisory": false,
-     "candidates": [{"node": "n1", "score": 73, "stale": false, "u": [cpu, mem, io, net] or null}, ...]}
+     "candidates": [{"node": "n1", "score": 73, "stale": false, "u": [cpu, mem, io, net] or null,
+                     "r": [cpu, mem] or null}, ...]}
+
+(``r``: the requested CPU and memory utilisation with the pod, null when stale or when the engine does
+not know the requests; a record written before the key existed lacks it, which reads as null. A
+model with a requests share adds ``"requests"``, one with a ceiling ``"ceiling"`` and ``"held_back"``.)
     {"schema": 1, "seq": 1, "kind": "binding", "time_s": ..., "decision_id": "...", "pod": {...}, "node": "n1"}
 
 Crash safety: records are queued by the request threads and written by one writer thread, a batch

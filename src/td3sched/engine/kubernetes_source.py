@@ -11,6 +11,11 @@ node sees it gone (``policy.assign_cache``). The first list only learns which po
 bindings predate the engine and its metrics. A list after a reconnection reports the bindings made
 while the watch was away and forgets the pods that went.
 
+The same watch keeps each node's requests: the non-zero CPU and memory requests of the pods bound
+there (kube-scheduler's defaults for an empty request), set from every list and changed by each
+binding and departure (``ShadowState.set_requested``, ``add_requested``), which a model with a
+requests share scores by. A pod whose spec cannot be read counts nothing.
+
 Nodes: ``status.allocatable`` (``status.capacity`` for a resource it lacks), read with the extender's
 quantity code (``kubernetes_objects.quantity``): CPU in milli-cores, memory in MiB, ephemeral storage
 in GiB, ``koordinator.sh/rdma`` in percent, ``nvidia.com/gpu`` whole GPUs. A node without CPU and
@@ -270,8 +275,9 @@ class KubernetesSource:
         self.disk_gib, self.rdma_pct = disk_gib, rdma_pct
         self.nodes: dict[str, tuple[np.ndarray, int]] = {}
         """node -> (allocatable [4], GPUs), as last listed or watched."""
-        self.bound: dict[str, tuple[str, str, str]] = {}
-        """namespace/name -> (namespace, name, node) of the bound pods the watch knows."""
+        self.bound: dict[str, tuple[str, str, str, np.ndarray | None]] = {}
+        """namespace/name -> (namespace, name, node, non-zero CPU and memory requests or None: unreadable)
+        of the bound pods the watch knows."""
         timing = dict(watch_timeout_s=watch_timeout_s, request_timeout_s=request_timeout_s,
                       backoff_initial_s=backoff_initial_s, backoff_max_s=backoff_max_s)
         self.node_watch = ResourceWatch("nodes", self.api.list_node, self._nodes_listed, self._node_event,
@@ -338,6 +344,15 @@ class KubernetesSource:
             log.info("binding of %s to %s not counted: the state does not know the node", where, node)
 
     @staticmethod
+    def _requests(pod: dict) -> np.ndarray | None:
+        """The pod's non-zero CPU milli and memory MiB requests, None when its spec cannot be read."""
+        meta = pod.get("metadata") or {}
+        try:
+            return pod_from_k8s(pod, f"Pod {meta.get('namespace')}/{meta.get('name')}").request(0.0).nonzero_cpu_mem
+        except ValueError:
+            return None
+
+    @staticmethod
     def _key(pod: dict) -> tuple[str, str, str, str]:
         meta = pod.get("metadata") or {}
         namespace, name = meta.get("namespace") or "default", meta.get("name") or ""
@@ -349,26 +364,38 @@ class KubernetesSource:
             key, namespace, name, node = self._key(pod)
             if not node:
                 continue
-            bound[key] = (namespace, name, node)
+            bound[key] = (namespace, name, node, self._requests(pod))
             held = self.bound.get(key)
             if not first and (held is None or held[2] != node):
                 self._report(pod, node)  # bound while the watch was away
         for key in self.bound.keys() - bound.keys():
-            namespace, name, node = self.bound[key]
+            namespace, name, node, _ = self.bound[key]
             self.service.forget_binding(namespace, name, node)  # gone while the watch was away
         self.bound = bound
+        requested: dict[str, np.ndarray] = {}
+        for _, _, node, req in bound.values():
+            if req is not None:
+                requested[node] = requested.get(node, np.zeros(2)) + req
+        self.state.set_requested(requested)
 
     def _pod_event(self, kind: str, pod: dict) -> None:
         key, namespace, name, node = self._key(pod)
         if kind == "DELETED" or not node:
             held = self.bound.pop(key, None)
             if held is not None:
+                if held[3] is not None:
+                    self.state.add_requested(held[2], -held[3])
                 self.service.forget_binding(namespace, name, held[2])
             return
         held = self.bound.get(key)
         if held is not None and held[2] == node:
             return
-        self.bound[key] = (namespace, name, node)
+        if held is not None and held[3] is not None:  # the pod of that name was on another node
+            self.state.add_requested(held[2], -held[3])
+        req = self._requests(pod)
+        self.bound[key] = (namespace, name, node, req)
+        if req is not None:
+            self.state.add_requested(node, req)
         self._report(pod, node)
 
     def start(self) -> None:

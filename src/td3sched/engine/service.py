@@ -76,15 +76,18 @@ class EngineService:
         if self.log is None:
             return
         fresh_u = iter(d.utilisation if d.utilisation is not None else ())
+        fresh_r = iter(d.requested if d.requested is not None else ())
         candidates = []
         for name, score, stale in zip(d.candidates, d.scores_0_100(), d.stale):
             u = None if stale else _finite_list(next(fresh_u, None))
-            candidates.append({"node": name, "score": score, "stale": bool(stale), "u": u})
+            r = None if stale else _finite_list(next(fresh_r, None))
+            candidates.append({"node": name, "score": score, "stale": bool(stale), "u": u, "r": r})
         self.log.append({
             "kind": "decision", "time_s": d.time_s, "decision_id": decision_id, "pod": _pod_record(pod),
             "observation": _finite_list(d.observation), "action": _finite_list(d.pre_activations),
             "weights": _finite_list(d.weights), "tau": float(d.tau), "model_version": d.model_version,
             "fallback_reason": d.fallback_reason, "advisory": d.advisory, "candidates": candidates,
+            **({"requests": float(d.requests)} if d.requests else {}),
             **({} if d.ceiling is None else {"ceiling": float(d.ceiling),
                                              "held_back": [n for n, h in zip(d.candidates, d.held_back) if h]})})
         self.metrics.log_records.inc()

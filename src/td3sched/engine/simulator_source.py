@@ -1,7 +1,8 @@
 """The shadow state filled from a running simulation instead of Prometheus, so that the engine can
 run in the simulator's loop (a digital twin): every ready node of the simulated cluster, its
 allocatable, its *observed* usage as the simulator's metrics pipeline last published it (never the
-ground truth) and that publication's time, and the node OOM kills of the last 5 simulated minutes
+ground truth) and that publication's time, the requests of the pods bound to it (what the API server
+knows at once), and the node OOM kills of the last 5 simulated minutes
 counted as the td3 policy counts them (``rl.observation.OomWindow``).
 
 The engine's clock is then the simulation's: pass ``clock=source.now`` to the ``ShadowState``.
@@ -33,7 +34,8 @@ class SimulatorSource:
         t = self.now()
         return NodeSnapshot(tuple(c.names[ready].tolist()), c.allocatable[ready].copy(), c.capacity_usage[ready].copy(),
                             c.observed[ready].copy(), np.full(len(ready), c.last_scrape_s),
-                            oom_kills_recent=float(self.oom_window.kills(t, int(self.oom_kills_total()))), taken_at_s=t)
+                            oom_kills_recent=float(self.oom_window.kills(t, int(self.oom_kills_total()))), taken_at_s=t,
+                            nonzero_requested=c.nonzero_requested[ready].copy())
 
     def refresh(self) -> bool:
         self.state.publish(self.snapshot())

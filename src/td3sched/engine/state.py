@@ -27,6 +27,7 @@ filters them out.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -81,6 +82,10 @@ class NodeSnapshot:
     oom_kills_recent: float = 0.0
     """Node OOM kills over the last 5 minutes, all nodes together (the observation's field 32)."""
     taken_at_s: float = 0.0
+    nonzero_requested: np.ndarray | None = None
+    """[N, 2] CPU milli and memory MiB requested by the pods bound to each node (kube-scheduler's
+    non-zero defaults for an empty request), as ``Cluster.nonzero_requested``; None when the source
+    does not know them (metrics alone). What a model with a requests share scores by."""
     index: dict[str, int] = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -88,10 +93,18 @@ class NodeSnapshot:
         for name in ("allocatable", "capacity_usage", "observed", "scraped_at_s"):
             # one array type whatever the source built: the decision's compiled kernels see one signature
             object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.float64))
+        if self.nonzero_requested is not None:
+            object.__setattr__(self, "nonzero_requested",
+                               np.ascontiguousarray(self.nonzero_requested, dtype=np.float64))
         for name, shape in (("allocatable", (n, 4)), ("capacity_usage", (n, len(USAGE_COLUMNS))),
-                            ("observed", (n, len(USAGE_COLUMNS))), ("scraped_at_s", (n,))):
-            if np.shape(getattr(self, name)) != shape:
-                raise ValueError(f"node snapshot {name}: shape {np.shape(getattr(self, name))}, expected {shape}")
+                            ("observed", (n, len(USAGE_COLUMNS))), ("scraped_at_s", (n,)),
+                            ("nonzero_requested", (n, 2))):
+            value = getattr(self, name)
+            if value is not None and np.shape(value) != shape:
+                raise ValueError(f"node snapshot {name}: shape {np.shape(value)}, expected {shape}")
+        if self.nonzero_requested is not None and not (np.isfinite(self.nonzero_requested).all()
+                                                       and (self.nonzero_requested >= 0).all()):
+            raise ValueError("node snapshot nonzero_requested: expected finite non-negative requests")
         if len(set(self.names)) != n:
             raise ValueError("node snapshot: duplicate node names")
         if not np.all(self.capacity_usage > 0) or not np.all(self.allocatable[:, :2] > 0):
@@ -139,12 +152,27 @@ class NodeInventory:
             raise ValueError("node inventory: expected positive CPU and memory allocatable")
 
 
-def joined(metrics: NodeSnapshot | None, inventory: NodeInventory | None) -> NodeSnapshot | None:
+def _requests_of(names, requested: dict[str, np.ndarray]) -> np.ndarray:
+    """[N, 2] the requests of ``names`` (0 for a node ``requested`` lacks)."""
+    out = np.zeros((len(names), 2))
+    for i, name in enumerate(names):
+        held = requested.get(name)
+        if held is not None:
+            out[i] = held
+    return out
+
+
+def joined(metrics: NodeSnapshot | None, inventory: NodeInventory | None,
+           requested: dict[str, np.ndarray] | None = None) -> NodeSnapshot | None:
     """The snapshot a decision reads: the inventory's nodes and allocatable (CPU and memory are also
     the capacities utilisation is taken of), with the metrics' observed usage, scrape times, disk and
-    NIC capacities by node name; the metrics alone without an inventory."""
+    NIC capacities by node name, and the pods' requests per node (``requested``: node -> [CPU milli,
+    memory MiB], a node absent requests nothing; None: not known); the metrics (with those requests)
+    without an inventory."""
     if inventory is None:
-        return metrics
+        if metrics is None or requested is None:
+            return metrics
+        return dataclasses.replace(metrics, nonzero_requested=_requests_of(metrics.names, requested), index={})
     n = len(inventory.names)
     capacity = np.column_stack([inventory.allocatable[:, 0], inventory.allocatable[:, 1], np.ones(n),
                                 np.full(n, DEFAULT_NIC_MBIT)])
@@ -158,8 +186,10 @@ def joined(metrics: NodeSnapshot | None, inventory: NodeInventory | None) -> Nod
         scraped[have] = metrics.scraped_at_s[rows[have]]
         capacity[have, 2:] = metrics.capacity_usage[rows[have], 2:]
         oom, taken = metrics.oom_kills_recent, metrics.taken_at_s
+    requests = None if requested is None else _requests_of(inventory.names, requested)
     return NodeSnapshot(inventory.names, inventory.allocatable.copy(), capacity.reshape(-1, 4),
-                        observed.reshape(-1, len(USAGE_COLUMNS)), scraped, oom_kills_recent=oom, taken_at_s=taken)
+                        observed.reshape(-1, len(USAGE_COLUMNS)), scraped, oom_kills_recent=oom, taken_at_s=taken,
+                        nonzero_requested=requests)
 
 
 class NotReady(RuntimeError):
@@ -175,6 +205,8 @@ class ShadowState:
         self._snapshot: NodeSnapshot | None = None
         self._metrics: NodeSnapshot | None = None
         self._inventory: NodeInventory | None = None
+        self._requested: dict[str, np.ndarray] | None = None
+        """node -> the non-zero requests of the pods bound there (the pod watch), None: not known."""
         self._lock = threading.Lock()
         self._cache = AssignCache(0, horizon_s=ASSIGN_HORIZON_S)
         self._cache_version = 0
@@ -208,14 +240,35 @@ class ShadowState:
         held for nodes that still exist are kept."""
         with self._lock:
             self._metrics = snap
-            self._swap(joined(snap, self._inventory))
+            self._swap(joined(snap, self._inventory, self._requested))
             self.refreshes += 1
 
     def set_inventory(self, inventory: NodeInventory) -> None:
         """The API server's node set and allocatable (the node watch): from now on the state's nodes."""
         with self._lock:
             self._inventory = inventory
-            self._swap(joined(self._metrics, inventory))
+            self._swap(joined(self._metrics, inventory, self._requested))
+
+    def set_requested(self, requested: dict[str, np.ndarray]) -> None:
+        """The pods' non-zero requests per node, node -> [CPU milli, memory MiB] (the pod watch's list);
+        joined with the node inventory (a snapshot of metrics alone does not carry them)."""
+        with self._lock:
+            self._requested = {k: np.asarray(v, dtype=float).copy() for k, v in requested.items()}
+            self._swap(joined(self._metrics, self._inventory, self._requested))
+
+    def add_requested(self, node: str, delta: np.ndarray) -> None:
+        """A pod bound to ``node`` (``delta`` its non-zero requests) or gone from it (minus them), after
+        ``set_requested``: the served snapshot's requests change in place, without a new snapshot (a
+        binding costs O(1), not a pass over the nodes); a decision in flight may read either value."""
+        with self._lock:
+            if self._requested is None:
+                return
+            held = np.maximum(self._requested.get(node, np.zeros(2)) + np.asarray(delta, dtype=float), 0.0)
+            self._requested[node] = held
+            snap = self._snapshot
+            i = snap.index.get(node) if snap is not None and snap.nonzero_requested is not None else None
+            if i is not None:
+                snap.nonzero_requested[i] = held
 
     def _swap(self, snap: NodeSnapshot | None) -> None:
         """Under ``self._lock``: serve ``snap``; the assign cache follows the nodes by name."""

@@ -5,7 +5,10 @@ features u_1..u_k (the product's score features, ``policy.features``) and chosen
 
     a           = actor(normalise(o))                       pre-activations (rl.networks.Actor)
     w, tau      = softmax(a[0:4]), sigmoid(a[4])            (tau = 0 in the seed mode; rl.actions)
-    s_n         = sum_r w_r * f(u_nr, tau)                  the product's score (lifecycle.score_torch)
+    rho         = sigmoid(a[5])                             the requests share (requests mode only)
+    s_n         = sum_r w_r * f(u_nr, tau)                  the product's score (lifecycle.score_torch),
+                                                            CPU and memory read by requests to the
+                                                            share rho (policy.features.with_requests)
     loss        = -log softmax(beta * s)[c]                 listwise: the chosen node against the others
 
 averaged over a batch of decisions. ``beta`` (the inverse temperature of the softmax; scores lie in
@@ -28,6 +31,8 @@ Fine-tuning (``lifecycle.finetune``) runs the actor stage alone, from the servin
 actor's action decoded by ``rl.actions.action_to_weights``, the candidates scored by
 ``policy.static_weights.weighted_closeness``; a decision agrees when its chosen node has the top score
 (ties are exact float equality, as the simulator's Select; the simulator breaks them at random).
+The requests mode needs a history whose candidates carry their requested utilisation (schema version 3,
+the simulator's or an import's).
 ``expected_top1`` counts a tie of m nodes as 1/m: the share of choices a run would repeat. Both are
 reported on the decisions trained on and on the held-out newest ``validation_share``.
 
@@ -49,11 +54,16 @@ import torch
 
 from td3sched.lifecycle import score_torch
 from td3sched.lifecycle.history import Decisions
+from td3sched.policy.features import with_requests
 from td3sched.policy.static_weights import weighted_closeness
-from td3sched.rl.actions import ACTION_SIZE, LOGIT_LIMIT, action_to_weights, check_action_mode
+from td3sched.rl.actions import LOGIT_LIMIT, action_size, check_action_mode, decode
 from td3sched.rl.networks import Actor, squash
 from td3sched.rl.normalizer import ObservationNormalizer
 from td3sched.rl.observation import OBSERVATION_SIZE
+
+
+BC_MODES = ("full", "seed", "requests")
+"""The action modes behaviour cloning trains (``rl.actions``)."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +80,9 @@ class BCConfig:
     hidden: tuple[int, ...] = (256, 256)
     """Hidden layer widths of a new actor (a fine-tuned actor keeps its own)."""
     action_mode: str = "full"
-    """full: weights and tau; seed: weights, tau fixed at 0 (rl.actions)."""
+    """full: weights and tau; seed: weights, tau fixed at 0; requests: weights, tau and the requests
+    share (rl.actions). The ceiling mode is not cloned: a history records where pods went, not which
+    nodes a ceiling held back."""
     static_steps: int = 300
     """Full-batch steps of the static stage (one action for every decision) from each tau start."""
     static_tau_starts: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -86,7 +98,8 @@ class BCConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
         object.__setattr__(self, "static_tau_starts", tuple(float(t) for t in self.static_tau_starts))
-        check_action_mode(self.action_mode)
+        if check_action_mode(self.action_mode) not in BC_MODES:
+            raise ValueError(f"BCConfig.action_mode={self.action_mode!r}: expected one of {', '.join(BC_MODES)}")
         if not self.static_tau_starts or not all(0 < t < 1 for t in self.static_tau_starts):
             raise ValueError(f"BCConfig.static_tau_starts={self.static_tau_starts!r}: expected values in (0, 1)")
         checks = [("epochs", isinstance(self.epochs, int) and self.epochs >= 0, "a whole number >= 0"),
@@ -121,14 +134,16 @@ class Agreement:
 
 def agreement(act: Callable[[np.ndarray], np.ndarray], d: Decisions, action_mode: str = "full") -> Agreement:
     """How often the product's score, with the weights and tau ``act`` (raw observations [n, 35] ->
-    pre-activations [n, 5]) chooses, puts the history's chosen node on top (see the module's docstring)."""
+    pre-activations [n, action size]) chooses, puts the history's chosen node on top (see the module's
+    docstring)."""
     if len(d) == 0:
         raise ValueError("agreement of no decision: expected at least one")
     actions = np.asarray(act(d.obs))
     hits, expected = 0, 0.0
     for i in range(len(d)):
-        w, tau = action_to_weights(actions[i], action_mode)
-        s = weighted_closeness(d.u[d.offsets[i]:d.offsets[i + 1]], w, tau)
+        args = decode(actions[i], action_mode)
+        lo, hi = d.offsets[i], d.offsets[i + 1]
+        s = weighted_closeness(with_requests(d.u[lo:hi], d.r[lo:hi], args.requests), args.weights, args.tau)
         top = s.max()
         if s[d.chosen[i]] == top:
             hits += 1
@@ -136,12 +151,13 @@ def agreement(act: Callable[[np.ndarray], np.ndarray], d: Decisions, action_mode
     return Agreement(len(d), hits / len(d), expected / len(d))
 
 
-def static_agreement(weights, tau: float, d: Decisions) -> Agreement:
-    """The agreement of fixed weights and tau (a static-weights policy) with a history."""
+def static_agreement(weights, tau: float, d: Decisions, requests: float = 0.0) -> Agreement:
+    """The agreement of fixed weights, tau and requests share (a static-weights policy) with a history."""
     w = np.asarray(weights, dtype=float)
     hits, expected = 0, 0.0
     for i in range(len(d)):
-        s = weighted_closeness(d.u[d.offsets[i]:d.offsets[i + 1]], w, tau)
+        lo, hi = d.offsets[i], d.offsets[i + 1]
+        s = weighted_closeness(with_requests(d.u[lo:hi], d.r[lo:hi], requests), w, tau)
         if s[d.chosen[i]] == s.max():
             hits += 1
             expected += 1.0 / np.count_nonzero(s == s.max())
@@ -157,15 +173,17 @@ def split(d: Decisions, validation_share: float) -> tuple[Decisions, Decisions |
     return d.subset(np.sort(order[:-n_val])), d.subset(np.sort(order[-n_val:]))
 
 
-def _batch(d: Decisions, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(obs [B, 35], u [B, K, 4] padded, mask [B, K], chosen [B]) of decisions ``idx``."""
+def _batch(d: Decisions, idx: np.ndarray) -> tuple[torch.Tensor, ...]:
+    """(obs [B, 35], u [B, K, 4] padded, r [B, K, 2] padded, mask [B, K], chosen [B]) of decisions
+    ``idx``."""
     sizes = d.sizes[idx]
     k = int(sizes.max())
     cols = np.arange(k)
     mask = cols[None, :] < sizes[:, None]
     rows = np.minimum(d.offsets[idx][:, None] + cols[None, :], len(d.u) - 1)
     u = np.where(mask[..., None], d.u[rows], 0.0)
-    return (torch.from_numpy(d.obs[idx]), torch.from_numpy(u), torch.from_numpy(mask),
+    r = np.where(mask[..., None], d.r[rows], 0.0)
+    return (torch.from_numpy(d.obs[idx]), torch.from_numpy(u), torch.from_numpy(r), torch.from_numpy(mask),
             torch.from_numpy(d.chosen[idx]))
 
 
@@ -176,10 +194,14 @@ class ListwiseLoss(torch.nn.Module):
         super().__init__()
         self.log_beta = torch.nn.Parameter(torch.tensor(math.log(inverse_temperature), dtype=torch.float64))
         self.seed_mode = action_mode == "seed"
+        self.requests_mode = action_mode == "requests"
 
-    def forward(self, pre_activations: torch.Tensor, u: torch.Tensor, mask: torch.Tensor,
+    def forward(self, pre_activations: torch.Tensor, u: torch.Tensor, r: torch.Tensor, mask: torch.Tensor,
                 chosen: torch.Tensor) -> torch.Tensor:
-        weights, tau = squash(pre_activations.double(), self.seed_mode)
+        pre = pre_activations.double()
+        weights, tau = squash(pre, self.seed_mode)
+        if self.requests_mode:
+            u = score_torch.with_requests(u, r, torch.sigmoid(pre[..., 5]))
         scores = score_torch.weighted_closeness(u, weights, tau)
         logits = (self.log_beta.exp() * scores).masked_fill(~mask, -math.inf)
         return -torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None]).mean()
@@ -223,29 +245,31 @@ def fit_normalizer(obs: np.ndarray) -> ObservationNormalizer:
 
 
 def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator) -> tuple[np.ndarray, float, float]:
-    """The static stage: one action (5 pre-activations) for every decision, minimising the listwise
-    loss full-batch from each of ``config.static_tau_starts``; (the best action, its loss, its beta)."""
+    """The static stage: one action (the mode's pre-activations) for every decision, minimising the
+    listwise loss full-batch from each of ``config.static_tau_starts`` (the requests share from 1/2);
+    (the best action, its loss, its beta)."""
     idx = np.arange(len(d)) if len(d) <= config.static_sample else np.sort(
         rng.choice(len(d), config.static_sample, replace=False))
-    _, u, mask, chosen = _batch(d, idx)
+    _, u, r, mask, chosen = _batch(d, idx)
     limit = LOGIT_LIMIT * (1 - 1e-3)  # inside the actor's tanh range
     best = (None, math.inf, config.inverse_temperature)
-    starts = config.static_tau_starts if config.action_mode == "full" else (0.5,)
+    starts = (0.5,) if config.action_mode == "seed" else config.static_tau_starts
+    size = action_size(config.action_mode)
     for tau0 in starts:
-        a = torch.zeros(ACTION_SIZE, dtype=torch.float64)
+        a = torch.zeros(size, dtype=torch.float64)
         a[4] = math.log(tau0 / (1 - tau0))
         a.requires_grad_(True)
         loss_fn = ListwiseLoss(config.inverse_temperature, config.action_mode)
         optimiser = torch.optim.Adam([a, loss_fn.log_beta], lr=0.05)
         for _ in range(config.static_steps):
-            loss = loss_fn(a.expand(len(idx), ACTION_SIZE), u, mask, chosen)
+            loss = loss_fn(a.expand(len(idx), size), u, r, mask, chosen)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
             with torch.no_grad():
                 a.clamp_(-limit, limit)
         with torch.no_grad():
-            final = loss_fn(a.expand(len(idx), ACTION_SIZE), u, mask, chosen).item()
+            final = loss_fn(a.expand(len(idx), size), u, r, mask, chosen).item()
         if final < best[1]:
             best = (a.detach().numpy().copy(), final, loss_fn.log_beta.exp().item())
     return best
@@ -271,6 +295,8 @@ def behaviour_clone(d: Decisions, config: BCConfig = BCConfig(), actor: Actor | 
     say = progress or (lambda line: None)
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
+    if config.action_mode == "requests":
+        d.require_requests()
     train_d, val_d = split(d, config.validation_share)
     say(f"{len(train_d):,} decisions to train on, {len(val_d) if val_d else 0:,} held out, "
         f"{train_d.sizes.mean():.1f} candidates each on average")
@@ -279,13 +305,17 @@ def behaviour_clone(d: Decisions, config: BCConfig = BCConfig(), actor: Actor | 
     if normalizer is None:
         normalizer = fit_normalizer(train_d.obs)
     if actor is None:
-        actor = Actor(OBSERVATION_SIZE, config.hidden)
+        actor = Actor(OBSERVATION_SIZE, config.hidden, action_size(config.action_mode))
         action, loss, beta = fit_static(train_d, config, rng)
         set_constant(actor, action)
-        w, tau = action_to_weights(action, config.action_mode)
-        static = {"action": action.tolist(), "weights": w.tolist(), "tau": tau, "loss": loss,
+        args = decode(action, config.action_mode)
+        static = {"action": action.tolist(), "weights": args.weights.tolist(), "tau": args.tau, "loss": loss,
                   "inverse_temperature": beta}
-        say(f"static stage: weights {np.round(w, 3).tolist()}, tau {tau:.3f}, loss {loss:.4f}")
+        if config.action_mode == "requests":
+            static["requests"] = args.requests
+        say(f"static stage: weights {np.round(args.weights, 3).tolist()}, tau {args.tau:.3f}"
+            + (f", requests share {args.requests:.3f}" if config.action_mode == "requests" else "")
+            + f", loss {loss:.4f}")
     act = lambda obs: _act(actor, normalizer, obs)  # noqa: E731
     initial = agreement(act, train_d, config.action_mode)
     initial_val = agreement(act, val_d, config.action_mode) if val_d is not None else None
@@ -294,7 +324,7 @@ def behaviour_clone(d: Decisions, config: BCConfig = BCConfig(), actor: Actor | 
     before = {k: v.clone() for k, v in actor.state_dict().items()}
     loss_fn = ListwiseLoss(beta, config.action_mode)  # the actor stage goes on from the static stage's beta
     optimiser = torch.optim.Adam([*actor.parameters(), loss_fn.log_beta], lr=config.learning_rate)
-    normed = Decisions(normalizer.normalize(train_d.obs), train_d.u, train_d.offsets, train_d.chosen, train_d.time_s)
+    normed = train_d.with_obs(normalizer.normalize(train_d.obs))
     losses = []
     actor.train()
     for epoch in range(config.epochs):
@@ -302,8 +332,8 @@ def behaviour_clone(d: Decisions, config: BCConfig = BCConfig(), actor: Actor | 
         order = rng.permutation(len(normed))
         total, batches = 0.0, 0
         for lo in range(0, len(order), config.batch_size):
-            obs, u, mask, chosen = _batch(normed, order[lo:lo + config.batch_size])
-            loss = loss_fn(actor(obs), u, mask, chosen)
+            obs, u, r, mask, chosen = _batch(normed, order[lo:lo + config.batch_size])
+            loss = loss_fn(actor(obs), u, r, mask, chosen)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
@@ -331,8 +361,8 @@ def _act(actor: Actor, normalizer: ObservationNormalizer, obs: np.ndarray) -> np
 
 def mean_score_arguments(result: BCResult, d: Decisions) -> tuple[np.ndarray, float]:
     """The mean weights and tau the cloned actor chooses over the decisions ``d``."""
-    pairs = [action_to_weights(a, result.config.action_mode) for a in result.act(d.obs)]
-    return np.mean([w for w, _ in pairs], axis=0), float(np.mean([t for _, t in pairs]))
+    decoded = [decode(a, result.config.action_mode) for a in result.act(d.obs)]
+    return np.mean([a.weights for a in decoded], axis=0), float(np.mean([a.tau for a in decoded]))
 
 
 def save_bc_model(folder, result: BCResult, card: dict, critic_state: dict | None = None) -> None:

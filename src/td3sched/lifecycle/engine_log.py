@@ -16,7 +16,8 @@ state: ``candidates`` is empty and ``observation`` null, so behaviour cloning sk
 say which action placed which pod where.
 
 Columns from the log: time (Unix seconds), pod, observation, action, weights, tau, model version,
-candidates (score 0-100 as logged, ``u`` with the pod included, null when stale). ``policy`` is
+candidates (score 0-100 as logged, ``u`` with the pod included, null when stale; ``r`` the requested
+utilisation, null when the engine did not know the requests). ``policy`` is
 ``engine`` (``engine:fallback:<reason>`` for a fallback decision). A ``release`` record (the pod
 watch saw the pod deleted or finished, or found it gone on a relist) sets ``outcome_left_s`` of the
 pod's latest bound row before it that has none, with ``outcome`` ``departure``; without a pod watch
@@ -83,9 +84,12 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
             for c in r.get("candidates") or []:
                 u = c.get("u")
                 fresh = (not c.get("stale")) and isinstance(u, list) and len(u) == 4 and None not in u
+                req = c.get("r")
+                known = fresh and isinstance(req, list) and len(req) == 2 and None not in req
                 cands.append({"node": str(c["node"]), "u_cpu": u[0] if fresh else None, "u_mem": u[1] if fresh else None,
                               "u_io": u[2] if fresh else None, "u_net": u[3] if fresh else None,
-                              "stale": not fresh, "score": None if c.get("score") is None else float(c["score"])})
+                              "stale": not fresh, "score": None if c.get("score") is None else float(c["score"]),
+                              "r_cpu": req[0] if known else None, "r_mem": req[1] if known else None})
             reason = r.get("fallback_reason") or ""
             row = {
                 "source": "engine", "decision_id": str(r["decision_id"]), "time_s": float(r["time_s"]),

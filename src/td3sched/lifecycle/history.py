@@ -6,9 +6,9 @@ and the node the pod went to. Three sources write the same schema: the simulator
 (``lifecycle.engine_log``), and later a cluster's own bindings. The learning lifecycle reads it:
 behaviour cloning (``lifecycle.bc``) and fine-tuning.
 
-Schema ``SCHEMA_VERSION`` 2 (docs/lifecycle.md has the table with units and meanings):
+Schema ``SCHEMA_VERSION`` 3 (docs/lifecycle.md has the table with units and meanings):
 
-    schema_version  int16     2
+    schema_version  int16     3
     source          string    simulator | engine | import
     decision_id     string    unique within its file
     time_s          float64   simulated seconds (simulator) or Unix seconds (engine)
@@ -20,9 +20,12 @@ Schema ``SCHEMA_VERSION`` 2 (docs/lifecycle.md has the table with units and mean
     gpu_count, gpu_milli                     int32
     cpu_limit_milli, mem_limit_mib           float64   null: no limit
     observation     list<float32>   the 35-value observation (rl.observation), null when unknown
-    candidates      list<struct<node string, u_cpu, u_mem, u_io, u_net float64, stale bool, score float64>>
+    candidates      list<struct<node string, u_cpu, u_mem, u_io, u_net float64, stale bool, score float64,
+                                r_cpu, r_mem float64>>
                     u: utilisation with the pod on the node (policy.features.utilisation), null when stale;
-                    score: what the deciding policy gave the node (its own scale), null when unknown
+                    score: what the deciding policy gave the node (its own scale), null when unknown;
+                    r: CPU and memory requested with the pod on the node over its allocatable
+                    (policy.features.requested_utilisation), null when unknown
     chosen_node     string    the node the pod was bound to, null when not known
     chosen_index    int32     its index in candidates, null when it is not among them
     model_version   string    the model's short content hash, null without a model
@@ -42,7 +45,8 @@ Schema ``SCHEMA_VERSION`` 2 (docs/lifecycle.md has the table with units and mean
 
 The file's Arrow schema metadata holds ``td3sched.history.schema_version``; a reader refuses a file
 of an unknown version, or one missing a column, naming the file and what was expected. Version 1 files
-(without ``outcome`` and ``outcome_kills``) are read with those columns null. A history is a
+(without ``outcome`` and ``outcome_kills``) are read with those columns null, and files before version
+3 with the candidates' ``r_cpu`` and ``r_mem`` null. A history is a
 folder of such files (or one file): ``read_history`` reads them all, in name order.
 """
 
@@ -55,22 +59,27 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 ADDED_IN = {"outcome": 2, "outcome_kills": 2}
 """Columns added after version 1, by the version that added them: an older file reads them as null."""
+CANDIDATE_FIELDS_ADDED_IN = 3
+"""The version that added the candidates' ``R_FIELDS``: an older file reads them as null."""
 VERSION_KEY = b"td3sched.history.schema_version"
 SOURCES = ("simulator", "engine", "import")
 QOS_NAMES = ("Guaranteed", "Burstable", "BestEffort")
 U_FIELDS = ("u_cpu", "u_mem", "u_io", "u_net")
+R_FIELDS = ("r_cpu", "r_mem")
 ROWS_PER_GROUP = 4096
 """Decisions per Parquet row group (what a writer holds in memory before it writes)."""
 
-CANDIDATE = pa.struct([
+CANDIDATE_V2 = pa.struct([
     ("node", pa.string()),
     *((name, pa.float64()) for name in U_FIELDS),
     ("stale", pa.bool_()),
     ("score", pa.float64()),
 ])
+"""A candidate of versions 1 and 2."""
+CANDIDATE = pa.struct([*CANDIDATE_V2, *((name, pa.float64()) for name in R_FIELDS)])
 
 SCHEMA = pa.schema([
     pa.field("schema_version", pa.int16(), nullable=False),
@@ -215,9 +224,23 @@ def check_schema(schema: pa.Schema, where: str) -> int:
         if field.name not in schema.names:
             raise HistoryError(f"{where}: column {field.name!r} missing: expected the columns {', '.join(COLUMNS)}")
         got = schema.field(field.name).type
-        if got != field.type:
-            raise HistoryError(f"{where}: column {field.name!r} is {got}: expected {field.type}")
+        expected = pa.list_(CANDIDATE_V2) if field.name == "candidates" and version < CANDIDATE_FIELDS_ADDED_IN \
+            else field.type
+        if got != expected:
+            raise HistoryError(f"{where}: column {field.name!r} is {got}: expected {expected}")
     return version
+
+
+def _with_null_requests(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """An older file's candidates (``CANDIDATE_V2``) with ``R_FIELDS`` null."""
+    chunks = []
+    for chunk in column.chunks:
+        values = chunk.values
+        fields = values.flatten()
+        fields += [pa.nulls(len(values), pa.float64()) for _ in R_FIELDS]
+        struct = pa.StructArray.from_arrays(fields, fields=list(CANDIDATE), mask=values.is_null())
+        chunks.append(pa.ListArray.from_arrays(chunk.offsets, struct, mask=chunk.is_null()))
+    return pa.chunked_array(chunks, pa.list_(CANDIDATE))
 
 
 def read_history(path, columns: list[str] | tuple[str, ...] | None = None) -> pa.Table:
@@ -241,6 +264,9 @@ def read_history(path, columns: list[str] | tuple[str, ...] | None = None) -> pa
         for name in wanted:
             if name not in present:  # an older file: the column reads as null
                 table = table.append_column(SCHEMA.field(name), pa.nulls(len(table), SCHEMA.field(name).type))
+        if "candidates" in wanted and version < CANDIDATE_FIELDS_ADDED_IN:
+            i = table.schema.get_field_index("candidates")
+            table = table.set_column(i, SCHEMA.field("candidates"), _with_null_requests(table.column(i)))
         tables.append(table.select(wanted).cast(schema))
     table = pa.concat_tables(tables)
     order = np.argsort(table.column("time_s").to_numpy(), kind="stable")
@@ -253,10 +279,13 @@ class Decisions:
 
     ``obs`` [D, 35] float32; ``u`` [C, 4] float64 (the candidates of every decision, one after
     another); ``offsets`` [D + 1] (decision d's candidates are ``u[offsets[d]:offsets[d + 1]]``);
-    ``chosen`` [D] (the chosen candidate's index within its decision); ``time_s`` [D]."""
+    ``chosen`` [D] (the chosen candidate's index within its decision); ``time_s`` [D]; ``r`` [C, 2]
+    the candidates' requested CPU and memory utilisation (NaN where the history does not know them;
+    None: all NaN)."""
 
-    def __init__(self, obs, u, offsets, chosen, time_s, dropped: int = 0):
+    def __init__(self, obs, u, offsets, chosen, time_s, dropped: int = 0, r=None):
         self.obs, self.u, self.offsets, self.chosen, self.time_s = obs, u, offsets, chosen, time_s
+        self.r = np.full((len(u), 2), np.nan) if r is None else r
         self.dropped = dropped
         """Decisions of the table left out (no observation, no chosen candidate, or a stale one chosen)."""
 
@@ -272,8 +301,22 @@ class Decisions:
         idx = np.flatnonzero(keep) if np.asarray(keep).dtype == bool else np.asarray(keep, dtype=np.int64)
         sizes = self.sizes[idx]
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        u = np.concatenate([self.u[self.offsets[d]:self.offsets[d + 1]] for d in idx]) if len(idx) else self.u[:0]
-        return Decisions(self.obs[idx], u, offsets, self.chosen[idx], self.time_s[idx], self.dropped)
+        rows = np.concatenate([np.arange(self.offsets[d], self.offsets[d + 1]) for d in idx]).astype(np.int64) \
+            if len(idx) else np.zeros(0, dtype=np.int64)
+        return Decisions(self.obs[idx], self.u[rows], offsets, self.chosen[idx], self.time_s[idx], self.dropped,
+                         self.r[rows])
+
+    def with_obs(self, obs: np.ndarray) -> "Decisions":
+        """The same decisions with other observations (normalised ones, for training)."""
+        return Decisions(obs, self.u, self.offsets, self.chosen, self.time_s, self.dropped, self.r)
+
+    def require_requests(self) -> None:
+        """A ``HistoryError`` unless every candidate's requested utilisation is known (what a score with
+        a requests share reads)."""
+        if np.isnan(self.r).any():
+            raise HistoryError("the history's candidates lack their requested utilisation (r_cpu, r_mem), which "
+                               "the requests action mode scores with: expected a history of schema version 3 from "
+                               "the simulator (simulate --record-history) or import-history")
 
     @classmethod
     def from_table(cls, table: pa.Table) -> "Decisions":
@@ -288,6 +331,8 @@ class Decisions:
         flat = cands.flatten()
         u = np.column_stack([flat.field(f).to_numpy(zero_copy_only=False).astype(np.float64) for f in U_FIELDS]) \
             if len(flat) else np.zeros((0, 4))
+        r = np.column_stack([flat.field(f).to_numpy(zero_copy_only=False).astype(np.float64) for f in R_FIELDS]) \
+            if len(flat) else np.zeros((0, 2))
         stale = flat.field("stale").to_numpy(zero_copy_only=False).astype(bool) if len(flat) else np.zeros(0, bool)
         fresh = ~stale & ~np.isnan(u).any(axis=1)
         before = np.concatenate([[0], np.cumsum(fresh)])  # before[j]: fresh candidates ahead of flat index j
@@ -313,4 +358,4 @@ class Decisions:
         obs_row = np.cumsum(has_obs) - 1  # a row's index among the rows with an observation
         return cls(obs_all[obs_row[rows]], u[keep], np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
                    (before[at[rows]] - before[offs[rows]]).astype(np.int64),
-                   table.column("time_s").to_numpy()[rows].astype(np.float64), int(n - len(rows)))
+                   table.column("time_s").to_numpy()[rows].astype(np.float64), int(n - len(rows)), r[keep])

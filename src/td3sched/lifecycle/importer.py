@@ -27,6 +27,11 @@ Decisions are rebuilt from the pods' bindings and the nodes' metrics at bind tim
   range queries (``/api/v1/query_range``) over the bindings' span, step ``step_s``; a binding at time t
   sees each series' latest point at or before t (what an instant query at that grid time returns).
 
+- **requests** (the candidates' ``r_cpu``, ``r_mem``): each node's requests at a binding are the sum
+  of the imported pods bound to it before and not yet departed. Pods the source does not list (deleted
+  before a PodList was taken, created before an audit log starts) are not counted, so a node's
+  requests are a lower bound until those pods are gone.
+
 The bindings are then replayed, in time order, through the decision engine itself
 (``engine.decision`` and ``engine.service``, no model): for each, the snapshot of its time is
 published, the pod is scored over every node with metrics (the cluster's Filter is not replayed:
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import heapq
 import json
 import math
 import tempfile
@@ -298,7 +304,12 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
         log = DecisionLog(Path(tmp) / "decisions.jsonl", fsync_interval_s=60.0)
         service = EngineService(DecisionEngine(state, ModelSlot(None)), log)
         schedulers, lefts, kills = {}, {}, {}
+        state.set_requested({})
+        departing: list[tuple[float, int, str, np.ndarray]] = []  # a heap: (left, order, node, requests)
         for k, b in enumerate(bindings):
+            while departing and departing[0][0] <= b.time_s:
+                _, _, node, req = heapq.heappop(departing)
+                state.add_requested(node, -req)
             clock[0] = b.time_s
             snap = metrics.snapshot_at(b.time_s)
             if snap.size == 0:
@@ -309,6 +320,10 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
             schedulers[decision_id] = b.scheduler
             lefts[decision_id] = b.left_s
             kills[decision_id] = b.kills
+            req = b.pod.request(b.time_s).nonzero_cpu_mem
+            state.add_requested(b.node, req)
+            if b.left_s is not None:
+                heapq.heappush(departing, (b.left_s, k, b.node, req))
             if b.node in snap.index:
                 service.report_binding(b.pod, b.node, decision_id)
             else:  # a node without metrics: the binding is logged, the assign cache cannot hold it

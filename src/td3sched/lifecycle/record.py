@@ -37,7 +37,7 @@ import numpy as np
 from td3sched.lifecycle.history import HistoryWriter
 from td3sched.policy.assign_cache import AssignCache
 from td3sched.policy.base import Policy, PodRequest
-from td3sched.policy.features import utilisation
+from td3sched.policy.features import requested_utilisation, utilisation
 from td3sched.policy.static_weights import StaticWeights
 from td3sched.reward import StepRewardTracker
 from td3sched.rl.observation import OomWindow, observe
@@ -131,7 +131,8 @@ class HistoryRecorder(Policy):
         oom = self.context.oom_kills() if self.context.oom_kills is not None else 0
         obs = observe(pod, nodes, cluster, u, self.oom_window.kills(pod.time_s, oom))
         scores = np.asarray(self.inner.score(pod, nodes, cluster), dtype=np.float64)
-        self._open = {"pod": pod, "nodes": nodes.copy(), "u": u, "obs": obs, "scores": scores}
+        self._open = {"pod": pod, "nodes": nodes.copy(), "u": u, "r": requested_utilisation(pod, nodes, cluster),
+                      "obs": obs, "scores": scores}
         return scores
 
     def _row(self, pod: PodRequest, node: int, cluster: Cluster) -> dict:
@@ -147,8 +148,9 @@ class HistoryRecorder(Policy):
         names = cluster.names[d["nodes"]]
         where = np.flatnonzero(d["nodes"] == node)
         candidates = [{"node": str(n), "u_cpu": float(u[0]), "u_mem": float(u[1]), "u_io": float(u[2]),
-                       "u_net": float(u[3]), "stale": False, "score": float(s)}
-                      for n, u, s in zip(names, d["u"], d["scores"])]
+                       "u_net": float(u[3]), "stale": False, "score": float(s), "r_cpu": float(r[0]),
+                       "r_mem": float(r[1])}
+                      for n, u, s, r in zip(names, d["u"], d["scores"], d["r"])]
         i = pod.index
         self._decisions += 1
         return {

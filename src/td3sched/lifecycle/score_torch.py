@@ -5,6 +5,9 @@ trains through. The same formula as ``policy.features.closeness`` and
     f(u)    = clip(1 - |u - tau| / max(tau, 1 - tau), 0, 1)
     score   = sum_r w_r * f(u_r)
 
+with CPU and memory read by requests to a share (``policy.features.with_requests``) in the requests
+action mode.
+
 tests/lifecycle/test_bc.py holds this mirror to the NumPy score on the same inputs (float64, within
 1e-12 on scores in [0, 1]) and to the same best node.
 """
@@ -23,3 +26,10 @@ def closeness(u: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
 def weighted_closeness(u: torch.Tensor, weights: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     """Scores [..., k] of candidates ``u`` [..., k, 4] under ``weights`` [..., 4] and ``tau`` [...]."""
     return (closeness(u, tau) * weights[..., None, :]).sum(-1)
+
+
+def with_requests(u: torch.Tensor, r: torch.Tensor, share: torch.Tensor) -> torch.Tensor:
+    """``u`` [..., k, 4] with CPU and memory blended with the requested utilisation ``r`` [..., k, 2]:
+    (1 - share) x u + share x r, ``share`` [...]."""
+    s = share[..., None, None]
+    return torch.cat([(1.0 - s) * u[..., :2] + s * r, u[..., 2:]], dim=-1)

@@ -16,6 +16,17 @@ utilisation tau, the TargetLoadPacking shape: 1 at tau, falling linearly to 0 at
 
 tau = 0 gives the idle fractions of the reference design (1 - u: C, M, I, N), tau = 1 a
 most-allocated score (u).
+
+**Requests share** (``with_requests``): the score may read CPU and memory by what pods *request*
+rather than by what they use, as kube-scheduler does, or by a blend of the two:
+
+    r_cpu = (non-zero requests of the node's pods + the pod's) / allocatable CPU      (r_mem alike)
+    u'_r  = (1 - rho) x u_r + rho x r_r        r in {cpu, mem}; rho in [0, 1], the requests share
+
+rho = 0 (the default) is the reference design's usage-only score, bit for bit; rho = 1 with weights
+(1/2, 1/2, 0, 0) and tau = 0 is kube-scheduler's LeastAllocated. Requests are what a scheduler
+promised; usage is what the node feels: a node whose pods request much and use little looks idle by
+usage and full by requests, and only requests protect the pods that will grow into them.
 """
 
 from __future__ import annotations
@@ -67,6 +78,24 @@ def utilisation(pod: PodRequest, nodes: np.ndarray, cluster: Cluster, recent: np
     out = np.empty((nodes.shape[0], cluster.observed.shape[1]))
     return candidate_utilisation(cluster.observed, _NO_RECENT if recent is None else recent, pod.nonzero_cpu_mem,
                                  cluster.capacity_usage, nodes, out)
+
+
+def requested_utilisation(pod: PodRequest, nodes: np.ndarray, cluster) -> np.ndarray:
+    """[k, 2] CPU and memory requested on each node with the pod on it, over the node's allocatable:
+    (non-zero requests bound there + the pod's non-zero request) / capacity, the requests kube-scheduler
+    scores (``cluster.nonzero_requested``, kube-scheduler's non-zero defaults for an empty request)."""
+    nodes = np.asarray(nodes)
+    return (cluster.nonzero_requested[nodes] + pod.nonzero_cpu_mem) / cluster.capacity_usage[nodes, :2]
+
+
+def with_requests(u: np.ndarray, r: np.ndarray, share: float) -> np.ndarray:
+    """``u`` [k, 4] with its CPU and memory columns blended with the requested utilisation ``r`` [k, 2]:
+    (1 - share) x u + share x r. ``share`` 0 returns ``u`` itself (the usage-only score, unchanged)."""
+    if share == 0.0:
+        return u
+    out = u.copy()
+    out[:, :2] = (1.0 - share) * u[:, :2] + share * r
+    return out
 
 
 def closeness(u: np.ndarray, tau: float) -> np.ndarray:

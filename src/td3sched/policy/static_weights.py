@@ -11,8 +11,13 @@ estimate: observed, the assign cache, the pod's request) would exceed ``ceiling`
 this pod; when no node is left the pod waits in the queue, as behind Koordinator's load-aware
 filter. The safety filter (90% observed CPU) stays underneath whatever the ceiling.
 
-Spec: ``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5[:ceiling=0.75]``. Defaults: equal weights, tau = 0
-(the reference design's idle-weighted score), no ceiling. The older form ``w=0.4,0.3,0.2,0.1;tau=0.5`` is still read, but its
+**Requests share** (optional, ``req``): CPU and memory utilisation read by requests rather than
+usage, or a blend (``features.with_requests``): ``req=1`` with ``w=0.5/0.5/0/0:tau=0`` scores as
+kube-scheduler's LeastAllocated. The ceiling reads observed usage whatever the share: it holds back
+hot nodes.
+
+Spec: ``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5[:ceiling=0.75][:req=0.5]``. Defaults: equal weights,
+tau = 0 (the reference design's idle-weighted score), no ceiling, requests share 0 (usage only). The older form ``w=0.4,0.3,0.2,0.1;tau=0.5`` is still read, but its
 ``;`` ends a shell command unless quoted (see ``parse_args``).
 """
 
@@ -24,7 +29,7 @@ import numpy as np
 
 from td3sched.policy.assign_cache import AssignCache
 from td3sched.policy.base import Policy, PodRequest
-from td3sched.policy.features import closeness, utilisation
+from td3sched.policy.features import closeness, requested_utilisation, utilisation, with_requests
 from td3sched.simulator.cluster import Cluster
 
 SIMPLEX_TOLERANCE = 1e-6
@@ -95,21 +100,36 @@ def within_ceiling(u: np.ndarray, ceiling: float) -> np.ndarray:
     return u[:, 0] <= ceiling
 
 
-def static_weights_spec(weights, tau: float, ceiling: float | None = None) -> str:
+def validate_requests(share) -> float:
+    """A requests share in [0, 1] (``features.with_requests``) as a float, or a ValueError naming it."""
+    try:
+        value = float(share)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(share, bool) or not (math.isfinite(value) and 0 <= value <= 1):
+        raise ValueError(f"req={share!r}: expected a requests share in [0, 1] (0: usage only, 1: requests only)")
+    return value
+
+
+def static_weights_spec(weights, tau: float, ceiling: float | None = None, requests: float = 0.0) -> str:
     """The canonical spec, safe to paste into a shell unquoted: ``static-weights:w=a/b/c/d:tau=t``
-    (``:ceiling=c`` when there is one). Twelve significant digits: the weights read back still sum to
-    1 within ``SIMPLEX_TOLERANCE``."""
+    (``:ceiling=c`` when there is one, ``:req=r`` when the requests share is not 0). Twelve significant
+    digits: the weights read back still sum to 1 within ``SIMPLEX_TOLERANCE``."""
     spec = (f"static-weights{ARG_SEPARATOR}w={LIST_SEPARATOR.join(f'{x:.12g}' for x in weights)}"
             f"{ARG_SEPARATOR}tau={tau:.12g}")
-    return spec if ceiling is None else f"{spec}{ARG_SEPARATOR}ceiling={ceiling:.12g}"
+    if ceiling is not None:
+        spec += f"{ARG_SEPARATOR}ceiling={ceiling:.12g}"
+    return spec if requests == 0 else f"{spec}{ARG_SEPARATOR}req={requests:.12g}"
 
 
 class StaticWeights(Policy):
     name = "static-weights"
 
-    def __init__(self, weights=(0.25, 0.25, 0.25, 0.25), tau: float = 0.0, ceiling: float | None = None):
+    def __init__(self, weights=(0.25, 0.25, 0.25, 0.25), tau: float = 0.0, ceiling: float | None = None,
+                 requests: float = 0.0):
         self.weights, self.tau = validate_weights(weights, tau)
         self.ceiling = validate_ceiling(ceiling)
+        self.requests = validate_requests(requests)
         self.cache: AssignCache | None = None
         self._held: tuple | None = None
         """(pod, nodes kept, their utilisation) of the cycle the ceiling just filtered, for Score."""
@@ -117,20 +137,21 @@ class StaticWeights(Policy):
     @classmethod
     def from_spec(cls, args: str) -> "StaticWeights":
         kw = parse_args(args)
-        unknown = set(kw) - {"w", "tau", "ceiling"}
+        unknown = set(kw) - {"w", "tau", "ceiling", "req"}
         if unknown:
-            raise ValueError(f"static-weights: unknown argument(s) {sorted(unknown)}: expected w, tau and ceiling")
+            raise ValueError(f"static-weights: unknown argument(s) {sorted(unknown)}: expected w, tau, ceiling and req")
         try:
             weights = [float(x) for x in parse_list(kw["w"])] if "w" in kw else (0.25,) * 4
             tau = float(kw.get("tau", 0.0))
             ceiling = float(kw["ceiling"]) if "ceiling" in kw else None
+            requests = float(kw.get("req", 0.0))
         except ValueError:
-            raise ValueError(f"static-weights:{args}: expected w=a/b/c/d:tau=x:ceiling=c with numbers") from None
-        return cls(weights, tau, ceiling)
+            raise ValueError(f"static-weights:{args}: expected w=a/b/c/d:tau=x:ceiling=c:req=r with numbers") from None
+        return cls(weights, tau, ceiling, requests)
 
     @property
     def spec(self) -> str:
-        return static_weights_spec(self.weights, self.tau, self.ceiling)
+        return static_weights_spec(self.weights, self.tau, self.ceiling, self.requests)
 
     def attach(self, context) -> None:
         super().attach(context)
@@ -145,6 +166,13 @@ class StaticWeights(Policy):
     def score_utilisation(self, u: np.ndarray) -> np.ndarray:
         """Scores of nodes of utilisation ``u``: the weighted closeness to tau."""
         return weighted_closeness(u, self.weights, self.tau)
+
+    def score_nodes(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster, u: np.ndarray) -> np.ndarray:
+        """Scores of ``nodes`` of utilisation ``u`` (``utilisation``), read by requests to the share
+        ``requests`` (``features.with_requests``)."""
+        if self.requests:
+            u = with_requests(u, requested_utilisation(pod, nodes, cluster), self.requests)
+        return self.score_utilisation(u)
 
     def filter(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray | None:
         """The hold-back ceiling: keep the nodes whose CPU utilisation with the pod stays within it."""
@@ -163,8 +191,8 @@ class StaticWeights(Policy):
     def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
         held, self._held = self._held, None
         if held is not None and held[0] is pod and np.array_equal(held[1], nodes):
-            return self.score_utilisation(held[2])  # what Filter computed, this cycle
-        return self.score_utilisation(self.utilisation(pod, nodes, cluster))
+            return self.score_nodes(pod, nodes, cluster, held[2])  # what Filter computed, this cycle
+        return self.score_nodes(pod, nodes, cluster, self.utilisation(pod, nodes, cluster))
 
     def bound(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
         if self.cache is not None:

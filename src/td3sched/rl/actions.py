@@ -6,6 +6,7 @@ pre-activations, so that exploration and target-smoothing noise are added before
     [w_cpu, w_mem, w_io, w_net] = softmax(action[0:4])                       weights on the simplex
     tau                         = sigmoid(action[4])                          target utilisation in (0, 1)
     ceiling                     = lo + (hi - lo) * sigmoid(action[5])         hold-back ceiling (mode "ceiling")
+    requests share              = sigmoid(action[5])                          (mode "requests")
 
 Three action designs (``td3sched train --action``), each an action mode recorded in the model card:
 
@@ -13,6 +14,7 @@ Three action designs (``td3sched train --action``), each an action mode recorded
     weights                seed      w_cpu, w_mem, w_io, w_net, unused   tau fixed at 0 (the reference design)
     weights+tau            full      w_cpu, w_mem, w_io, w_net, tau      (the default)
     weights+tau+ceiling    ceiling   w_cpu, w_mem, w_io, w_net, tau, ceiling
+    weights+tau+requests   requests  w_cpu, w_mem, w_io, w_net, tau, requests
 
 The seed mode's actor outputs a fifth number which the decoding ignores (the shipped seed models do).
 The ceiling is ``static-weights``' hold-back ceiling (``policy.static_weights``): nodes whose CPU
@@ -21,7 +23,9 @@ Its range ``CEILING_RANGE`` is [0.5, 1.5]: the ceiling counts the pod's request 
 observed usage, so 1 still holds back pods that fit by requests where usage runs above them (on
 one dlrm test window a ceiling of 0.997 cost a tenth of the static best's reward, docs/td3.md), the top of the
 box (1.493) holds practically nothing back, and below half a node the hold-back would only leave
-capacity idle. The model card declares the dimensions
+capacity idle. The requests share (``policy.features.with_requests``) blends the CPU and memory the score
+reads between observed usage (0) and requests (1): kube-scheduler scores requests, so a policy cloned
+from its history needs it (docs/lifecycle.md). The model card declares the dimensions
 (``card_action_dimensions``); cards written before it are read as their mode's.
 """
 
@@ -49,11 +53,13 @@ ACTION_DIMENSIONS: dict[str, tuple[str, ...]] = {
     "full": (*WEIGHT_DIMENSIONS, "tau"),
     "seed": (*WEIGHT_DIMENSIONS, "unused"),
     "ceiling": (*WEIGHT_DIMENSIONS, "tau", "ceiling"),
+    "requests": (*WEIGHT_DIMENSIONS, "tau", "requests"),
 }
 """The numbers an actor of each mode outputs, in order: a served model's output width and its card's
 declared dimensions are checked against them."""
 ACTION_MODES = tuple(ACTION_DIMENSIONS)
-ACTION_DESIGNS = {"weights": "seed", "weights+tau": "full", "weights+tau+ceiling": "ceiling"}
+ACTION_DESIGNS = {"weights": "seed", "weights+tau": "full", "weights+tau+ceiling": "ceiling",
+                  "weights+tau+requests": "requests"}
 """``td3sched train --action`` names -> action mode (the mode names are accepted too)."""
 DEFAULT_ACTION_DESIGN = "weights+tau"
 ACTION_SIZES = {mode: len(dims) for mode, dims in ACTION_DIMENSIONS.items()}
@@ -120,11 +126,13 @@ def card_action_hold(card: dict) -> float:
 
 @dataclass(frozen=True)
 class ScoreArgs:
-    """What an action stands for: the score's weights and tau, and the hold-back ceiling (None: none)."""
+    """What an action stands for: the score's weights and tau, the hold-back ceiling (None: none) and
+    the requests share (0: usage only)."""
 
     weights: np.ndarray
     tau: float
     ceiling: float | None = None
+    requests: float = 0.0
 
 
 def _sigmoid(x: float) -> float:
@@ -155,7 +163,8 @@ def decode(action, mode: str = "full") -> ScoreArgs:
     total = sum(e)
     weights = np.array([x / total for x in e])
     tau = 0.0 if mode == "seed" else _sigmoid(values[4])
-    return ScoreArgs(weights, tau, ceiling_of(values[5]) if mode == "ceiling" else None)
+    return ScoreArgs(weights, tau, ceiling_of(values[5]) if mode == "ceiling" else None,
+                     _sigmoid(values[5]) if mode == "requests" else 0.0)
 
 
 ANCHOR_BOUND = 0.8 * LOGIT_LIMIT
@@ -164,22 +173,30 @@ ANCHOR_BOUND = 0.8 * LOGIT_LIMIT
 1 among zeros encodes to 0.9990 (e^8 : 1)."""
 
 
-def static_score_args(spec: str, mode: str = "full") -> ScoreArgs:
-    """The score arguments of a ``static-weights`` spec, for an actor of action mode ``mode``; a
-    ValueError names a spec of another policy, or a ceiling or tau the mode cannot express."""
+def static_score_args(spec: str, mode: str | None = "full") -> ScoreArgs:
+    """The score arguments of a ``static-weights`` spec, for an actor of action mode ``mode`` (None:
+    the spec alone is checked); a ValueError names a spec of another policy, or a ceiling, tau or
+    requests share the mode cannot express."""
     from td3sched.policy.static_weights import StaticWeights
 
     name, _, args = spec.partition(":")
     if name != StaticWeights.name:
         raise ValueError(f"static score {spec!r}: expected a static-weights spec, e.g. static-weights:w=1/0/0/0:tau=0.4")
     policy = StaticWeights.from_spec(args)
+    if mode is None:
+        return ScoreArgs(np.asarray(policy.weights, dtype=np.float64), float(policy.tau), policy.ceiling,
+                         policy.requests)
     mode = check_action_mode(mode)
     if policy.ceiling is not None and mode != "ceiling":
         raise ValueError(f"static score {spec!r}: a ceiling needs the action mode 'ceiling' (weights+tau+ceiling), "
                          f"this one is {mode!r}")
     if policy.tau and mode == "seed":
         raise ValueError(f"static score {spec!r}: the action mode 'seed' (weights) fixes tau at 0")
-    return ScoreArgs(np.asarray(policy.weights, dtype=np.float64), float(policy.tau), policy.ceiling)
+    if policy.requests and mode != "requests":
+        raise ValueError(f"static score {spec!r}: a requests share needs the action mode 'requests' "
+                         f"(weights+tau+requests), this one is {mode!r}")
+    return ScoreArgs(np.asarray(policy.weights, dtype=np.float64), float(policy.tau), policy.ceiling,
+                     policy.requests)
 
 
 def _logit(p: float, bound: float) -> float:
@@ -191,7 +208,8 @@ def encode(args: ScoreArgs, mode: str = "full", bound: float = ANCHOR_BOUND) -> 
     """Pre-activations (float32) that ``decode`` maps back to ``args`` as nearly as ``bound`` allows:
     the weights' logs centred between the largest and the smallest, a smallest more than ``2 x bound``
     below the largest (a weight of 0) counting as that far, and clipped there; tau's and the ceiling's
-    logits clipped to ``[-bound, bound]`` (a ceiling without one in the ceiling mode: the top of the box).
+    logits clipped to ``[-bound, bound]`` (a ceiling without one in the ceiling mode: the top of the box),
+    the requests share's likewise in the requests mode.
     Weights within ``e^(2 x bound)`` of each other come back exactly, and near the middle of the box, where
     an actor reaches them easily."""
     mode = check_action_mode(mode)
@@ -203,6 +221,8 @@ def encode(args: ScoreArgs, mode: str = "full", bound: float = ANCHOR_BOUND) -> 
     if mode == "ceiling":
         lo, hi = CEILING_RANGE
         out.append(bound if args.ceiling is None else _logit((args.ceiling - lo) / (hi - lo), bound))
+    elif mode == "requests":
+        out.append(_logit(args.requests, bound))
     return np.array(out, dtype=np.float32)
 
 

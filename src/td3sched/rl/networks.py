@@ -56,12 +56,15 @@ def squash(pre_activations: torch.Tensor, seed_mode: bool = False) -> tuple[torc
 
 
 def score_arguments(pre_activations: torch.Tensor, mode: str) -> torch.Tensor:
-    """[..., action_size(mode)]: weights, tau and, in the ceiling mode, the ceiling (``rl.actions.decode``)."""
+    """[..., action_size(mode)]: weights, tau and, in the ceiling mode, the ceiling, in the requests mode
+    the requests share (``rl.actions.decode``)."""
     weights, tau = squash(pre_activations, mode == "seed")
     parts = [weights, tau.unsqueeze(-1)]
     if mode == "ceiling":
         lo, hi = CEILING_RANGE
         parts.append((lo + (hi - lo) * torch.sigmoid(pre_activations[..., 5])).unsqueeze(-1))
+    elif mode == "requests":
+        parts.append(torch.sigmoid(pre_activations[..., 5]).unsqueeze(-1))
     return torch.cat(parts, dim=-1)
 
 

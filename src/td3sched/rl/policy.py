@@ -1,4 +1,4 @@
-"""Policies whose score arguments (weights, tau, ceiling) are chosen per decision from an observation.
+"""Policies whose score arguments (weights, tau, ceiling, requests share) are chosen per decision from an observation.
 
 ``ActionPolicy`` is ``static-weights`` with its weights and tau (and, in the ceiling action mode, its
 hold-back ceiling) set, before each decision, from an action (``rl.actions``) computed on the
@@ -78,7 +78,7 @@ class ActionPolicy(StaticWeights):
         self._acted_at = pod.time_s
         obs = observe(pod, nodes, cluster, u, self.oom_window.kills(pod.time_s, self.oom_kills_total(pod)))
         args = decode(self.act(obs), self.action_mode)
-        self.weights, self.tau = args.weights, args.tau
+        self.weights, self.tau, self.requests = args.weights, args.tau, args.requests
         if args.ceiling is not None:
             self.ceiling = args.ceiling
         return u
@@ -100,7 +100,7 @@ class ActionPolicy(StaticWeights):
         if self._decided is pod:  # the Filter took this cycle's action
             self._decided = None
             return super().score(pod, nodes, cluster)
-        return self.score_utilisation(self.decide(pod, nodes, cluster))
+        return self.score_nodes(pod, nodes, cluster, self.decide(pod, nodes, cluster))
 
 
 class TD3Policy(ActionPolicy):

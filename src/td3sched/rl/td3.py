@@ -175,7 +175,7 @@ class TD3Config:
                                                                         and self.bc_decay_steps >= 1),
                        "a whole number of steps >= 1, or None"))
         if self.anchor is not None:  # the spec itself; TD3 checks it against its action mode
-            static_score_args(self.anchor, "ceiling")
+            static_score_args(self.anchor, None)
         for name, ok, expected in checks:
             value = getattr(self, name)
             if not ok or (isinstance(value, float) and not math.isfinite(value)):
