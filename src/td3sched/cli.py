@@ -825,6 +825,13 @@ def _print_agreement(training: dict) -> None:
     val = training.get("validation")
     out.print(f"top-1 agreement with the history: {training['train']['agreement']:.3f} on {training['train']['decisions']:,} "
               f"decisions trained on" + (f", {val['agreement']:.3f} on {val['decisions']:,} held out" if val else ""))
+    top = [x.get("policy_top1") for x in (training["train"], val or {})]
+    if top[0] is not None:
+        out.print(f"the clone's best node among those the history's policy scored best: {top[0]:.3f} trained on"
+                  + (f", {top[1]:.3f} held out" if top[1] is not None else ""))
+    if training.get("tie_bound") is not None:
+        out.print(f"the agreement the history's ties allow (the mean of 1/m over its m best-scored nodes): "
+                  f"{training['tie_bound']:.3f}")
 
 
 REGISTRY_HELP = "Model registry folder (default: $TD3SCHED_REGISTRY, else ./registry; docs/lifecycle.md)."

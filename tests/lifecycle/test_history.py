@@ -215,7 +215,7 @@ def test_a_recorded_run_frees_its_world(tmp_path):
 
 def _decisions_by_rows(table):
     """The plain reading of Decisions (one Python object per candidate): the vectorised one must agree."""
-    obs, us, rs, offsets, chosen, times, dropped = [], [], [], [0], [], [], 0
+    obs, us, rs, ss, offsets, chosen, times, dropped = [], [], [], [], [0], [], [], 0
     for row in table.to_pylist():
         i, cands = row["chosen_index"], row["candidates"]
         if row["observation"] is None or i is None or cands[i]["stale"] or cands[i]["u_cpu"] is None:
@@ -225,11 +225,14 @@ def _decisions_by_rows(table):
         obs.append(row["observation"])
         us.extend([c[f] for f in ("u_cpu", "u_mem", "u_io", "u_net")] for c, ok in zip(cands, fresh) if ok)
         rs.extend([math.nan if c[f] is None else c[f] for f in ("r_cpu", "r_mem")] for c, ok in zip(cands, fresh) if ok)
+        ss.extend(math.nan if c["score"] is None or row["source"] == "import" else c["score"]
+                  for c, ok in zip(cands, fresh) if ok)
         chosen.append(sum(fresh[:i]))
         offsets.append(offsets[-1] + sum(fresh))
         times.append(row["time_s"])
     return (np.asarray(obs, dtype=np.float32).reshape(-1, 35), np.asarray(us, dtype=np.float64).reshape(-1, 4),
-            np.asarray(rs, dtype=np.float64).reshape(-1, 2), np.asarray(offsets), np.asarray(chosen),
+            np.asarray(rs, dtype=np.float64).reshape(-1, 2), np.asarray(ss, dtype=np.float64), np.asarray(offsets),
+            np.asarray(chosen),
             np.asarray(times), dropped)
 
 
@@ -241,7 +244,7 @@ def test_the_vectorised_reading_of_decisions_is_the_plain_one(tmp_path, batch):
             if c["u_cpu"] is None:
                 c["stale"] = True
     table = read_history(write_history(tmp_path / "h.parquet", batch))
-    obs, u, r, offsets, chosen, times, dropped = _decisions_by_rows(table)
+    obs, u, r, scores, offsets, chosen, times, dropped = _decisions_by_rows(table)
     if len(chosen) == 0:
         with pytest.raises(HistoryError, match="none to learn from"):
             Decisions.from_table(table)
@@ -250,10 +253,12 @@ def test_the_vectorised_reading_of_decisions_is_the_plain_one(tmp_path, batch):
     np.testing.assert_array_equal(d.obs, obs)
     np.testing.assert_array_equal(d.u, u)
     np.testing.assert_array_equal(d.r, r)
+    np.testing.assert_array_equal(d.scores, scores)
     sub = np.arange(len(d))[::2]
     part = d.subset(sub)
     assert part.u.shape[0] == part.r.shape[0] == part.offsets[-1]
     np.testing.assert_array_equal(part.r, np.concatenate([d.r[d.offsets[i]:d.offsets[i + 1]] for i in sub]))
+    np.testing.assert_array_equal(part.scores, np.concatenate([d.scores[d.offsets[i]:d.offsets[i + 1]] for i in sub]))
     assert d.offsets.tolist() == offsets.tolist() and d.chosen.tolist() == chosen.tolist()
     assert d.time_s.tolist() == times.tolist() and d.dropped == dropped
 

@@ -127,6 +127,10 @@ class Agreement:
     """Share of decisions whose chosen node has the top score."""
     expected_top1: float
     """The same, a tie of m nodes counted 1/m."""
+    policy_top1: float | None = None
+    """Share of decisions whose best node by the clone is one the history's policy scored best (its
+    recorded scores, ties included): what agreement would be if the policy broke its ties as the clone
+    does. None when a decision's scores are unknown (imports, older engines)."""
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -139,7 +143,7 @@ def agreement(act: Callable[[np.ndarray], np.ndarray], d: Decisions, action_mode
     if len(d) == 0:
         raise ValueError("agreement of no decision: expected at least one")
     actions = np.asarray(act(d.obs))
-    hits, expected = 0, 0.0
+    hits, expected, in_top = 0, 0.0, 0
     for i in range(len(d)):
         args = decode(actions[i], action_mode)
         lo, hi = d.offsets[i], d.offsets[i + 1]
@@ -148,7 +152,10 @@ def agreement(act: Callable[[np.ndarray], np.ndarray], d: Decisions, action_mode
         if s[d.chosen[i]] == top:
             hits += 1
             expected += 1.0 / np.count_nonzero(s == top)
-    return Agreement(len(d), hits / len(d), expected / len(d))
+        recorded = d.scores[lo:hi]
+        in_top += bool(recorded[np.argmax(s)] == recorded.max())
+    known = not np.isnan(d.scores).any()
+    return Agreement(len(d), hits / len(d), expected / len(d), in_top / len(d) if known else None)
 
 
 def static_agreement(weights, tau: float, d: Decisions, requests: float = 0.0) -> Agreement:
@@ -382,6 +389,16 @@ def save_bc_model(folder, result: BCResult, card: dict, critic_state: dict | Non
     save_model(folder, agent, card)
 
 
+def tie_bound(d: Decisions) -> float | None:
+    """The agreement a clone can reach with a policy that broke its ties at random: the mean over the
+    decisions of 1/m, m the candidates the policy scored best (its recorded scores); None when they are
+    not all known."""
+    if np.isnan(d.scores).any():
+        return None
+    return float(np.mean([1.0 / np.count_nonzero(d.scores[lo:hi] == d.scores[lo:hi].max())
+                          for lo, hi in zip(d.offsets[:-1].tolist(), d.offsets[1:].tolist())]))
+
+
 def history_card(table) -> dict:
     """Card fields a history implies: its scenario and overrides-free label when it has one scenario."""
     scenarios = {s for s in table.column("scenario").to_pylist() if s is not None}
@@ -400,6 +417,7 @@ def clone_history(history, out, config: BCConfig = BCConfig(), progress: Callabl
     d = Decisions.from_table(table)
     result = behaviour_clone(d, config, progress=progress)
     training = {"kind": "behaviour-cloning", "history": str(history), "decisions": len(d),
+                "tie_bound": tie_bound(d),
                 "decisions_dropped": d.dropped, "history_time_s": [float(d.time_s.min()), float(d.time_s.max())],
                 "policies": sorted({p for p in table.column("policy").to_pylist() if p}),
                 "bc_config": config.to_json(), **result.summary()}

@@ -281,11 +281,13 @@ class Decisions:
     another); ``offsets`` [D + 1] (decision d's candidates are ``u[offsets[d]:offsets[d + 1]]``);
     ``chosen`` [D] (the chosen candidate's index within its decision); ``time_s`` [D]; ``r`` [C, 2]
     the candidates' requested CPU and memory utilisation (NaN where the history does not know them;
-    None: all NaN)."""
+    None: all NaN); ``scores`` [C] what the deciding policy scored each candidate (NaN where unknown,
+    and for imported rows, whose scores are the import's replay, not the cluster scheduler's)."""
 
-    def __init__(self, obs, u, offsets, chosen, time_s, dropped: int = 0, r=None):
+    def __init__(self, obs, u, offsets, chosen, time_s, dropped: int = 0, r=None, scores=None):
         self.obs, self.u, self.offsets, self.chosen, self.time_s = obs, u, offsets, chosen, time_s
         self.r = np.full((len(u), 2), np.nan) if r is None else r
+        self.scores = np.full(len(u), np.nan) if scores is None else scores
         self.dropped = dropped
         """Decisions of the table left out (no observation, no chosen candidate, or a stale one chosen)."""
 
@@ -304,11 +306,11 @@ class Decisions:
         rows = np.concatenate([np.arange(self.offsets[d], self.offsets[d + 1]) for d in idx]).astype(np.int64) \
             if len(idx) else np.zeros(0, dtype=np.int64)
         return Decisions(self.obs[idx], self.u[rows], offsets, self.chosen[idx], self.time_s[idx], self.dropped,
-                         self.r[rows])
+                         self.r[rows], self.scores[rows])
 
     def with_obs(self, obs: np.ndarray) -> "Decisions":
         """The same decisions with other observations (normalised ones, for training)."""
-        return Decisions(obs, self.u, self.offsets, self.chosen, self.time_s, self.dropped, self.r)
+        return Decisions(obs, self.u, self.offsets, self.chosen, self.time_s, self.dropped, self.r, self.scores)
 
     def require_requests(self) -> None:
         """A ``HistoryError`` unless every candidate's requested utilisation is known (what a score with
@@ -333,6 +335,7 @@ class Decisions:
             if len(flat) else np.zeros((0, 4))
         r = np.column_stack([flat.field(f).to_numpy(zero_copy_only=False).astype(np.float64) for f in R_FIELDS]) \
             if len(flat) else np.zeros((0, 2))
+        scores = flat.field("score").to_numpy(zero_copy_only=False).astype(np.float64) if len(flat) else np.zeros(0)
         stale = flat.field("stale").to_numpy(zero_copy_only=False).astype(bool) if len(flat) else np.zeros(0, bool)
         fresh = ~stale & ~np.isnan(u).any(axis=1)
         before = np.concatenate([[0], np.cumsum(fresh)])  # before[j]: fresh candidates ahead of flat index j
@@ -355,7 +358,10 @@ class Decisions:
         sizes = before[offs[rows + 1]] - before[offs[rows]]
         row_of = np.repeat(np.arange(n), np.diff(offs))
         keep = fresh & ok[row_of]
+        imported = (table.column("source").to_numpy(zero_copy_only=False) == "import")[row_of]
+        scores = np.where(imported, np.nan, scores)
         obs_row = np.cumsum(has_obs) - 1  # a row's index among the rows with an observation
         return cls(obs_all[obs_row[rows]], u[keep], np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
                    (before[at[rows]] - before[offs[rows]]).astype(np.int64),
-                   table.column("time_s").to_numpy()[rows].astype(np.float64), int(n - len(rows)), r[keep])
+                   table.column("time_s").to_numpy()[rows].astype(np.float64), int(n - len(rows)), r[keep],
+                   scores[keep])
