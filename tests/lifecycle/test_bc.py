@@ -139,7 +139,7 @@ def test_the_requests_mode_refuses_a_history_without_requests(history, tmp_path)
 def test_a_clone_of_k8s_default_needs_the_requests_share(tmp_path):
     """k8s-default scores requests, with integer scores that tie: a clone in the requests mode picks one of
     the nodes k8s-default scored best far more often than a usage-only clone can (docs/lifecycle.md
-    measures 0.98 against 0.51 on eight runs), and its plain agreement is bounded by those ties."""
+    measures 0.98 against 0.52 on eight runs), and its plain agreement is bounded by those ties."""
     torch.set_num_threads(1)
     folder = tmp_path / "history"
     for seed in (1, 2):
