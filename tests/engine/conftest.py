@@ -52,3 +52,21 @@ def make_service(actor, snap=None, mode="fail-open", max_age_s=60.0, shadow=Fals
         state.publish(snap)
     engine = DecisionEngine(state, ModelSlot(actor), shadow=shadow)
     return EngineService(engine, log=log), clock
+
+
+def pinned_model(folder, action_mode: str, bias: float, seed: int, **card):
+    """A small TD3 model of ``action_mode`` whose sixth output is pinned at ``bias`` before the tanh
+    (whatever it observes; its other outputs as initialised), saved to ``folder`` with ``card``."""
+    import torch
+
+    from td3sched.rl.observation import OBSERVATION_SIZE
+    from td3sched.rl.td3 import TD3, TD3Config
+
+    agent = TD3(OBSERVATION_SIZE, TD3Config(hidden=(16, 16), buffer_size=10, learning_starts=0), seed=seed,
+                action_mode=action_mode)
+    with torch.no_grad():
+        last = agent.actor.net[-1]
+        last.weight[5].zero_()
+        last.bias[5] = bias
+    agent.save(folder, {"scenario": "tiny", "span": "train", **card})
+    return folder

@@ -18,11 +18,10 @@ from td3sched.policy.features import utilisation  # noqa: E402
 from td3sched.rl.actions import ACTION_DIMENSIONS, LOGIT_LIMIT, ceiling_of, decode  # noqa: E402
 from td3sched.rl.observation import OBSERVATION_SIZE  # noqa: E402
 from td3sched.rl.onnx_actor import load_actor  # noqa: E402
-from td3sched.rl.td3 import TD3, TD3Config  # noqa: E402
 from td3sched.scenario import load_scenario  # noqa: E402
 from td3sched.simulator.engine import Simulation  # noqa: E402
 
-from tests.engine.conftest import make_service, snapshot  # noqa: E402
+from tests.engine.conftest import make_service, pinned_model, snapshot  # noqa: E402
 
 POD = PodSpec("web-1", cpu_milli=2000, mem_mib=512)
 CEILING_PRE_ACTIVATION = -10.0
@@ -32,15 +31,7 @@ CEILING_PRE_ACTIVATION = -10.0
 @pytest.fixture(scope="module")
 def ceiling_model(tmp_path_factory):
     """A ceiling-mode model whose ceiling output is pinned low (its other outputs as initialised)."""
-    agent = TD3(OBSERVATION_SIZE, TD3Config(hidden=(16, 16), buffer_size=10, learning_starts=0), seed=4,
-                action_mode="ceiling")
-    with torch.no_grad():
-        last = agent.actor.net[-1]
-        last.weight[5].zero_()
-        last.bias[5] = CEILING_PRE_ACTIVATION
-    folder = tmp_path_factory.mktemp("ceiling") / "model"
-    agent.save(folder, {"scenario": "tiny", "span": "train"})
-    return folder
+    return pinned_model(tmp_path_factory.mktemp("ceiling") / "model", "ceiling", CEILING_PRE_ACTIVATION, seed=4)
 
 
 def test_filter_fails_the_held_back_nodes_and_names_the_ceiling(ceiling_model):

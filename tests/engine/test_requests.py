@@ -19,13 +19,11 @@ from td3sched.policy import make_policy  # noqa: E402
 from td3sched.policy.features import requested_utilisation, utilisation, with_requests  # noqa: E402
 from td3sched.policy.static_weights import weighted_closeness  # noqa: E402
 from td3sched.rl.actions import ACTION_DIMENSIONS, decode  # noqa: E402
-from td3sched.rl.observation import OBSERVATION_SIZE  # noqa: E402
 from td3sched.rl.onnx_actor import load_actor  # noqa: E402
-from td3sched.rl.td3 import TD3, TD3Config  # noqa: E402
 from td3sched.scenario import load_scenario  # noqa: E402
 from td3sched.simulator.engine import Simulation  # noqa: E402
 
-from tests.engine.conftest import make_service, snapshot  # noqa: E402
+from tests.engine.conftest import make_service, pinned_model, snapshot  # noqa: E402
 
 POD = PodSpec("web-1", cpu_milli=2000, mem_mib=4096)
 SHARE_PRE_ACTIVATION = 1.0
@@ -34,14 +32,7 @@ SHARE_PRE_ACTIVATION = 1.0
 
 def _model(folder, hold_s: float = 0.0):
     """A requests-mode model whose share output is pinned high (its other outputs as initialised)."""
-    agent = TD3(OBSERVATION_SIZE, TD3Config(hidden=(16, 16), buffer_size=10, learning_starts=0), seed=5,
-                action_mode="requests")
-    with torch.no_grad():
-        last = agent.actor.net[-1]
-        last.weight[5].zero_()
-        last.bias[5] = SHARE_PRE_ACTIVATION
-    agent.save(folder, {"scenario": "tiny", "span": "train", "action_hold_s": hold_s})
-    return folder
+    return pinned_model(folder, "requests", SHARE_PRE_ACTIVATION, seed=5, action_hold_s=hold_s)
 
 
 @pytest.fixture(scope="module")
