@@ -250,6 +250,45 @@ def test_each_nodes_requests_follow_its_bound_pods(cluster, namespace):
         s.stop()
 
 
+def _restarted(cluster, namespace: str, name: str, restarts: int, reason: str) -> None:
+    """Set the pod's container status as a kubelet would after ``restarts`` restarts, the last for ``reason``."""
+    cluster.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": {"containerStatuses": [{
+        "name": "main", "ready": True, "restartCount": restarts, "image": "registry.k8s.io/pause:3.10", "imageID": "",
+        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+        "lastState": {"terminated": {"exitCode": 137, "reason": reason}}}]}},
+        content_type="application/merge-patch+json")
+
+
+def test_the_watch_reports_a_bound_pods_oom_kills(cluster, namespace, tmp_path):
+    """A container restarted once since the watch last looked, its last termination OOMKilled, is one
+    kill in the decision log; restarted three times at once, unknown; restarted for another reason, none."""
+    from td3sched.engine.decision_log import DecisionLog, read_log
+
+    log = DecisionLog(tmp_path / "decisions.jsonl", fsync_interval_s=0.05)
+    state = ShadowState()
+    service = EngineService(DecisionEngine(state, ModelSlot(None)), log=log)
+    s = KubernetesSource(cluster.kubeconfig, service, backoff_initial_s=0.2, backoff_max_s=1.0)
+    s.start()
+    try:
+        assert wait_for(lambda: all(w.synced for w in s.watches), deadline_s=DEADLINE_S)
+        cluster.create_pod(namespace, "oom", NOBODY, "100m", "64Mi")
+        cluster.bind_pod(namespace, "oom", "node-4")
+        key = f"{namespace}/oom"
+        assert wait_for(lambda: key in s.bound, deadline_s=DEADLINE_S)
+        _restarted(cluster, namespace, "oom", 1, "OOMKilled")
+        assert wait_for(lambda: s.restarts.get(key) == {"main": 1}, deadline_s=DEADLINE_S)
+        _restarted(cluster, namespace, "oom", 4, "OOMKilled")  # three restarts between two looks
+        assert wait_for(lambda: s.restarts.get(key) == {"main": 4}, deadline_s=DEADLINE_S)
+        _restarted(cluster, namespace, "oom", 5, "Error")  # not a kill
+        assert wait_for(lambda: s.restarts.get(key) == {"main": 5}, deadline_s=DEADLINE_S)
+    finally:
+        s.stop()
+        log.close()
+    records, _ = read_log(tmp_path / "decisions.jsonl")
+    kills = [(r["pod"]["name"], r["node"], r["kills"]) for r in records if r["kind"] == "kills"]
+    assert kills == [("oom", "node-4", 1), ("oom", "node-4", None)]
+
+
 # --- failures --------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

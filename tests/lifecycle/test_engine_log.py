@@ -136,3 +136,30 @@ def test_a_release_of_the_pod_watch_gives_the_bound_row_its_departure(tmp_path, 
     start = rows[0]["time_s"]
     assert [(r["pod_name"], r["outcome_left_s"] and r["outcome_left_s"] - start, r["outcome"]) for r in rows] == [
         ("job-0", 30.0, "departure"), ("job-1", 35.0, "departure"), ("job-2", None, None), ("job-1", None, None)]
+
+
+def test_the_pod_watchs_kills_reach_the_bound_rows(tmp_path, actor):
+    """Kills are known for the rows whose pods the watch saw bound: 0 without a report, the sum of its
+    reports, null when a report said unknown; a pod only ReportBinding told of keeps them null."""
+    log = DecisionLog(tmp_path / "decisions.jsonl", fsync_interval_s=0.05)
+    snap = snapshot(3)
+    service, clock = make_service(actor, snap, max_age_s=60, log=log)
+    pods = [PodSpec(f"web-{i}", namespace="shop", cpu_milli=500, mem_mib=256) for i in range(4)]
+    for i, pod in enumerate(pods):
+        decision_id, _ = service.score_nodes(pod, list(snap.names))
+        service.report_binding(pod, "node-0", decision_id)
+        if i < 3:  # web-3: no pod watch saw it
+            service.report_binding(pod, "node-0", source="pod_watch")
+        clock.t += 10.0
+    service.report_kills("shop", "web-0", "node-0", 1)
+    clock.t += 1.0
+    service.report_kills("shop", "web-0", "node-0", 1)
+    service.report_kills("shop", "web-1", "node-0", None)  # restarted twice between two looks
+    service.report_kills("shop", "web-3", "node-0", 1)
+    service.report_kills("shop", "web-9", "node-0", 1)  # never bound in this log
+    log.close()
+    path, counts = convert_log(tmp_path / "decisions.jsonl", tmp_path / "engine.parquet")
+    assert counts["kills"] == 4 and counts["kills_unmatched"] == 1
+    rows = read_history(path).to_pylist()
+    assert [(r["pod_name"], r["outcome_kills"]) for r in rows] == [("web-0", 2), ("web-1", None), ("web-2", 0),
+                                                                  ("web-3", None)]

@@ -192,3 +192,38 @@ def node_names_from_list(node_list, where: str = "Nodes") -> list[str]:
             raise ValueError(f"{where}.items[{i}].metadata.name: missing: expected the node's name")
         names.append(name)
     return names
+
+
+def restart_counts(pod: dict) -> dict[str, int] | None:
+    """Each container's ``restartCount`` from a v1.Pod's ``status.containerStatuses`` (name -> count);
+    None when the pod has no statuses or a count is not a whole number >= 0."""
+    statuses = (pod.get("status") or {}).get("containerStatuses")
+    if not isinstance(statuses, list) or not statuses:
+        return None
+    out = {}
+    for c in statuses:
+        restarts = c.get("restartCount") if isinstance(c, dict) else None
+        if not isinstance(restarts, int) or isinstance(restarts, bool) or restarts < 0:
+            return None
+        out[str(c.get("name"))] = restarts
+    return out
+
+
+def oom_kills_since(pod: dict, before: dict[str, int]) -> int | None:
+    """OOM kills of a pod's containers since they had restarted ``before`` times (name -> count; a
+    container not in it: 0), each followed by a restart, where the statuses pin them down: a container
+    that did not restart since had none; one that restarted once since had one if its last termination
+    (``lastState.terminated.reason``) was ``OOMKilled``, else none. A container that restarted more
+    often since keeps only its last termination's reason (a count going down is a new pod), and a pod
+    without statuses says nothing: None. With ``before`` empty these are the kills of the pod's life."""
+    now = restart_counts(pod)
+    if now is None:
+        return None
+    kills = 0
+    for c in (pod.get("status") or {}).get("containerStatuses"):
+        delta = now[str(c.get("name"))] - before.get(str(c.get("name")), 0)
+        if delta not in (0, 1):
+            return None
+        last = ((c.get("lastState") or {}).get("terminated") or {}).get("reason")
+        kills += int(delta == 1 and last == "OOMKilled")
+    return kills

@@ -16,6 +16,11 @@ there (kube-scheduler's defaults for an empty request), set from every list and 
 binding and departure (``ShadowState.set_requested``, ``add_requested``), which a model with a
 requests share scores by. A pod whose spec cannot be read counts nothing.
 
+And each bound pod's OOM kills: its containers' restart counts when first seen bound, then at each
+event (and relist) the kills since (``kubernetes_objects.oom_kills_since``: a container that restarted
+once since, its last termination ``OOMKilled``), reported to the decision log
+(``EngineService.report_kills``; more than one restart between two looks: kills unknown).
+
 Nodes: ``status.allocatable`` (``status.capacity`` for a resource it lacks), read with the extender's
 quantity code (``kubernetes_objects.quantity``): CPU in milli-cores, memory in MiB, ephemeral storage
 in GiB, ``koordinator.sh/rdma`` in percent, ``nvidia.com/gpu`` whole GPUs. A node without CPU and
@@ -44,7 +49,7 @@ from typing import Callable
 import numpy as np
 
 from td3sched.engine.kubernetes_objects import (GIB, GPU_RESOURCE, MIB, RDMA_RESOURCE, SERVICE_ACCOUNT_DIR,
-                                                pod_from_k8s, quantity)
+                                                oom_kills_since, pod_from_k8s, quantity, restart_counts)
 from td3sched.engine.metrics import EngineMetrics
 from td3sched.engine.service import EngineService
 from td3sched.engine.state import NodeInventory, NotReady
@@ -278,6 +283,8 @@ class KubernetesSource:
         self.bound: dict[str, tuple[str, str, str, np.ndarray | None]] = {}
         """namespace/name -> (namespace, name, node, non-zero CPU and memory requests or None: unreadable)
         of the bound pods the watch knows."""
+        self.restarts: dict[str, dict[str, int]] = {}
+        """namespace/name -> its containers' restart counts when the watch last looked (bound pods)."""
         timing = dict(watch_timeout_s=watch_timeout_s, request_timeout_s=request_timeout_s,
                       backoff_initial_s=backoff_initial_s, backoff_max_s=backoff_max_s)
         self.node_watch = ResourceWatch("nodes", self.api.list_node, self._nodes_listed, self._node_event,
@@ -358,6 +365,22 @@ class KubernetesSource:
         namespace, name = meta.get("namespace") or "default", meta.get("name") or ""
         return f"{namespace}/{name}", namespace, name, (pod.get("spec") or {}).get("nodeName") or ""
 
+    def _kills(self, key: str, pod: dict, node: str, fresh: bool) -> None:
+        """Report the pod's OOM kills since the watch last looked (none the first time it sees it bound,
+        ``fresh``: its restarts until then are its history, not this binding's)."""
+        now = restart_counts(pod)
+        if fresh:  # a pod without statuses yet (its kubelet has not reported) has not restarted
+            self.restarts[key] = {} if now is None else now
+            return
+        before = self.restarts.get(key)
+        if now is None or before is None or now == before:
+            return
+        self.restarts[key] = now
+        kills = oom_kills_since(pod, before)
+        if kills != 0:
+            namespace, name = key.split("/", 1)
+            self.service.report_kills(namespace, name, node, kills)
+
     def _pods_listed(self, items: list, first: bool) -> None:
         bound = {}
         for pod in items:
@@ -366,12 +389,15 @@ class KubernetesSource:
                 continue
             bound[key] = (namespace, name, node, self._requests(pod))
             held = self.bound.get(key)
-            if not first and (held is None or held[2] != node):
+            moved = held is None or held[2] != node
+            if not first and moved:
                 self._report(pod, node)  # bound while the watch was away
+            self._kills(key, pod, node, fresh=first or moved)
         for key in self.bound.keys() - bound.keys():
             namespace, name, node, _ = self.bound[key]
             self.service.forget_binding(namespace, name, node)  # gone while the watch was away
         self.bound = bound
+        self.restarts = {k: v for k, v in self.restarts.items() if k in bound}
         requested: dict[str, np.ndarray] = {}
         for _, _, node, req in bound.values():
             if req is not None:
@@ -382,6 +408,7 @@ class KubernetesSource:
         key, namespace, name, node = self._key(pod)
         if kind == "DELETED" or not node:
             held = self.bound.pop(key, None)
+            self.restarts.pop(key, None)
             if held is not None:
                 if held[3] is not None:
                     self.state.add_requested(held[2], -held[3])
@@ -389,7 +416,9 @@ class KubernetesSource:
             return
         held = self.bound.get(key)
         if held is not None and held[2] == node:
+            self._kills(key, pod, node, fresh=False)
             return
+        self._kills(key, pod, node, fresh=True)
         if held is not None and held[3] is not None:  # the pod of that name was on another node
             self.state.add_requested(held[2], -held[3])
         req = self._requests(pod)

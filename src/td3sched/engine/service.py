@@ -161,6 +161,15 @@ class EngineService:
                              "pod": {"namespace": namespace, "name": name}, "node": node})
             self.metrics.log_records.inc()
 
+    def report_kills(self, namespace: str, name: str, node: str, kills: int | None) -> None:
+        """The pod watch saw a bound pod's containers OOM-killed (``kills``; None: restarted more often
+        than its statuses say why): a ``kills`` record in the decision log (the history's
+        ``outcome_kills``)."""
+        if self.log is not None:
+            self.log.append({"kind": "kills", "time_s": self.engine.state.clock(),
+                             "pod": {"namespace": namespace, "name": name}, "node": node, "kills": kills})
+            self.metrics.log_records.inc()
+
     def reload(self, actor) -> None:
         """Validate and swap in a new model; the version changes in responses, logs and metrics."""
         self.engine.models.swap(actor)

@@ -21,7 +21,10 @@ utilisation, null when the engine did not know the requests). ``policy`` is
 ``engine`` (``engine:fallback:<reason>`` for a fallback decision). A ``release`` record (the pod
 watch saw the pod deleted or finished, or found it gone on a relist) sets ``outcome_left_s`` of the
 pod's latest bound row before it that has none, with ``outcome`` ``departure``; without a pod watch
-there is none. ``outcome_kills``, ``reward`` and ``elapsed_s`` are null.
+there is none. ``outcome_kills`` of a row whose pod's binding the pod watch saw is the OOM kills its
+``kills`` records reported for that row (the pod's latest bound row before each; 0 without one, null
+when a record said unknown), so far for a pod still running; without a pod watch it is null, as are
+``reward`` and ``elapsed_s``.
 
 A log is the file and its rotated files (``.N`` ... ``.1``, oldest first, then the file): all read.
 Records cut by a crash are skipped and counted.
@@ -70,9 +73,11 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
     by_id: dict[str, dict] = {}
     unbound_by_pod: dict[tuple, list[dict]] = {}
     counts = {"decisions": 0, "bound": 0, "held": 0, "bindings_unmatched": 0, "released": 0,
-              "releases_unmatched": 0, "lines_skipped": skipped, "other": 0}
+              "releases_unmatched": 0, "kills": 0, "kills_unmatched": 0, "lines_skipped": skipped, "other": 0}
     bound_by_pod: dict[tuple, list[dict]] = {}
     held_rows: dict[str, int] = {}
+    watched: set[tuple] = set()  # pods whose binding the pod watch saw: their kills are known
+    kills: dict[str, int | None] = {}  # decision id -> OOM kills the watch reported (None: unknown)
     for file, r in records:
         where = str(file)
         if r.get("schema") != LOG_SCHEMA:
@@ -108,6 +113,8 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
         elif kind == "binding":
             row = by_id.get(r.get("decision_id") or "")
             pod = r.get("pod") or {}
+            if r.get("source") == "pod_watch":
+                watched.add((pod.get("namespace"), pod.get("name")))
             if row is not None and (row["pod_namespace"], row["pod_name"]) != (pod.get("namespace"), pod.get("name")):
                 rows.append(_held_row(row, r, pod, where, held_rows))
                 bound_by_pod.setdefault((rows[-1]["pod_namespace"], rows[-1]["pod_name"]), []).append(rows[-1])
@@ -136,8 +143,23 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
                 continue
             live[-1].update(outcome_left_s=t, outcome="departure")
             counts["released"] += 1
+        elif kind == "kills":
+            pod = r.get("pod") or {}
+            t = float(r.get("time_s", 0.0))
+            live = [x for x in bound_by_pod.get((pod.get("namespace"), pod.get("name")), [])
+                    if x["outcome_left_s"] is None and x["time_s"] <= t]
+            if not live:
+                counts["kills_unmatched"] += 1
+                continue
+            n, held = r.get("kills"), kills.get(live[-1]["decision_id"], 0)
+            known = isinstance(n, int) and not isinstance(n, bool) and n >= 0 and held is not None
+            kills[live[-1]["decision_id"]] = held + n if known else None
+            counts["kills"] += 1
         else:
             counts["other"] += 1
+    for row in rows:
+        if row["chosen_node"] is not None and (row["pod_namespace"], row["pod_name"]) in watched:
+            row["outcome_kills"] = kills.get(row["decision_id"], 0)
     return rows, counts
 
 

@@ -61,7 +61,7 @@ import numpy as np
 
 from td3sched.engine.decision import DecisionEngine, ModelSlot, PodSpec
 from td3sched.engine.decision_log import DecisionLog
-from td3sched.engine.kubernetes_objects import pod_from_k8s
+from td3sched.engine.kubernetes_objects import oom_kills_since, pod_from_k8s
 from td3sched.engine.prometheus_source import (DEFAULT_QUERIES, PrometheusSource, api_result,
                                                snapshot_from_values)
 from td3sched.engine.service import EngineService
@@ -116,20 +116,9 @@ def _left_s(pod: dict, where: str) -> float | None:
 
 def _kills(pod: dict) -> int | None:
     """OOM kills of a listed pod's containers, each followed by a restart, where the PodList pins them
-    down: a container that never restarted had none; one restarted once had one if its last termination
-    (``lastState.terminated.reason``) was ``OOMKilled``, else none. A container restarted more often
-    keeps only its last termination's reason, and a pod without container statuses says nothing: None."""
-    statuses = (pod.get("status") or {}).get("containerStatuses")
-    if not statuses:
-        return None
-    kills = 0
-    for c in statuses:
-        restarts = c.get("restartCount")
-        if not isinstance(restarts, int) or isinstance(restarts, bool) or restarts < 0 or restarts > 1:
-            return None
-        last = ((c.get("lastState") or {}).get("terminated") or {}).get("reason")
-        kills += int(restarts == 1 and last == "OOMKilled")
-    return kills
+    down (``engine.kubernetes_objects.oom_kills_since`` from no restart: a container restarted at most
+    once, the restart's cause in ``lastState``); else None."""
+    return oom_kills_since(pod, {})
 
 
 def _time(text: str, where: str) -> float:
