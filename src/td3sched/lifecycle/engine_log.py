@@ -133,28 +133,24 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
             row["chosen_index"] = names.index(node) if node in names else None
             bound_by_pod.setdefault((row["pod_namespace"], row["pod_name"]), []).append(row)
             counts["bound"] += 1
-        elif kind == "release":
+        elif kind in ("release", "kills"):
+            # the pod's latest bound row before the record that it has not left
             pod = r.get("pod") or {}
             t = float(r.get("time_s", 0.0))
             live = [x for x in bound_by_pod.get((pod.get("namespace"), pod.get("name")), [])
                     if x["outcome_left_s"] is None and x["time_s"] <= t]
             if not live:
-                counts["releases_unmatched"] += 1
+                counts["releases_unmatched" if kind == "release" else "kills_unmatched"] += 1
                 continue
-            live[-1].update(outcome_left_s=t, outcome="departure")
-            counts["released"] += 1
-        elif kind == "kills":
-            pod = r.get("pod") or {}
-            t = float(r.get("time_s", 0.0))
-            live = [x for x in bound_by_pod.get((pod.get("namespace"), pod.get("name")), [])
-                    if x["outcome_left_s"] is None and x["time_s"] <= t]
-            if not live:
-                counts["kills_unmatched"] += 1
-                continue
-            n, held = r.get("kills"), kills.get(live[-1]["decision_id"], 0)
-            known = isinstance(n, int) and not isinstance(n, bool) and n >= 0 and held is not None
-            kills[live[-1]["decision_id"]] = held + n if known else None
-            counts["kills"] += 1
+            row = live[-1]
+            if kind == "release":
+                row.update(outcome_left_s=t, outcome="departure")
+                counts["released"] += 1
+            else:
+                n, held = r.get("kills"), kills.get(row["decision_id"], 0)
+                known = isinstance(n, int) and not isinstance(n, bool) and n >= 0 and held is not None
+                kills[row["decision_id"]] = held + n if known else None
+                counts["kills"] += 1
         else:
             counts["other"] += 1
     for row in rows:
