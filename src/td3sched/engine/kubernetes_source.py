@@ -48,6 +48,7 @@ from typing import Callable
 
 import numpy as np
 
+from td3sched.engine.decision import PodSpec
 from td3sched.engine.kubernetes_objects import (GIB, GPU_RESOURCE, MIB, RDMA_RESOURCE, SERVICE_ACCOUNT_DIR,
                                                 oom_kills_since, pod_from_k8s, quantity, restart_counts)
 from td3sched.engine.metrics import EngineMetrics
@@ -335,29 +336,31 @@ class KubernetesSource:
         self._publish_nodes()
 
     # --- pods ----------------------------------------------------------------------------------------
-    def _report(self, pod: dict, node: str) -> None:
+    @staticmethod
+    def _read(pod: dict) -> PodSpec | ValueError:
+        """The pod's spec, or the error naming what cannot be read."""
         meta = pod.get("metadata") or {}
-        where = f"Pod {meta.get('namespace')}/{meta.get('name')}"
         try:
-            spec = pod_from_k8s(pod, where)
+            return pod_from_k8s(pod, f"Pod {meta.get('namespace')}/{meta.get('name')}")
         except ValueError as exc:
+            return exc
+
+    @staticmethod
+    def _requests(spec: PodSpec | ValueError) -> np.ndarray | None:
+        """The pod's non-zero CPU milli and memory MiB requests, None when its spec cannot be read."""
+        return None if isinstance(spec, ValueError) else spec.request(0.0).nonzero_cpu_mem
+
+    def _report(self, spec: PodSpec | ValueError, node: str) -> None:
+        if isinstance(spec, ValueError):
             self.metrics.bindings.labels("pod_watch", "invalid_pod").inc()
-            log.warning("binding not counted: %s", exc)
+            log.warning("binding not counted: %s", spec)
             return
         try:
             self.service.report_binding(spec, node, source="pod_watch")
         except (KeyError, NotReady):
             self.metrics.bindings.labels("pod_watch", "unknown_node").inc()
-            log.info("binding of %s to %s not counted: the state does not know the node", where, node)
-
-    @staticmethod
-    def _requests(pod: dict) -> np.ndarray | None:
-        """The pod's non-zero CPU milli and memory MiB requests, None when its spec cannot be read."""
-        meta = pod.get("metadata") or {}
-        try:
-            return pod_from_k8s(pod, f"Pod {meta.get('namespace')}/{meta.get('name')}").request(0.0).nonzero_cpu_mem
-        except ValueError:
-            return None
+            log.info("binding of Pod %s/%s to %s not counted: the state does not know the node", spec.namespace,
+                     spec.name, node)
 
     @staticmethod
     def _key(pod: dict) -> tuple[str, str, str, str]:
@@ -387,11 +390,12 @@ class KubernetesSource:
             key, namespace, name, node = self._key(pod)
             if not node:
                 continue
-            bound[key] = (namespace, name, node, self._requests(pod))
+            spec = self._read(pod)
+            bound[key] = (namespace, name, node, self._requests(spec))
             held = self.bound.get(key)
             moved = held is None or held[2] != node
             if not first and moved:
-                self._report(pod, node)  # bound while the watch was away
+                self._report(spec, node)  # bound while the watch was away
             self._kills(key, pod, node, fresh=first or moved)
         for key in self.bound.keys() - bound.keys():
             namespace, name, node, _ = self.bound[key]
@@ -421,11 +425,12 @@ class KubernetesSource:
         self._kills(key, pod, node, fresh=True)
         if held is not None and held[3] is not None:  # the pod of that name was on another node
             self.state.add_requested(held[2], -held[3])
-        req = self._requests(pod)
+        spec = self._read(pod)
+        req = self._requests(spec)
         self.bound[key] = (namespace, name, node, req)
         if req is not None:
             self.state.add_requested(node, req)
-        self._report(pod, node)
+        self._report(spec, node)
 
     def start(self) -> None:
         for w in self.watches:
