@@ -796,7 +796,9 @@ def bc_cmd(
     learning_rate: float = typer.Option(1e-4, "--lr", help="Adam's learning rate of the actor stage."),
     action: str = typer.Option("full", help="full (weights+tau): weights and tau; seed (weights): tau fixed at 0; "
                                "requests (weights+tau+requests): weights, tau and the requests share, which a "
-                               "history of a requests-based scheduler such as k8s-default needs."),
+                               "history of a requests-based scheduler such as k8s-default needs; balance "
+                               "(weights+tau+requests+balance): those and the balance share (k8s-default's "
+                               "BalancedAllocation)."),
     validation_share: float = typer.Option(0.1, help="Newest share of decisions held out for the agreement."),
     seed: int = typer.Option(1, min=0, help="torch's seed (initialisation, batch order)."),
     threads: int = typer.Option(1, min=1, help="torch threads (more can be far slower on a busy machine)."),

@@ -54,9 +54,10 @@ def make_service(actor, snap=None, mode="fail-open", max_age_s=60.0, shadow=Fals
     return EngineService(engine, log=log), clock
 
 
-def pinned_model(folder, action_mode: str, bias: float, seed: int, **card):
-    """A small TD3 model of ``action_mode`` whose sixth output is pinned at ``bias`` before the tanh
-    (whatever it observes; its other outputs as initialised), saved to ``folder`` with ``card``."""
+def pinned_model(folder, action_mode: str, bias: float, seed: int, outputs=(5,), **card):
+    """A small TD3 model of ``action_mode`` whose ``outputs`` (default the sixth) are pinned at ``bias``
+    before the tanh (whatever it observes; its other outputs as initialised), saved to ``folder`` with
+    ``card``."""
     import torch
 
     from td3sched.rl.observation import OBSERVATION_SIZE
@@ -66,7 +67,8 @@ def pinned_model(folder, action_mode: str, bias: float, seed: int, **card):
                 action_mode=action_mode)
     with torch.no_grad():
         last = agent.actor.net[-1]
-        last.weight[5].zero_()
-        last.bias[5] = bias
+        for i in outputs:
+            last.weight[i].zero_()
+            last.bias[i] = bias
     agent.save(folder, {"scenario": "tiny", "span": "train", **card})
     return folder

@@ -2,7 +2,8 @@
 memory by the snapshot's requests to the share its action gives, says the share in its reply, never
 hands a held action to the plugin (whose own score reads usage), and falls back (``no_requests``)
 where the state does not know the requests; the state keeps them from the pod watch's list and
-bindings; the engine in process is the simulator's td3 policy on that model, bit for bit."""
+bindings; the engine in process is the simulator's td3 policy on that model, bit for bit. A model with
+a balance share too (action mode ``balance``) likewise, the term left out for a BestEffort pod."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ from td3sched.engine.state import NodeInventory, NodeSnapshot, ShadowState  # no
 from td3sched.engine.twin import EngineTwin  # noqa: E402
 from td3sched.policy import make_policy  # noqa: E402
 from td3sched.policy.features import requested_utilisation, utilisation, with_requests  # noqa: E402
-from td3sched.policy.static_weights import weighted_closeness  # noqa: E402
+from td3sched.policy.static_weights import pod_balance, product_score, weighted_closeness  # noqa: E402
 from td3sched.rl.actions import ACTION_DIMENSIONS, decode  # noqa: E402
 from td3sched.rl.onnx_actor import load_actor  # noqa: E402
 from td3sched.scenario import load_scenario  # noqa: E402
 from td3sched.simulator.engine import Simulation  # noqa: E402
+from td3sched.workload.pods import BEST_EFFORT, BURSTABLE  # noqa: E402
 
 from tests.engine.conftest import make_service, pinned_model, snapshot  # noqa: E402
 
@@ -38,6 +40,13 @@ def _model(folder, hold_s: float = 0.0):
 @pytest.fixture(scope="module")
 def requests_model(tmp_path_factory):
     return _model(tmp_path_factory.mktemp("requests") / "model")
+
+
+@pytest.fixture(scope="module")
+def balance_model(tmp_path_factory):
+    """A balance-mode model whose two shares are pinned at 0.978."""
+    return pinned_model(tmp_path_factory.mktemp("balance") / "model", "balance", SHARE_PRE_ACTIVATION, seed=5,
+                        outputs=(5, 6))
 
 
 def _with_requests(snap: NodeSnapshot, requested) -> NodeSnapshot:
@@ -108,6 +117,45 @@ def test_the_state_keeps_each_nodes_requests_from_the_list_and_the_bindings():
     np.testing.assert_array_equal(state.snapshot.nonzero_requested, [[500, 256], [5, 5]])
     with pytest.raises(ValueError, match="nonzero_requested: shape"):
         _with_requests(snapshot(3), np.zeros((2, 2)))
+
+
+def test_the_engine_scores_with_the_balance_share_but_not_for_a_best_effort_pod(balance_model):
+    from td3sched.engine.grpc_server import DecisionEngineServicer
+    from td3sched.engine.v1 import engine_pb2
+
+    actor = load_actor(balance_model)
+    base = snapshot(6, cpu_util=[0.2, 0.3, 0.25, 0.35, 0.3, 0.2])
+    requested = np.array([[14000, 6000], [1000, 2000], [8000, 30000], [0, 0], [12000, 10000], [4000, 50000]], float)
+    snap = _with_requests(base, requested)
+    service, clock = make_service(actor, snap)
+    nodes = np.arange(6)
+    for qos in (BURSTABLE, BEST_EFFORT):
+        pod = PodSpec("web-1", cpu_milli=2000, mem_mib=4096, qos=qos)
+        _, d = service.score_nodes(pod, list(snap.names))
+        args = decode(actor.act(d.observation), "balance")
+        assert args.requests == pytest.approx(0.978, abs=1e-3) and args.balance == pytest.approx(0.978, abs=1e-3)
+        assert d.balance == args.balance and d.requests == args.requests
+        request = pod.request(clock())
+        u, r = utilisation(request, nodes, snap, None), requested_utilisation(request, nodes, snap)
+        balance = pod_balance(args.balance, qos)
+        assert (balance == 0.0) == (qos == BEST_EFFORT)
+        np.testing.assert_array_equal(d.scores, product_score(u, r, args.weights, args.tau, args.requests, balance))
+        without = weighted_closeness(with_requests(u, r, args.requests), args.weights, args.tau)
+        assert np.array_equal(d.scores, without) == (qos == BEST_EFFORT)
+    reply = DecisionEngineServicer(service).ScoreNodes(engine_pb2.ScoreNodesRequest(
+        pod=engine_pb2.Pod(name="web-1", cpu_milli=2000, mem_mib=4096), candidates=list(snap.names)), None)
+    assert reply.action.action_mode == "balance" and list(reply.action.dimensions) == list(ACTION_DIMENSIONS["balance"])
+    assert reply.action.balance == pytest.approx(0.978, abs=1e-3) and reply.action_valid_s == 0.0
+
+
+def test_the_engine_in_process_is_the_td3_policy_with_a_balance_share(balance_model):
+    scenario = load_scenario("tiny")
+    start, _ = scenario.span("test")
+    world = scenario.build(1)
+    end = start + 2 * 3600
+    with EngineTwin(load_actor(balance_model), "in-process", safety_cpu_util=world.config.safety_cpu_util) as twin:
+        exact = Simulation(world, twin, 1, start, end).run()["metrics"]
+    assert exact == Simulation(world, make_policy(f"td3:{balance_model}"), 1, start, end).run()["metrics"]
 
 
 def test_the_engine_in_process_is_the_td3_policy_reading_requests(requests_model):

@@ -95,6 +95,42 @@ def test_the_torch_requests_blend_is_the_products(inputs, share):
     np.testing.assert_allclose(got.numpy(), expected, rtol=0, atol=1e-12)
 
 
+@settings(max_examples=200, deadline=None)
+@given(score_inputs(), st.floats(0, 1), st.floats(0, 1))
+def test_the_torch_score_with_both_shares_is_the_products(inputs, requests, balance):
+    from td3sched.policy.static_weights import product_score
+
+    u, w, tau = inputs
+    r = np.clip(u[:, :2][::-1].copy() * 0.7 + 0.1, 0, 1.5)
+    expected = product_score(u, r, w, tau, requests, balance)
+    as_torch = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    got = score_torch.product_score(torch.from_numpy(u), torch.from_numpy(r), torch.from_numpy(w), as_torch(tau),
+                                    as_torch(requests), as_torch(balance))
+    np.testing.assert_allclose(got.numpy(), expected, rtol=0, atol=1e-12)
+
+
+BAL_SPEC = "static-weights:w=0.6/0.2/0.1/0.1:tau=0.3:req=0.7:bal=0.4"
+
+
+def test_bc_in_the_balance_mode_recovers_the_balance_share(tmp_path):
+    """A history of a static score with a balance share of 0.4 (and requests 0.7): the balance mode
+    recovers both shares and agrees with >= 95% of the choices, where the requests mode cannot."""
+    torch.set_num_threads(1)
+    folder = tmp_path / "history"
+    for seed in (1, 2):
+        record_simulation("tiny", BAL_SPEC, seed, "train", folder)
+    d = Decisions.from_table(read_history(folder))
+    assert static_agreement(TRUE_W, TRUE_TAU, d, requests=0.7, balance=0.4).agreement == 1.0
+    assert static_agreement(TRUE_W, TRUE_TAU, d, requests=0.7).agreement < 0.95
+    training = clone_history(folder, tmp_path / "bc", BCConfig(epochs=3, seed=1, action_mode="balance"))
+    assert training["train"]["agreement"] >= 0.95 and training["validation"]["agreement"] >= 0.95, training
+    static = training["static"]
+    assert abs(static["requests"] - 0.7) < 0.05 and abs(static["balance"] - 0.4) < 0.05, static
+    actor = load_actor(tmp_path / "bc")
+    assert actor.action_mode == "balance"
+    assert agreement(actor.act, d, actor.action_mode).agreement >= 0.95
+
+
 def test_bc_in_the_requests_mode_recovers_a_requests_share(tmp_path):
     """A history of a static score reading requests to a share of 0.7: the requests mode recovers the
     share and agrees with >= 95% of the choices, where the usage-only modes cannot express them."""
@@ -132,24 +168,30 @@ def test_the_requests_mode_refuses_a_history_without_requests(history, tmp_path)
 
     with pytest.raises(HistoryError, match=r"lack their requested utilisation \(r_cpu, r_mem\)"):
         behaviour_clone(Decisions.from_table(table), BCConfig(epochs=1, action_mode="requests"))
-    with pytest.raises(ValueError, match="BCConfig.action_mode='ceiling': expected one of full, seed, requests"):
+    with pytest.raises(HistoryError, match=r"lack their requested utilisation \(r_cpu, r_mem\)"):
+        behaviour_clone(Decisions.from_table(table), BCConfig(epochs=1, action_mode="balance"))
+    with pytest.raises(ValueError, match="BCConfig.action_mode='ceiling': expected one of full, seed, requests, balance"):
         BCConfig(action_mode="ceiling")
 
 
 def test_a_clone_of_k8s_default_needs_the_requests_share(tmp_path):
     """k8s-default scores requests, with integer scores that tie: a clone in the requests mode picks one of
     the nodes k8s-default scored best far more often than a usage-only clone can (docs/lifecycle.md
-    measures 0.98 against 0.52 on eight runs), and its plain agreement is bounded by those ties."""
+    measures 0.98 against 0.52 on eight runs), with the balance share more often still, and its plain
+    agreement is bounded by those ties."""
     torch.set_num_threads(1)
     folder = tmp_path / "history"
     for seed in (1, 2):
         record_simulation("tiny", "k8s-default", seed, "train", folder)
     usage = clone_history(folder, tmp_path / "usage", BCConfig(epochs=3, seed=1))
     requests = clone_history(folder, tmp_path / "requests", BCConfig(epochs=3, seed=1, action_mode="requests"))
+    balance = clone_history(folder, tmp_path / "balance", BCConfig(epochs=3, seed=1, action_mode="balance"))
     assert requests["static"]["requests"] > 0.8, requests["static"]
     # three epochs on two runs (measured: 0.82 against 0.37)
     assert requests["train"]["policy_top1"] > 0.75 > 0.5 > usage["train"]["policy_top1"], (requests, usage)
     assert requests["train"]["agreement"] > usage["train"]["agreement"] + 0.2
+    assert balance["train"]["policy_top1"] > max(0.95, requests["train"]["policy_top1"]), (balance, requests)
+    assert 0.3 < balance["static"]["balance"] < 0.7, balance["static"]  # kube-scheduler's: 1/2
     d = Decisions.from_table(read_history(folder))
     ties = np.mean([1.0 / np.count_nonzero(d.scores[lo:hi] == d.scores[lo:hi].max())
                     for lo, hi in zip(d.offsets[:-1], d.offsets[1:])])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,8 +12,8 @@ from hypothesis import strategies as st
 from td3sched.policy import make_policy
 from td3sched.policy.assign_cache import AssignCache
 from td3sched.policy.base import PodRequest, PolicyContext
-from td3sched.policy.features import closeness
-from td3sched.policy.static_weights import StaticWeights, validate_weights
+from td3sched.policy.features import closeness, requested_utilisation
+from td3sched.policy.static_weights import StaticWeights, pod_balance, product_score, validate_weights
 from td3sched.simulator.cluster import Cluster
 from td3sched.workload.pods import BURSTABLE
 from tests.simulator.worlds import node, pool
@@ -215,12 +217,83 @@ def test_the_requests_share_rounds_trips_its_spec_and_refuses_a_bad_one():
             make_policy(f"static-weights:req={bad}")
 
 
+def test_a_balance_share_blends_the_score_with_how_alike_cpu_and_memory_fill():
+    from td3sched.workload.pods import BEST_EFFORT
+
+    c = _cluster()
+    c.nonzero_requested[0] = [0.0, 0.0]
+    c.nonzero_requested[1] = [2000.0, 6144.0]
+    pod, nodes = _pod(), np.array([0, 1])
+    # by requests, with the pod: node 0 [.25, .25] (balance 1), node 1 [.75, 1] (balance 1 - .25/2 = .875);
+    # LeastAllocated [.75, .125] (test_a_requests_share_scores_cpu_and_memory_by_requests)
+    kube = _attached(make_policy("static-weights:w=0.5/0.5/0/0:tau=0:req=1:bal=0.5"), c)
+    assert kube.score(pod, nodes, c) == pytest.approx([(0.75 + 1) / 2, (0.125 + 0.875) / 2])
+    only = _attached(make_policy("static-weights:w=0.5/0.5/0/0:tau=0:req=1:bal=1"), c)
+    assert only.score(pod, nodes, c) == pytest.approx([1.0, 0.875])
+    # by usage (node 0 [.5, .5], node 1 [1, .25]): the balance of usage
+    usage = _attached(make_policy("static-weights:w=0.5/0.5/0/0:tau=0:bal=1"), c)
+    assert usage.score(pod, nodes, c) == pytest.approx([1.0, 1 - 0.75 / 2])
+    # a BestEffort pod is scored without the term, as BalancedAllocation skips it
+    best_effort = dataclasses.replace(pod, qos=BEST_EFFORT)
+    assert kube.score(best_effort, nodes, c) == pytest.approx([0.75, 0.125])
+    p = make_policy("static-weights:w=0.5/0.5/0/0:tau=0:req=1:bal=0.5")
+    assert make_policy(p.spec).spec == p.spec and p.spec.endswith(":req=1:bal=0.5")
+    assert "bal" not in make_policy("static-weights:bal=0").spec
+    for bad in ("-0.1", "1.01", "nan", "x"):
+        with pytest.raises(ValueError, match="bal"):
+            make_policy(f"static-weights:bal={bad}")
+
+
+def test_scores_as_served_are_the_front_doors_whole_numbers():
+    c = _cluster()
+    pod, nodes = _pod(), np.array([0, 1])
+    exact = _attached(make_policy("static-weights:w=0.5/0.5/0/0:tau=0"), c).score(pod, nodes, c)
+    served = make_policy("static-weights:w=0.5/0.5/0/0:tau=0")
+    served.attach(PolicyContext(c, 30.0, 60.0, None, None, score_levels=100))
+    np.testing.assert_array_equal(served.score(pod, nodes, c), np.rint(100 * exact))
+    assert served.score(pod, nodes, c).tolist() == [50.0, 38.0]  # 0.5 and 0.375, half to even
+
+
+def test_requests_and_balance_rank_nodes_as_kube_schedulers_default_scoring():
+    """With requests alone, weights (1/2, 1/2, 0, 0) at tau 0 and a balance share of 1/2, the score is
+    kube-scheduler's default scoring (LeastAllocated plus BalancedAllocation, k8s-default) halved, before
+    their rounding: over a run's decisions the best node by the score is within a point of k8s-default's
+    best (the two roundings) and one of them in more than 95% of decisions; without the balance term,
+    or with it for BestEffort pods too, in far fewer."""
+    from td3sched.policy.k8s_default import K8sDefault
+    from td3sched.scenario import load_scenario
+    from td3sched.simulator.engine import Simulation
+
+    k8s = K8sDefault()
+    gaps = {"kube": [], "no balance": [], "balance for every pod": []}
+
+    class Checking(StaticWeights):
+        def score(self, pod, nodes, cluster):
+            s = super().score(pod, nodes, cluster)
+            k = k8s.score(pod, nodes, cluster)
+            u = self.utilisation(pod, nodes, cluster)
+            r = requested_utilisation(pod, nodes, cluster)
+            for name, balance in (("kube", pod_balance(0.5, pod.qos)), ("no balance", 0.0),
+                                  ("balance for every pod", 0.5)):
+                chosen = np.argmax(product_score(u, r, self.weights, self.tau, 1.0, balance))
+                gaps[name].append(k.max() - k[chosen])
+            return s
+
+    scenario = load_scenario("tiny")
+    start, end = scenario.span("test")
+    Simulation(scenario.build(1), Checking([0.5, 0.5, 0.0, 0.0], 0.0, requests=1.0, balance=0.5), 1, start,
+               end).run()
+    kube = np.array(gaps["kube"])
+    assert len(kube) > 200 and kube.max() <= 1 and np.mean(kube == 0) > 0.95
+    for other in ("no balance", "balance for every pod"):
+        assert np.mean(np.equal(gaps[other], 0)) < 0.9, other
+
+
 def test_requests_only_ranks_nodes_as_kube_schedulers_least_allocated():
     """With requests alone and weights (1/2, 1/2, 0, 0) at tau 0, the score is LeastAllocated before its
     rounding: over a run's decisions the best node by the score is within LeastAllocated's rounding
     (it floors each resource's score to a whole number, then their mean) of LeastAllocated's best, and
     most often one of them."""
-    from td3sched.policy.features import requested_utilisation
     from td3sched.policy.k8s_default import MIB, least_allocated
     from td3sched.scenario import load_scenario
     from td3sched.simulator.engine import Simulation

@@ -1,5 +1,5 @@
-"""decode: the documented squashing (softmax weights, sigmoid tau, ceiling and requests share), on Python
-floats."""
+"""decode: the documented squashing (softmax weights, sigmoid tau, ceiling, requests and balance shares),
+on Python floats."""
 
 import math
 
@@ -16,16 +16,18 @@ def numpy_decode(action, mode):
     a = np.clip(np.asarray(action, dtype=np.float64), -LOGIT_LIMIT, LOGIT_LIMIT)
     e = np.exp(a[:4] - a[:4].max())
     tau = 0.0 if mode == "seed" else 1.0 / (1.0 + np.exp(-a[4]))
-    ceiling, requests = None, 0.0
+    ceiling, requests, balance = None, 0.0, 0.0
     if mode == "ceiling":
         lo, hi = CEILING_RANGE
         ceiling = lo + (hi - lo) / (1.0 + np.exp(-a[5]))
-    if mode == "requests":
+    if mode in ("requests", "balance"):
         requests = 1.0 / (1.0 + np.exp(-a[5]))
-    return e / e.sum(), tau, ceiling, requests
+    if mode == "balance":
+        balance = 1.0 / (1.0 + np.exp(-a[6]))
+    return e / e.sum(), tau, ceiling, requests, balance
 
 
-MODES = {"seed": 5, "full": 5, "ceiling": 6, "requests": 6}
+MODES = {"seed": 5, "full": 5, "ceiling": 6, "requests": 6, "balance": 7}
 
 
 @settings(max_examples=500, deadline=None)
@@ -33,7 +35,7 @@ MODES = {"seed": 5, "full": 5, "ceiling": 6, "requests": 6}
 def test_decode_is_the_softmax_and_sigmoids(mode, data):
     action = data.draw(st.lists(st.floats(-50, 50, allow_subnormal=True), min_size=MODES[mode], max_size=MODES[mode]))
     args = decode(np.array(action, dtype=np.float32).astype(np.float64), mode)
-    weights, tau, ceiling, requests = numpy_decode(np.array(action, dtype=np.float32).astype(np.float64), mode)
+    weights, tau, ceiling, requests, balance = numpy_decode(np.array(action, dtype=np.float32).astype(np.float64), mode)
     np.testing.assert_allclose(args.weights, weights, rtol=1e-14, atol=0)
     assert args.weights.dtype == np.float64 and args.weights.shape == (4,)
     # the sum of 4 exponentials rounds 3 times and each weight once: within about 4 half-ulps (2 eps) of 1,
@@ -44,6 +46,7 @@ def test_decode_is_the_softmax_and_sigmoids(mode, data):
     if ceiling is not None:
         assert args.ceiling == pytest.approx(ceiling, rel=1e-14)
     assert args.requests == pytest.approx(requests, rel=1e-14, abs=0)
+    assert args.balance == pytest.approx(balance, rel=1e-14, abs=0)
 
 
 def test_clipping_to_the_box():
@@ -62,23 +65,25 @@ def test_bad_actions_are_refused_naming_the_mode(action, mode):
 
 @settings(max_examples=300, deadline=None)
 @given(w=st.lists(st.floats(0.02, 1.0), min_size=4, max_size=4), tau=st.floats(0.02, 0.98),
-       ceiling=st.floats(0.6, 1.4), requests=st.floats(0.02, 0.98))
-def test_encode_is_decodes_inverse_within_the_anchor_bound(w, tau, ceiling, requests):
+       ceiling=st.floats(0.6, 1.4), requests=st.floats(0.02, 0.98), balance=st.floats(0.02, 0.98))
+def test_encode_is_decodes_inverse_within_the_anchor_bound(w, tau, ceiling, requests, balance):
     """A static score's pre-activations decode back to it while no logit needs more than the bound
     (weights within e^(2 x bound) of each other, tau and the ceiling off the ends)."""
     from td3sched.rl.actions import ANCHOR_BOUND, ScoreArgs, encode
 
     weights = np.array(w) / sum(w)
-    for mode in ("full", "ceiling", "requests"):
+    for mode in ("full", "ceiling", "requests", "balance"):
+        reads = mode in ("requests", "balance")
         action = encode(ScoreArgs(weights, tau, ceiling if mode == "ceiling" else None,
-                                  requests if mode == "requests" else 0.0), mode)
+                                  requests if reads else 0.0, balance if mode == "balance" else 0.0), mode)
         assert np.abs(action).max() <= ANCHOR_BOUND + 1e-6
         back = decode(action, mode)
         np.testing.assert_allclose(back.weights, weights, rtol=1e-5)
         assert back.tau == pytest.approx(tau, rel=1e-5)
         if mode == "ceiling":
             assert back.ceiling == pytest.approx(ceiling, rel=1e-5)
-        assert back.requests == (pytest.approx(requests, rel=1e-5) if mode == "requests" else 0.0)
+        assert back.requests == (pytest.approx(requests, rel=1e-5) if reads else 0.0)
+        assert back.balance == (pytest.approx(balance, rel=1e-5) if mode == "balance" else 0.0)
 
 
 def test_a_static_score_becomes_the_anchors_action_and_a_bad_one_is_refused():
@@ -93,11 +98,18 @@ def test_a_static_score_becomes_the_anchors_action_and_a_bad_one_is_refused():
     least_allocated = static_score_args("static-weights:w=0.5/0.5/0/0:req=1", "requests")
     assert least_allocated.requests == 1.0
     assert decode(encode(least_allocated, "requests"), "requests").requests > 0.98
+    kube = static_score_args("static-weights:w=0.5/0.5/0/0:req=1:bal=0.5", "balance")
+    assert (kube.requests, kube.balance) == (1.0, 0.5)
+    back = decode(encode(kube, "balance"), "balance")
+    assert back.requests > 0.98 and back.balance == pytest.approx(0.5)
+    assert static_score_args("static-weights:w=0.5/0.5/0/0:req=1", "balance").balance == 0.0
     for spec, mode, message in (("trimaran-tlp", "full", "expected a static-weights spec"),
                                 ("static-weights:w=1/0/0/0:ceiling=0.9", "full", "needs the action mode 'ceiling'"),
                                 ("static-weights:w=1/0/0/0:tau=0.3", "seed", "fixes tau at 0"),
                                 ("static-weights:w=1/0/0/0:req=0.5", "full", "needs the action mode 'requests'"),
                                 ("static-weights:w=1/0/0/0:req=1.5", "requests", r"req=1.5: expected a requests share"),
+                                ("static-weights:w=1/0/0/0:bal=0.5", "requests", "needs the action mode 'balance'"),
+                                ("static-weights:w=1/0/0/0:bal=-1", "balance", r"bal=-1.0: expected a balance share"),
                                 ("static-weights:w=1/1/0/0", "full", "summing to 1")):
         with pytest.raises(ValueError, match=message):
             static_score_args(spec, mode)

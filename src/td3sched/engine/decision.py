@@ -6,11 +6,12 @@ copied:
     u        = policy.features.utilisation(pod, fresh candidates, snapshot, assign-cache usage)
     obs      = rl.observation.observe(pod, fresh candidates, snapshot, u, OOM kills of 5 min)
     action   = the served actor (rl.onnx_actor) on obs
-    w, tau, ceiling, rho = rl.actions.decode(action, the card's action mode)   ceiling: None unless the card
-                                                                            declares that dimension; rho
-                                                                            (requests share) 0 unless it does
-    u'_n     = policy.features.with_requests(u_n, requested utilisation_n, rho)
-    score_n  = policy.static_weights.weighted_closeness(u'_n, w, tau)         in [0, 1]
+    w, tau, ceiling, rho, b = rl.actions.decode(action, the card's action mode)   ceiling: None unless the
+                                                                            card declares that dimension; rho
+                                                                            (requests share) and b (balance
+                                                                            share) 0 unless it does
+    score_n  = policy.static_weights.product_score(u_n, requested utilisation_n, w, tau, rho,
+                                                   pod_balance(b, pod's QoS))                    in [0, 1]
     held_n   = not policy.static_weights.within_ceiling(u_n, ceiling)         score 0, and /filter fails n
 
 **Hold-back ceiling** (a model whose card declares the ``ceiling`` dimension, ``rl.actions``): a
@@ -25,6 +26,10 @@ the pods' requests to the share the action gives, from the snapshot's ``nonzero_
 watch of the Kubernetes source, or the simulator's). A snapshot without them (metrics alone) cannot
 serve such a model: the decision falls back (``no_requests``). The td3score plugin's own scoring of a
 held action reads usage only, so such an action is never handed to it (``action_valid_s`` 0).
+
+**Balance share** (a card declaring the ``balance`` dimension, which reads requests too): the score is
+blended with how alike each candidate's CPU and memory fill (``policy.features.balanced``); the plugin's
+own score has no such term, so such an action is not handed to it either.
 
 Candidates with stale or missing metrics (``state.Staleness``) are left out of the observation and
 get ``NEUTRAL_SCORE`` (fail-open) or are excluded (fail-closed). The safety filter
@@ -62,9 +67,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from td3sched.policy.base import PodRequest
-from td3sched.policy.features import requested_utilisation, utilisation, with_requests
-from td3sched.policy.static_weights import validate_weights, weighted_closeness, within_ceiling
-from td3sched.rl.actions import LOGIT_LIMIT, ScoreArgs, decode
+from td3sched.policy.features import requested_utilisation, utilisation
+from td3sched.policy.static_weights import (pod_balance, product_score, rounded_scores, validate_weights,
+                                           within_ceiling)
+from td3sched.rl.actions import LOGIT_LIMIT, ScoreArgs, decode, reads_requests
 from td3sched.rl.observation import OBSERVATION_SIZE, observe
 from td3sched.simulator.filter import safety_ok
 from td3sched.engine.state import NodeSnapshot, NotReady, ShadowState
@@ -116,9 +122,9 @@ class PodSpec:
 
 
 def quantize(scores: np.ndarray, max_score: int) -> np.ndarray:
-    """Scores in [0, 1] as the integers 0..``max_score`` a front door answers (100 for ScoreNodes,
-    kube-scheduler's MaxNodeScore; 10 for the extender, MaxExtenderPriority), rounded half to even."""
-    return np.rint(max_score * np.asarray(scores, dtype=np.float64)).astype(np.int64)
+    """Scores in [0, 1] as the integers 0..``max_score`` a front door answers
+    (``policy.static_weights.rounded_scores``: 100 for ScoreNodes, 10 for the extender)."""
+    return rounded_scores(scores, max_score).astype(np.int64)
 
 
 @dataclass
@@ -147,6 +153,8 @@ class Decision:
     """The action's hold-back ceiling (None: the model declares none, or a fallback)."""
     requests: float = 0.0
     """The action's requests share (0: the model declares none, or a fallback)."""
+    balance: float = 0.0
+    """The action's balance share (0: the model declares none, or a fallback)."""
     requested: np.ndarray | None = None
     """[fresh, 2] requested CPU and memory utilisation of the fresh candidates, pod included (for the
     decision log); None when the snapshot does not know the requests."""
@@ -271,19 +279,18 @@ class DecisionEngine:
         else:
             action, reason = self._action(actor, obs)
             taken_at = now
-        reads_requests = not reason and actor.action_mode == "requests"
-        if reads_requests and snap.nonzero_requested is None:
-            reason, reads_requests = "no_requests", False
+        by_requests = not reason and reads_requests(actor.action_mode)
+        if by_requests and snap.nonzero_requested is None:
+            reason, by_requests = "no_requests", False
         if hold and not reason and not held_action:
             self._held = (version, now, action)
         valid_s = 0.0
-        if (hold and not reason and not reads_requests and not self.shadow
+        if (hold and not reason and not by_requests and not self.shadow
                 and self.state.staleness.mode != "fail-closed"):
             valid_s = hold - (now - taken_at)
         args = ScoreArgs(self.fallback_weights, self.fallback_tau) if reason else decode(action, actor.action_mode)
         r = requested_utilisation(request, nodes, snap) if snap.nonzero_requested is not None else None
-        scored = with_requests(u, r, args.requests) if args.requests else u
-        fresh_scores = weighted_closeness(scored, args.weights, args.tau)
+        fresh_scores = product_score(u, r, args.weights, args.tau, args.requests, pod_balance(args.balance, request.qos))
         held = None
         if args.ceiling is not None:
             over = ~within_ceiling(u, args.ceiling)
@@ -296,7 +303,7 @@ class DecisionEngine:
             scores[fresh] = fresh_scores
         return Decision(names, scores, excluded, stale, args.weights, args.tau, action, version, reason, obs, u, now,
                         advisory=self.shadow, ceiling=args.ceiling, held_back=held, action_held=held_action,
-                        action_valid_s=valid_s, requests=args.requests, requested=r)
+                        action_valid_s=valid_s, requests=args.requests, balance=args.balance, requested=r)
 
     def warm_up(self) -> None:
         """Decide and filter on a two-node cluster of its own, before and after a binding, so that every

@@ -52,7 +52,8 @@ def action_to_proto(d, action_mode: str, dimensions=()):
                              [float(x) for x in d.pre_activations],
                              weights=[float(w) for w in d.weights], tau=float(d.tau), action_mode=action_mode,
                              ceiling=float(d.ceiling) if getattr(d, "ceiling", None) is not None else 0.0,
-                             dimensions=list(dimensions), requests=float(getattr(d, "requests", 0.0)))
+                             dimensions=list(dimensions), requests=float(getattr(d, "requests", 0.0)),
+                             balance=float(getattr(d, "balance", 0.0)))
 
 
 def score_nodes_reply(names, scores_0_100: list[int], stale, excluded, action, model_version: str,

@@ -88,6 +88,7 @@ class EngineService:
             "weights": _finite_list(d.weights), "tau": float(d.tau), "model_version": d.model_version,
             "fallback_reason": d.fallback_reason, "advisory": d.advisory, "candidates": candidates,
             **({"requests": float(d.requests)} if d.requests else {}),
+            **({"balance": float(d.balance)} if d.balance else {}),
             **({} if d.ceiling is None else {"ceiling": float(d.ceiling),
                                              "held_back": [n for n, h in zip(d.candidates, d.held_back) if h]})})
         self.metrics.log_records.inc()

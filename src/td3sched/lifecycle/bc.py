@@ -5,10 +5,13 @@ features u_1..u_k (the product's score features, ``policy.features``) and chosen
 
     a           = actor(normalise(o))                       pre-activations (rl.networks.Actor)
     w, tau      = softmax(a[0:4]), sigmoid(a[4])            (tau = 0 in the seed mode; rl.actions)
-    rho         = sigmoid(a[5])                             the requests share (requests mode only)
-    s_n         = sum_r w_r * f(u_nr, tau)                  the product's score (lifecycle.score_torch),
-                                                            CPU and memory read by requests to the
-                                                            share rho (policy.features.with_requests)
+    rho         = sigmoid(a[5])                             the requests share (requests, balance modes)
+    b           = sigmoid(a[6])                             the balance share (balance mode only; 0 for
+                                                            a BestEffort pod: static_weights.pod_balance)
+    s_n         = (1 - b) x sum_r w_r * f(u'_nr, tau)       the product's score (lifecycle.score_torch,
+                  + b x balanced(u'_n)                      policy.static_weights.product_score), CPU and
+                                                            memory read by requests to the share rho:
+                                                            u' = with_requests(u, r, rho)
     loss        = -log softmax(beta * s)[c]                 listwise: the chosen node against the others
 
 averaged over a batch of decisions. ``beta`` (the inverse temperature of the softmax; scores lie in
@@ -28,11 +31,11 @@ Two stages (a new actor):
 Fine-tuning (``lifecycle.finetune``) runs the actor stage alone, from the serving model.
 
 **Agreement** (reported, never optimised directly) is measured with the product's NumPy code: the
-actor's action decoded by ``rl.actions.action_to_weights``, the candidates scored by
-``policy.static_weights.weighted_closeness``; a decision agrees when its chosen node has the top score
+actor's action decoded by ``rl.actions.decode``, the candidates scored by
+``policy.static_weights.product_score``; a decision agrees when its chosen node has the top score
 (ties are exact float equality, as the simulator's Select; the simulator breaks them at random).
-The requests mode needs a history whose candidates carry their requested utilisation (schema version 3,
-the simulator's or an import's).
+The requests and balance modes need a history whose candidates carry their requested utilisation
+(schema version 3, the simulator's or an import's).
 ``expected_top1`` counts a tie of m nodes as 1/m: the share of choices a run would repeat. Both are
 reported on the decisions trained on and on the held-out newest ``validation_share``.
 
@@ -54,15 +57,14 @@ import torch
 
 from td3sched.lifecycle import score_torch
 from td3sched.lifecycle.history import Decisions
-from td3sched.policy.features import with_requests
-from td3sched.policy.static_weights import weighted_closeness
-from td3sched.rl.actions import LOGIT_LIMIT, action_size, check_action_mode, decode
+from td3sched.policy.static_weights import pod_balance, product_score
+from td3sched.rl.actions import LOGIT_LIMIT, action_size, check_action_mode, decode, reads_requests
 from td3sched.rl.networks import Actor, squash
 from td3sched.rl.normalizer import ObservationNormalizer
 from td3sched.rl.observation import OBSERVATION_SIZE
 
 
-BC_MODES = ("full", "seed", "requests")
+BC_MODES = ("full", "seed", "requests", "balance")
 """The action modes behaviour cloning trains (``rl.actions``)."""
 
 
@@ -81,7 +83,7 @@ class BCConfig:
     """Hidden layer widths of a new actor (a fine-tuned actor keeps its own)."""
     action_mode: str = "full"
     """full: weights and tau; seed: weights, tau fixed at 0; requests: weights, tau and the requests
-    share (rl.actions). The ceiling mode is not cloned: a history records where pods went, not which
+    share; balance: those and the balance share (rl.actions). The ceiling mode is not cloned: a history records where pods went, not which
     nodes a ceiling held back."""
     static_steps: int = 300
     """Full-batch steps of the static stage (one action for every decision) from each tau start."""
@@ -147,7 +149,8 @@ def agreement(act: Callable[[np.ndarray], np.ndarray], d: Decisions, action_mode
     for i in range(len(d)):
         args = decode(actions[i], action_mode)
         lo, hi = d.offsets[i], d.offsets[i + 1]
-        s = weighted_closeness(with_requests(d.u[lo:hi], d.r[lo:hi], args.requests), args.weights, args.tau)
+        s = product_score(d.u[lo:hi], d.r[lo:hi], args.weights, args.tau, args.requests,
+                          pod_balance(args.balance, d.qos[i]))
         top = s.max()
         if s[d.chosen[i]] == top:
             hits += 1
@@ -158,13 +161,13 @@ def agreement(act: Callable[[np.ndarray], np.ndarray], d: Decisions, action_mode
     return Agreement(len(d), hits / len(d), expected / len(d), in_top / len(d) if known else None)
 
 
-def static_agreement(weights, tau: float, d: Decisions, requests: float = 0.0) -> Agreement:
-    """The agreement of fixed weights, tau and requests share (a static-weights policy) with a history."""
+def static_agreement(weights, tau: float, d: Decisions, requests: float = 0.0, balance: float = 0.0) -> Agreement:
+    """The agreement of fixed weights, tau and shares (a static-weights policy) with a history."""
     w = np.asarray(weights, dtype=float)
     hits, expected = 0, 0.0
     for i in range(len(d)):
         lo, hi = d.offsets[i], d.offsets[i + 1]
-        s = weighted_closeness(with_requests(d.u[lo:hi], d.r[lo:hi], requests), w, tau)
+        s = product_score(d.u[lo:hi], d.r[lo:hi], w, tau, requests, pod_balance(balance, d.qos[i]))
         if s[d.chosen[i]] == s.max():
             hits += 1
             expected += 1.0 / np.count_nonzero(s == s.max())
@@ -181,8 +184,8 @@ def split(d: Decisions, validation_share: float) -> tuple[Decisions, Decisions |
 
 
 def _batch(d: Decisions, idx: np.ndarray) -> tuple[torch.Tensor, ...]:
-    """(obs [B, 35], u [B, K, 4] padded, r [B, K, 2] padded, mask [B, K], chosen [B]) of decisions
-    ``idx``."""
+    """(obs [B, 35], u [B, K, 4] padded, r [B, K, 2] padded, mask [B, K], chosen [B], balanced [B]: 1.0
+    where the pod is scored with the balance share, ``static_weights.pod_balance``) of decisions ``idx``."""
     sizes = d.sizes[idx]
     k = int(sizes.max())
     cols = np.arange(k)
@@ -190,8 +193,9 @@ def _batch(d: Decisions, idx: np.ndarray) -> tuple[torch.Tensor, ...]:
     rows = np.minimum(d.offsets[idx][:, None] + cols[None, :], len(d.u) - 1)
     u = np.where(mask[..., None], d.u[rows], 0.0)
     r = np.where(mask[..., None], d.r[rows], 0.0)
+    balanced = np.array([pod_balance(1.0, q) for q in d.qos[idx].tolist()])
     return (torch.from_numpy(d.obs[idx]), torch.from_numpy(u), torch.from_numpy(r), torch.from_numpy(mask),
-            torch.from_numpy(d.chosen[idx]))
+            torch.from_numpy(d.chosen[idx]), torch.from_numpy(balanced))
 
 
 class ListwiseLoss(torch.nn.Module):
@@ -201,15 +205,16 @@ class ListwiseLoss(torch.nn.Module):
         super().__init__()
         self.log_beta = torch.nn.Parameter(torch.tensor(math.log(inverse_temperature), dtype=torch.float64))
         self.seed_mode = action_mode == "seed"
-        self.requests_mode = action_mode == "requests"
+        self.requests_mode = reads_requests(action_mode)
+        self.balance_mode = action_mode == "balance"
 
     def forward(self, pre_activations: torch.Tensor, u: torch.Tensor, r: torch.Tensor, mask: torch.Tensor,
-                chosen: torch.Tensor) -> torch.Tensor:
+                chosen: torch.Tensor, balanced: torch.Tensor) -> torch.Tensor:
         pre = pre_activations.double()
         weights, tau = squash(pre, self.seed_mode)
-        if self.requests_mode:
-            u = score_torch.with_requests(u, r, torch.sigmoid(pre[..., 5]))
-        scores = score_torch.weighted_closeness(u, weights, tau)
+        scores = score_torch.product_score(u, r, weights, tau,
+                                           torch.sigmoid(pre[..., 5]) if self.requests_mode else None,
+                                           torch.sigmoid(pre[..., 6]) * balanced if self.balance_mode else None)
         logits = (self.log_beta.exp() * scores).masked_fill(~mask, -math.inf)
         return -torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None]).mean()
 
@@ -253,11 +258,11 @@ def fit_normalizer(obs: np.ndarray) -> ObservationNormalizer:
 
 def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator) -> tuple[np.ndarray, float, float]:
     """The static stage: one action (the mode's pre-activations) for every decision, minimising the
-    listwise loss full-batch from each of ``config.static_tau_starts`` (the requests share from 1/2);
+    listwise loss full-batch from each of ``config.static_tau_starts`` (the shares from 1/2);
     (the best action, its loss, its beta)."""
     idx = np.arange(len(d)) if len(d) <= config.static_sample else np.sort(
         rng.choice(len(d), config.static_sample, replace=False))
-    _, u, r, mask, chosen = _batch(d, idx)
+    _, u, r, mask, chosen, balanced = _batch(d, idx)
     limit = LOGIT_LIMIT * (1 - 1e-3)  # inside the actor's tanh range
     best = (None, math.inf, config.inverse_temperature)
     starts = (0.5,) if config.action_mode == "seed" else config.static_tau_starts
@@ -269,14 +274,14 @@ def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator) -> tupl
         loss_fn = ListwiseLoss(config.inverse_temperature, config.action_mode)
         optimiser = torch.optim.Adam([a, loss_fn.log_beta], lr=0.05)
         for _ in range(config.static_steps):
-            loss = loss_fn(a.expand(len(idx), size), u, r, mask, chosen)
+            loss = loss_fn(a.expand(len(idx), size), u, r, mask, chosen, balanced)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
             with torch.no_grad():
                 a.clamp_(-limit, limit)
         with torch.no_grad():
-            final = loss_fn(a.expand(len(idx), size), u, r, mask, chosen).item()
+            final = loss_fn(a.expand(len(idx), size), u, r, mask, chosen, balanced).item()
         if final < best[1]:
             best = (a.detach().numpy().copy(), final, loss_fn.log_beta.exp().item())
     return best
@@ -302,7 +307,7 @@ def behaviour_clone(d: Decisions, config: BCConfig = BCConfig(), actor: Actor | 
     say = progress or (lambda line: None)
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    if config.action_mode == "requests":
+    if reads_requests(config.action_mode):
         d.require_requests()
     train_d, val_d = split(d, config.validation_share)
     say(f"{len(train_d):,} decisions to train on, {len(val_d) if val_d else 0:,} held out, "
@@ -318,11 +323,14 @@ def behaviour_clone(d: Decisions, config: BCConfig = BCConfig(), actor: Actor | 
         args = decode(action, config.action_mode)
         static = {"action": action.tolist(), "weights": args.weights.tolist(), "tau": args.tau, "loss": loss,
                   "inverse_temperature": beta}
-        if config.action_mode == "requests":
-            static["requests"] = args.requests
+        shares = {}
+        if reads_requests(config.action_mode):
+            shares["requests"] = args.requests
+        if config.action_mode == "balance":
+            shares["balance"] = args.balance
+        static.update(shares)
         say(f"static stage: weights {np.round(args.weights, 3).tolist()}, tau {args.tau:.3f}"
-            + (f", requests share {args.requests:.3f}" if config.action_mode == "requests" else "")
-            + f", loss {loss:.4f}")
+            + "".join(f", {name} share {value:.3f}" for name, value in shares.items()) + f", loss {loss:.4f}")
     act = lambda obs: _act(actor, normalizer, obs)  # noqa: E731
     initial = agreement(act, train_d, config.action_mode)
     initial_val = agreement(act, val_d, config.action_mode) if val_d is not None else None
@@ -339,8 +347,8 @@ def behaviour_clone(d: Decisions, config: BCConfig = BCConfig(), actor: Actor | 
         order = rng.permutation(len(normed))
         total, batches = 0.0, 0
         for lo in range(0, len(order), config.batch_size):
-            obs, u, r, mask, chosen = _batch(normed, order[lo:lo + config.batch_size])
-            loss = loss_fn(actor(obs), u, r, mask, chosen)
+            obs, u, r, mask, chosen, balanced = _batch(normed, order[lo:lo + config.batch_size])
+            loss = loss_fn(actor(obs), u, r, mask, chosen, balanced)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()

@@ -282,12 +282,14 @@ class Decisions:
     ``chosen`` [D] (the chosen candidate's index within its decision); ``time_s`` [D]; ``r`` [C, 2]
     the candidates' requested CPU and memory utilisation (NaN where the history does not know them;
     None: all NaN); ``scores`` [C] what the deciding policy scored each candidate (NaN where unknown,
-    and for imported rows, whose scores are the import's replay, not the cluster scheduler's)."""
+    and for imported rows, whose scores are the import's replay, not the cluster scheduler's); ``qos``
+    [D] the pod's QoS class (0 Guaranteed, 1 Burstable, 2 BestEffort; None: all Guaranteed)."""
 
-    def __init__(self, obs, u, offsets, chosen, time_s, dropped: int = 0, r=None, scores=None):
+    def __init__(self, obs, u, offsets, chosen, time_s, dropped: int = 0, r=None, scores=None, qos=None):
         self.obs, self.u, self.offsets, self.chosen, self.time_s = obs, u, offsets, chosen, time_s
         self.r = np.full((len(u), 2), np.nan) if r is None else r
         self.scores = np.full(len(u), np.nan) if scores is None else scores
+        self.qos = np.zeros(len(chosen), dtype=np.int8) if qos is None else qos
         self.dropped = dropped
         """Decisions of the table left out (no observation, no chosen candidate, or a stale one chosen)."""
 
@@ -306,18 +308,19 @@ class Decisions:
         rows = np.concatenate([np.arange(self.offsets[d], self.offsets[d + 1]) for d in idx]).astype(np.int64) \
             if len(idx) else np.zeros(0, dtype=np.int64)
         return Decisions(self.obs[idx], self.u[rows], offsets, self.chosen[idx], self.time_s[idx], self.dropped,
-                         self.r[rows], self.scores[rows])
+                         self.r[rows], self.scores[rows], self.qos[idx])
 
     def with_obs(self, obs: np.ndarray) -> "Decisions":
         """The same decisions with other observations (normalised ones, for training)."""
-        return Decisions(obs, self.u, self.offsets, self.chosen, self.time_s, self.dropped, self.r, self.scores)
+        return Decisions(obs, self.u, self.offsets, self.chosen, self.time_s, self.dropped, self.r, self.scores,
+                         self.qos)
 
     def require_requests(self) -> None:
         """A ``HistoryError`` unless every candidate's requested utilisation is known (what a score with
         a requests share reads)."""
         if np.isnan(self.r).any():
             raise HistoryError("the history's candidates lack their requested utilisation (r_cpu, r_mem), which "
-                               "the requests action mode scores with: expected a history of schema version 3 from "
+                               "the requests and balance action modes score with: expected a history of schema version 3 from "
                                "the simulator (simulate --record-history) or import-history")
 
     @classmethod
@@ -364,4 +367,4 @@ class Decisions:
         return cls(obs_all[obs_row[rows]], u[keep], np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
                    (before[at[rows]] - before[offs[rows]]).astype(np.int64),
                    table.column("time_s").to_numpy()[rows].astype(np.float64), int(n - len(rows)), r[keep],
-                   scores[keep])
+                   scores[keep], table.column("qos").to_numpy()[rows].astype(np.int8))

@@ -6,7 +6,9 @@ trains through. The same formula as ``policy.features.closeness`` and
     score   = sum_r w_r * f(u_r)
 
 with CPU and memory read by requests to a share (``policy.features.with_requests``) in the requests
-action mode.
+and balance action modes, and the score blended with the balance of CPU and memory
+(``policy.features.balanced``) to the balance share in the balance mode
+(``policy.static_weights.product_score``).
 
 tests/lifecycle/test_bc.py holds this mirror to the NumPy score on the same inputs (float64, within
 1e-12 on scores in [0, 1]) and to the same best node.
@@ -33,3 +35,21 @@ def with_requests(u: torch.Tensor, r: torch.Tensor, share: torch.Tensor) -> torc
     (1 - share) x u + share x r, ``share`` [...]."""
     s = share[..., None, None]
     return torch.cat([(1.0 - s) * u[..., :2] + s * r, u[..., 2:]], dim=-1)
+
+
+def balanced(u: torch.Tensor) -> torch.Tensor:
+    """[..., k] balance of candidates ``u`` [..., k, >=2]: 1 - |min(u_cpu, 1) - min(u_mem, 1)| / 2."""
+    return 1.0 - (torch.clamp(u[..., 0], max=1.0) - torch.clamp(u[..., 1], max=1.0)).abs() / 2.0
+
+
+def product_score(u: torch.Tensor, r: torch.Tensor, weights: torch.Tensor, tau: torch.Tensor,
+                  requests: torch.Tensor | None = None, balance: torch.Tensor | None = None) -> torch.Tensor:
+    """Scores [..., k]: CPU and memory read by requests to the share ``requests`` [...] (None: usage),
+    then the weighted closeness blended with their balance to the share ``balance`` [...] (None: none)."""
+    if requests is not None:
+        u = with_requests(u, r, requests)
+    s = weighted_closeness(u, weights, tau)
+    if balance is not None:
+        b = balance[..., None]
+        s = (1.0 - b) * s + b * balanced(u)
+    return s

@@ -58,6 +58,9 @@ class PolicyContext:
     """``simulator.metrics_pipeline.MetricsPipeline``: usage statistics over its history."""
     oom_kills: Callable[[], int] | None = None
     """Node OOM kills so far in the run (Kubernetes reports them as events any scheduler can watch)."""
+    score_levels: int = 0
+    """``SimConfig.served_score_levels``: the whole-number scale the product's score reaches the scheduler
+    on (0: unrounded)."""
     hindsight: object | None = None
     """Ground truth for hindsight policies only (``oracle``): ``simulator.usage.Hindsight``, every pod's
     future usage. The simulator fills it; a policy that competes must never read it."""

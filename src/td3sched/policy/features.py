@@ -27,6 +27,14 @@ rho = 0 (the default) is the reference design's usage-only score, bit for bit; r
 (1/2, 1/2, 0, 0) and tau = 0 is kube-scheduler's LeastAllocated. Requests are what a scheduler
 promised; usage is what the node feels: a node whose pods request much and use little looks idle by
 usage and full by requests, and only requests protect the pods that will grow into them.
+
+**Balance** (``balanced``): how alike a node's CPU and memory fill, kube-scheduler's
+BalancedAllocation for two resources before its rounding,
+
+    b(u) = 1 - |min(u'_cpu, 1) - min(u'_mem, 1)| / 2          in [1/2, 1]
+
+on the CPU and memory the score reads (``u'``: usage, requests or their blend). A node whose CPU and
+memory fill alike leaves room for the next pod of either shape: it lowers fragmentation.
 """
 
 from __future__ import annotations
@@ -96,6 +104,11 @@ def with_requests(u: np.ndarray, r: np.ndarray, share: float) -> np.ndarray:
     out = u.copy()
     out[:, :2] = (1.0 - share) * u[:, :2] + share * r
     return out
+
+
+def balanced(u: np.ndarray) -> np.ndarray:
+    """[k] balance of nodes of utilisation ``u`` [k, >=2]: 1 - |min(u_cpu, 1) - min(u_mem, 1)| / 2."""
+    return 1.0 - np.abs(np.minimum(u[:, 0], 1.0) - np.minimum(u[:, 1], 1.0)) / 2.0
 
 
 def closeness(u: np.ndarray, tau: float) -> np.ndarray:

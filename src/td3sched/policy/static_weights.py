@@ -16,8 +16,23 @@ usage, or a blend (``features.with_requests``): ``req=1`` with ``w=0.5/0.5/0/0:t
 kube-scheduler's LeastAllocated. The ceiling reads observed usage whatever the share: it holds back
 hot nodes.
 
-Spec: ``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5[:ceiling=0.75][:req=0.5]``. Defaults: equal weights,
-tau = 0 (the reference design's idle-weighted score), no ceiling, requests share 0 (usage only). The older form ``w=0.4,0.3,0.2,0.1;tau=0.5`` is still read, but its
+**Balance share** (optional, ``bal``): the score blended with the balance of the node's CPU and memory
+(``features.balanced``), ``(1 - bal) x score + bal x balance``: ``w=0.5/0.5/0/0:tau=0:req=1:bal=0.5``
+scores as kube-scheduler's default (LeastAllocated plus BalancedAllocation, halved) before its rounding.
+As BalancedAllocation, the term is left out for a BestEffort pod (``pod_balance``): it requests nothing,
+so where it goes does not change how alike the nodes' requests fill.
+
+    score_n = (1 - bal) x sum_r w_r f_r(u'_n) + bal x balanced(u'_n),   u' = with_requests(u, r, req)
+
+(``product_score``, the one implementation the simulator, the engine and behaviour cloning score with.)
+
+**As served** (the simulator's ``served_score_levels``): a front door answers a scheduler whole numbers,
+0-100 from ScoreNodes (``rounded_scores``), and kube-scheduler breaks their ties at random; with the
+setting at 100 the simulator scores this policy so too.
+
+Spec: ``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5[:ceiling=0.75][:req=0.5][:bal=0.5]``. Defaults: equal
+weights, tau = 0 (the reference design's idle-weighted score), no ceiling, requests share 0 (usage only),
+balance share 0 (no balance term). The older form ``w=0.4,0.3,0.2,0.1;tau=0.5`` is still read, but its
 ``;`` ends a shell command unless quoted (see ``parse_args``).
 """
 
@@ -29,8 +44,9 @@ import numpy as np
 
 from td3sched.policy.assign_cache import AssignCache
 from td3sched.policy.base import Policy, PodRequest
-from td3sched.policy.features import closeness, requested_utilisation, utilisation, with_requests
+from td3sched.policy.features import balanced, closeness, requested_utilisation, utilisation, with_requests
 from td3sched.simulator.cluster import Cluster
+from td3sched.workload.pods import BEST_EFFORT
 
 SIMPLEX_TOLERANCE = 1e-6
 
@@ -49,6 +65,33 @@ def validate_weights(weights, tau: float) -> tuple[np.ndarray, float]:
 def weighted_closeness(u: np.ndarray, weights: np.ndarray, tau: float) -> np.ndarray:
     """The score of nodes of utilisation ``u`` [k, 4]: sum_r w_r * closeness(u_r, tau), in [0, 1]."""
     return closeness(u, tau) @ weights
+
+
+def rounded_scores(scores: np.ndarray, levels: int) -> np.ndarray:
+    """Scores in [0, 1] as the whole numbers 0..``levels`` a front door answers a scheduler (100 for
+    ScoreNodes, kube-scheduler's MaxNodeScore; 10 for the extender, MaxExtenderPriority), rounded half
+    to even; as floats."""
+    return np.rint(levels * np.asarray(scores, dtype=np.float64))
+
+
+def pod_balance(balance: float, qos: int) -> float:
+    """The balance share a pod of QoS class ``qos`` is scored with: 0 for a BestEffort pod (as
+    kube-scheduler's BalancedAllocation skips one), ``balance`` otherwise."""
+    return 0.0 if qos == BEST_EFFORT else balance
+
+
+def product_score(u: np.ndarray, r: np.ndarray | None, weights: np.ndarray, tau: float, requests: float = 0.0,
+                  balance: float = 0.0) -> np.ndarray:
+    """The product's score [k] of nodes of utilisation ``u`` [k, 4] and requested utilisation ``r`` [k, 2]
+    (pod included; None when ``requests`` is 0): ``u' = with_requests(u, r, requests)``, then
+    ``(1 - balance) x weighted_closeness(u', weights, tau) + balance x balanced(u')``. With both shares 0
+    it is ``weighted_closeness(u, weights, tau)`` itself, bit for bit."""
+    if requests:
+        u = with_requests(u, r, requests)
+    s = weighted_closeness(u, weights, tau)
+    if balance:
+        s = (1.0 - balance) * s + balance * balanced(u)
+    return s
 
 
 ARG_SEPARATOR = ":"
@@ -100,62 +143,81 @@ def within_ceiling(u: np.ndarray, ceiling: float) -> np.ndarray:
     return u[:, 0] <= ceiling
 
 
+def _share(value, key: str, expected: str) -> float:
+    try:
+        share = float(value)
+    except (TypeError, ValueError):
+        share = math.nan
+    if isinstance(value, bool) or not (math.isfinite(share) and 0 <= share <= 1):
+        raise ValueError(f"{key}={value!r}: expected {expected}")
+    return share
+
+
 def validate_requests(share) -> float:
     """A requests share in [0, 1] (``features.with_requests``) as a float, or a ValueError naming it."""
-    try:
-        value = float(share)
-    except (TypeError, ValueError):
-        value = math.nan
-    if isinstance(share, bool) or not (math.isfinite(value) and 0 <= value <= 1):
-        raise ValueError(f"req={share!r}: expected a requests share in [0, 1] (0: usage only, 1: requests only)")
-    return value
+    return _share(share, "req", "a requests share in [0, 1] (0: usage only, 1: requests only)")
 
 
-def static_weights_spec(weights, tau: float, ceiling: float | None = None, requests: float = 0.0) -> str:
+def validate_balance(share) -> float:
+    """A balance share in [0, 1] (``product_score``) as a float, or a ValueError naming it."""
+    return _share(share, "bal", "a balance share in [0, 1] (0: no balance term, 1: balance only)")
+
+
+def static_weights_spec(weights, tau: float, ceiling: float | None = None, requests: float = 0.0,
+                        balance: float = 0.0) -> str:
     """The canonical spec, safe to paste into a shell unquoted: ``static-weights:w=a/b/c/d:tau=t``
-    (``:ceiling=c`` when there is one, ``:req=r`` when the requests share is not 0). Twelve significant
-    digits: the weights read back still sum to 1 within ``SIMPLEX_TOLERANCE``."""
+    (``:ceiling=c`` when there is one, ``:req=r`` and ``:bal=b`` when those shares are not 0). Twelve
+    significant digits: the weights read back still sum to 1 within ``SIMPLEX_TOLERANCE``."""
     spec = (f"static-weights{ARG_SEPARATOR}w={LIST_SEPARATOR.join(f'{x:.12g}' for x in weights)}"
             f"{ARG_SEPARATOR}tau={tau:.12g}")
     if ceiling is not None:
         spec += f"{ARG_SEPARATOR}ceiling={ceiling:.12g}"
-    return spec if requests == 0 else f"{spec}{ARG_SEPARATOR}req={requests:.12g}"
+    if requests != 0:
+        spec += f"{ARG_SEPARATOR}req={requests:.12g}"
+    return spec if balance == 0 else f"{spec}{ARG_SEPARATOR}bal={balance:.12g}"
 
 
 class StaticWeights(Policy):
     name = "static-weights"
 
     def __init__(self, weights=(0.25, 0.25, 0.25, 0.25), tau: float = 0.0, ceiling: float | None = None,
-                 requests: float = 0.0):
+                 requests: float = 0.0, balance: float = 0.0):
         self.weights, self.tau = validate_weights(weights, tau)
         self.ceiling = validate_ceiling(ceiling)
         self.requests = validate_requests(requests)
+        self.balance = validate_balance(balance)
         self.cache: AssignCache | None = None
+        self.levels = 0
+        """The whole-number scale the scores reach the scheduler on (``PolicyContext.score_levels``; 0: unrounded)."""
         self._held: tuple | None = None
         """(pod, nodes kept, their utilisation) of the cycle the ceiling just filtered, for Score."""
 
     @classmethod
     def from_spec(cls, args: str) -> "StaticWeights":
         kw = parse_args(args)
-        unknown = set(kw) - {"w", "tau", "ceiling", "req"}
+        unknown = set(kw) - {"w", "tau", "ceiling", "req", "bal"}
         if unknown:
-            raise ValueError(f"static-weights: unknown argument(s) {sorted(unknown)}: expected w, tau, ceiling and req")
+            raise ValueError(f"static-weights: unknown argument(s) {sorted(unknown)}: expected w, tau, ceiling, req "
+                             "and bal")
         try:
             weights = [float(x) for x in parse_list(kw["w"])] if "w" in kw else (0.25,) * 4
             tau = float(kw.get("tau", 0.0))
             ceiling = float(kw["ceiling"]) if "ceiling" in kw else None
             requests = float(kw.get("req", 0.0))
+            balance = float(kw.get("bal", 0.0))
         except ValueError:
-            raise ValueError(f"static-weights:{args}: expected w=a/b/c/d:tau=x:ceiling=c:req=r with numbers") from None
-        return cls(weights, tau, ceiling, requests)
+            raise ValueError(f"static-weights:{args}: expected w=a/b/c/d:tau=x:ceiling=c:req=r:bal=b with "
+                             "numbers") from None
+        return cls(weights, tau, ceiling, requests, balance)
 
     @property
     def spec(self) -> str:
-        return static_weights_spec(self.weights, self.tau, self.ceiling, self.requests)
+        return static_weights_spec(self.weights, self.tau, self.ceiling, self.requests, self.balance)
 
     def attach(self, context) -> None:
         super().attach(context)
         self.cache = AssignCache(context.cluster.size, horizon_s=context.window_s + context.scrape_s)
+        self.levels = context.score_levels
 
     def utilisation(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
         """[k, 4] utilisation of the feasible ``nodes`` with the pod on them, observed usage corrected
@@ -163,16 +225,13 @@ class StaticWeights(Policy):
         recent = self.cache.usage_since(cluster.last_scrape_s) if self.cache else None
         return utilisation(pod, nodes, cluster, recent)
 
-    def score_utilisation(self, u: np.ndarray) -> np.ndarray:
-        """Scores of nodes of utilisation ``u``: the weighted closeness to tau."""
-        return weighted_closeness(u, self.weights, self.tau)
-
     def score_nodes(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster, u: np.ndarray) -> np.ndarray:
-        """Scores of ``nodes`` of utilisation ``u`` (``utilisation``), read by requests to the share
-        ``requests`` (``features.with_requests``)."""
-        if self.requests:
-            u = with_requests(u, requested_utilisation(pod, nodes, cluster), self.requests)
-        return self.score_utilisation(u)
+        """Scores of ``nodes`` of utilisation ``u`` (``utilisation``): ``product_score`` with this policy's
+        weights, tau and shares (the balance share as ``pod_balance`` gives it for the pod), rounded as
+        served when the run says so (``levels``)."""
+        r = requested_utilisation(pod, nodes, cluster) if self.requests else None
+        s = product_score(u, r, self.weights, self.tau, self.requests, pod_balance(self.balance, pod.qos))
+        return rounded_scores(s, self.levels) if self.levels else s
 
     def filter(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray | None:
         """The hold-back ceiling: keep the nodes whose CPU utilisation with the pod stays within it."""

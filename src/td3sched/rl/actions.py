@@ -6,15 +6,17 @@ pre-activations, so that exploration and target-smoothing noise are added before
     [w_cpu, w_mem, w_io, w_net] = softmax(action[0:4])                       weights on the simplex
     tau                         = sigmoid(action[4])                          target utilisation in (0, 1)
     ceiling                     = lo + (hi - lo) * sigmoid(action[5])         hold-back ceiling (mode "ceiling")
-    requests share              = sigmoid(action[5])                          (mode "requests")
+    requests share              = sigmoid(action[5])                          (modes "requests", "balance")
+    balance share               = sigmoid(action[6])                          (mode "balance")
 
-Three action designs (``td3sched train --action``), each an action mode recorded in the model card:
+The action designs (``td3sched train --action``), each an action mode recorded in the model card:
 
-    design                 mode      dimensions the actor outputs
-    weights                seed      w_cpu, w_mem, w_io, w_net, unused   tau fixed at 0 (the reference design)
-    weights+tau            full      w_cpu, w_mem, w_io, w_net, tau      (the default)
-    weights+tau+ceiling    ceiling   w_cpu, w_mem, w_io, w_net, tau, ceiling
-    weights+tau+requests   requests  w_cpu, w_mem, w_io, w_net, tau, requests
+    design                         mode      dimensions the actor outputs
+    weights                        seed      w_cpu, w_mem, w_io, w_net, unused   tau fixed at 0 (the reference design)
+    weights+tau                    full      w_cpu, w_mem, w_io, w_net, tau      (the default)
+    weights+tau+ceiling            ceiling   w_cpu, w_mem, w_io, w_net, tau, ceiling
+    weights+tau+requests           requests  w_cpu, w_mem, w_io, w_net, tau, requests
+    weights+tau+requests+balance   balance   w_cpu, w_mem, w_io, w_net, tau, requests, balance
 
 The seed mode's actor outputs a fifth number which the decoding ignores (the shipped seed models do).
 The ceiling is ``static-weights``' hold-back ceiling (``policy.static_weights``): nodes whose CPU
@@ -25,7 +27,9 @@ one dlrm test window a ceiling of 0.997 cost a tenth of the static best's reward
 box (1.493) holds practically nothing back, and below half a node the hold-back would only leave
 capacity idle. The requests share (``policy.features.with_requests``) blends the CPU and memory the score
 reads between observed usage (0) and requests (1): kube-scheduler scores requests, so a policy cloned
-from its history needs it (docs/lifecycle.md). The model card declares the dimensions
+from its history needs it (docs/lifecycle.md). The balance share (``policy.static_weights.product_score``)
+blends the score with how alike the node's CPU and memory fill, kube-scheduler's BalancedAllocation: with
+both shares the product's score can say what kube-scheduler's default scoring says. The model card declares the dimensions
 (``card_action_dimensions``); cards written before it are read as their mode's.
 """
 
@@ -54,15 +58,21 @@ ACTION_DIMENSIONS: dict[str, tuple[str, ...]] = {
     "seed": (*WEIGHT_DIMENSIONS, "unused"),
     "ceiling": (*WEIGHT_DIMENSIONS, "tau", "ceiling"),
     "requests": (*WEIGHT_DIMENSIONS, "tau", "requests"),
+    "balance": (*WEIGHT_DIMENSIONS, "tau", "requests", "balance"),
 }
 """The numbers an actor of each mode outputs, in order: a served model's output width and its card's
 declared dimensions are checked against them."""
 ACTION_MODES = tuple(ACTION_DIMENSIONS)
 ACTION_DESIGNS = {"weights": "seed", "weights+tau": "full", "weights+tau+ceiling": "ceiling",
-                  "weights+tau+requests": "requests"}
+                  "weights+tau+requests": "requests", "weights+tau+requests+balance": "balance"}
 """``td3sched train --action`` names -> action mode (the mode names are accepted too)."""
 DEFAULT_ACTION_DESIGN = "weights+tau"
 ACTION_SIZES = {mode: len(dims) for mode, dims in ACTION_DIMENSIONS.items()}
+
+
+def reads_requests(mode: str) -> bool:
+    """Whether an actor of action mode ``mode`` scores by the pods' requests (declares a requests share)."""
+    return "requests" in ACTION_DIMENSIONS[check_action_mode(mode)]
 
 
 def check_action_mode(mode: str) -> str:
@@ -126,13 +136,14 @@ def card_action_hold(card: dict) -> float:
 
 @dataclass(frozen=True)
 class ScoreArgs:
-    """What an action stands for: the score's weights and tau, the hold-back ceiling (None: none) and
-    the requests share (0: usage only)."""
+    """What an action stands for: the score's weights and tau, the hold-back ceiling (None: none), the
+    requests share (0: usage only) and the balance share (0: no balance term)."""
 
     weights: np.ndarray
     tau: float
     ceiling: float | None = None
     requests: float = 0.0
+    balance: float = 0.0
 
 
 def _sigmoid(x: float) -> float:
@@ -164,7 +175,8 @@ def decode(action, mode: str = "full") -> ScoreArgs:
     weights = np.array([x / total for x in e])
     tau = 0.0 if mode == "seed" else _sigmoid(values[4])
     return ScoreArgs(weights, tau, ceiling_of(values[5]) if mode == "ceiling" else None,
-                     _sigmoid(values[5]) if mode == "requests" else 0.0)
+                     _sigmoid(values[5]) if mode in ("requests", "balance") else 0.0,
+                     _sigmoid(values[6]) if mode == "balance" else 0.0)
 
 
 ANCHOR_BOUND = 0.8 * LOGIT_LIMIT
@@ -175,28 +187,31 @@ ANCHOR_BOUND = 0.8 * LOGIT_LIMIT
 
 def static_score_args(spec: str, mode: str | None = "full") -> ScoreArgs:
     """The score arguments of a ``static-weights`` spec, for an actor of action mode ``mode`` (None:
-    the spec alone is checked); a ValueError names a spec of another policy, or a ceiling, tau or
-    requests share the mode cannot express."""
+    the spec alone is checked); a ValueError names a spec of another policy, or a ceiling, tau, requests
+    share or balance share the mode cannot express."""
     from td3sched.policy.static_weights import StaticWeights
 
     name, _, args = spec.partition(":")
     if name != StaticWeights.name:
         raise ValueError(f"static score {spec!r}: expected a static-weights spec, e.g. static-weights:w=1/0/0/0:tau=0.4")
     policy = StaticWeights.from_spec(args)
+    args = ScoreArgs(np.asarray(policy.weights, dtype=np.float64), float(policy.tau), policy.ceiling,
+                     policy.requests, policy.balance)
     if mode is None:
-        return ScoreArgs(np.asarray(policy.weights, dtype=np.float64), float(policy.tau), policy.ceiling,
-                         policy.requests)
+        return args
     mode = check_action_mode(mode)
     if policy.ceiling is not None and mode != "ceiling":
         raise ValueError(f"static score {spec!r}: a ceiling needs the action mode 'ceiling' (weights+tau+ceiling), "
                          f"this one is {mode!r}")
     if policy.tau and mode == "seed":
         raise ValueError(f"static score {spec!r}: the action mode 'seed' (weights) fixes tau at 0")
-    if policy.requests and mode != "requests":
+    if policy.requests and not reads_requests(mode):
         raise ValueError(f"static score {spec!r}: a requests share needs the action mode 'requests' "
-                         f"(weights+tau+requests), this one is {mode!r}")
-    return ScoreArgs(np.asarray(policy.weights, dtype=np.float64), float(policy.tau), policy.ceiling,
-                     policy.requests)
+                         f"(weights+tau+requests) or 'balance', this one is {mode!r}")
+    if policy.balance and mode != "balance":
+        raise ValueError(f"static score {spec!r}: a balance share needs the action mode 'balance' "
+                         f"(weights+tau+requests+balance), this one is {mode!r}")
+    return args
 
 
 def _logit(p: float, bound: float) -> float:
@@ -209,7 +224,7 @@ def encode(args: ScoreArgs, mode: str = "full", bound: float = ANCHOR_BOUND) -> 
     the weights' logs centred between the largest and the smallest, a smallest more than ``2 x bound``
     below the largest (a weight of 0) counting as that far, and clipped there; tau's and the ceiling's
     logits clipped to ``[-bound, bound]`` (a ceiling without one in the ceiling mode: the top of the box),
-    the requests share's likewise in the requests mode.
+    the requests and balance shares' likewise in the modes that have them.
     Weights within ``e^(2 x bound)`` of each other come back exactly, and near the middle of the box, where
     an actor reaches them easily."""
     mode = check_action_mode(mode)
@@ -221,8 +236,10 @@ def encode(args: ScoreArgs, mode: str = "full", bound: float = ANCHOR_BOUND) -> 
     if mode == "ceiling":
         lo, hi = CEILING_RANGE
         out.append(bound if args.ceiling is None else _logit((args.ceiling - lo) / (hi - lo), bound))
-    elif mode == "requests":
+    elif reads_requests(mode):
         out.append(_logit(args.requests, bound))
+        if mode == "balance":
+            out.append(_logit(args.balance, bound))
     return np.array(out, dtype=np.float32)
 
 

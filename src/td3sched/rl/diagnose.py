@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from td3sched.rl.actions import LOGIT_LIMIT, SATURATION, decode  # noqa: F401 (SATURATION re-exported)
+from td3sched.rl.actions import (LOGIT_LIMIT, SATURATION, action_size, decode,  # noqa: F401 (SATURATION re-exported)
+                                 reads_requests)
 from td3sched.rl.model import LoadedModel
 
 
@@ -141,8 +142,14 @@ class BranchStudy:
         return asdict(self)
 
 
-HOLD_SPREAD = np.array([0.0, 0.0, 0.0, 0.0, -LOGIT_LIMIT, 0.0], dtype=np.float32)
-"""A study's continuation without a model: equal weights, tau at its lowest (spread)."""
+def spread_action(mode: str) -> np.ndarray:
+    """A study's continuation without a model: equal weights, tau at its lowest (spread), a ceiling of 1
+    and shares at their lowest (usage, no balance term) in the modes that have them."""
+    action = np.zeros(action_size(mode), dtype=np.float32)
+    action[4] = -LOGIT_LIMIT
+    if reads_requests(mode):
+        action[5:] = -LOGIT_LIMIT
+    return action
 
 
 def branch_study(model: LoadedModel | None, scenario: str, span: str = "test", episode_hours: float = 6.0,
@@ -164,12 +171,12 @@ def branch_study(model: LoadedModel | None, scenario: str, span: str = "test", e
         raise ValueError(f"actions={actions}, states={states}, every={every}: expected at least 2 actions per "
                          "state, 1 state and a positive spacing")
     mode = model.action_mode if model is not None else action_mode
-    size = len(HOLD_SPREAD) if mode == "ceiling" else len(HOLD_SPREAD) - 1
+    size = action_size(mode)
     if model is not None:
         act = numpy_actor(model)
         name = f"the model's actor ({model.folder})"
     else:
-        fixed = HOLD_SPREAD[:size].copy()
+        fixed = spread_action(mode)
         act, name = (lambda obs: fixed), "equal weights, tau 0 (no model)"
     rng = np.random.default_rng([seed, 17])
     env = ClusterSchedulingEnv(scenario, span, episode_hours, mode, overrides,

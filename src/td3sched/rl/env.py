@@ -8,11 +8,11 @@
 otherwise ``gymnasium.make("td3sched.envs:td3sched/ClusterScheduling-v0")`` imports it on the way.)
 
 **Observation**: ``rl.observation`` (35 values, the same whatever the node count). **Action**: 5
-numbers (6 with ``action_mode="ceiling"`` or ``"requests"``) in the conventional [-1, 1] box; times ``LOGIT_LIMIT`` (5)
+numbers (6 with ``action_mode="ceiling"`` or ``"requests"``, 7 with ``"balance"``) in the conventional [-1, 1] box; times ``LOGIT_LIMIT`` (5)
 they are the pre-activations that ``rl.actions`` maps to weights on the simplex (softmax), a target
 utilisation tau (sigmoid; fixed at 0 with ``action_mode="seed"``) and, in the ceiling mode, the
 hold-back ceiling (a pod with no node under it waits: still a step, ``rl.policy``), in the requests mode
-the requests share. ``step_logits`` takes the pre-activations themselves: td3sched's own
+the requests share, in the balance mode that and the balance share. ``step_logits`` takes the pre-activations themselves: td3sched's own
 TD3 acts, explores and stores transitions in those units (its noise scales and the shipped models'
 critics are in them), so its training is unchanged by the box. The placement is the
 ``static-weights`` score with those arguments (``rl.policy.ActionPolicy``). **Reward**: what the
@@ -57,7 +57,7 @@ from td3sched.policy.base import PodRequest
 from td3sched.reward import StepRewardTracker
 from td3sched.rl import counterfactual
 from td3sched.rl.actions import (LOGIT_LIMIT, ScoreArgs, action_size, check_action_mode, check_hold, decode,
-                                 static_score_args)
+                                 reads_requests, static_score_args)
 from td3sched.rl.counterfactual import Branch, BranchRequest, BranchState, fork_branches
 from td3sched.rl.observation import OBSERVATION_SIZE
 from td3sched.rl.policy import ActionPolicy
@@ -120,7 +120,7 @@ class _HandOffPolicy(ActionPolicy):
 
     def decide(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
         if self.warmup is not None and not self.sim.measuring:  # the warm-up's static score: no step
-            self.weights, self.tau, self.requests = self.warmup.weights, self.warmup.tau, self.warmup.requests
+            self.set_score_args(self.warmup)
             if self.action_mode == "ceiling":  # the Filter's hold-back; none without a ceiling
                 self.ceiling = math.inf if self.warmup.ceiling is None else self.warmup.ceiling
             self.oom_window.kills(pod.time_s, self.oom_kills_total(pod))  # the first steps see its kills
@@ -259,8 +259,10 @@ class ClusterSchedulingEnv(gym.Env):
         info = {"weights": args.weights, "tau": args.tau}
         if args.ceiling is not None:
             info["ceiling"] = args.ceiling
-        if self.action_mode == "requests":
+        if reads_requests(self.action_mode):
             info["requests"] = args.requests
+        if self.action_mode == "balance":
+            info["balance"] = args.balance
         if kind == "end":
             self._finish()
             info.update(record=payload, episode={"r": self._return, "l": self._steps},

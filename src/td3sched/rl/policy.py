@@ -33,7 +33,7 @@ import numpy as np
 
 from td3sched.policy.base import PodRequest
 from td3sched.policy.static_weights import StaticWeights
-from td3sched.rl.actions import check_action_mode, check_hold, decode
+from td3sched.rl.actions import ScoreArgs, check_action_mode, check_hold, decode
 from td3sched.rl.observation import OomWindow, observe
 from td3sched.simulator.cluster import Cluster
 
@@ -77,11 +77,14 @@ class ActionPolicy(StaticWeights):
             return u
         self._acted_at = pod.time_s
         obs = observe(pod, nodes, cluster, u, self.oom_window.kills(pod.time_s, self.oom_kills_total(pod)))
-        args = decode(self.act(obs), self.action_mode)
-        self.weights, self.tau, self.requests = args.weights, args.tau, args.requests
+        self.set_score_args(decode(self.act(obs), self.action_mode))
+        return u
+
+    def set_score_args(self, args: ScoreArgs) -> None:
+        """Score the next decisions with ``args``: its weights, tau and shares, and its ceiling if it has one."""
+        self.weights, self.tau, self.requests, self.balance = args.weights, args.tau, args.requests, args.balance
         if args.ceiling is not None:
             self.ceiling = args.ceiling
-        return u
 
     def holding(self, t: float) -> bool:
         """Whether a decision at ``t`` keeps the last action (within ``hold_s`` of the one that took it)."""

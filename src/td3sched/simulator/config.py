@@ -26,6 +26,8 @@ Sigma = number(0, 5)
 """A log-normal sigma (5 already spreads latencies over 10 orders of magnitude)."""
 Percent = whole(0, 100)
 """A whole percentage, 0 to 100."""
+ScoreLevels = whole(0, 1000)
+"""0 (no rounding) or the top of a whole-number score scale."""
 
 
 @dataclass(frozen=True, config=SETTINGS)
@@ -131,6 +133,12 @@ class SimConfig:
     nodes feasible; only those are scored. 0 is kube-scheduler's adaptive default (50 - nodes/125
     percent, at least 5%, at least 100 nodes: 27%, 782 nodes, at dlrm's 2,898); 100 scores every feasible
     node."""
+    served_score_levels: ScoreLevels = 0
+    """How the product's score (``static-weights``, ``td3``) reaches Select: 0, as it is (its own
+    continuous order, the policy's ranking); n > 0, rounded to the whole numbers 0..n as a front door
+    answers a scheduler (100: the td3score plugin's ScoreNodes, kube-scheduler's MaxNodeScore; 10: the
+    extender's MaxExtenderPriority), Select then breaking the ties at random as kube-scheduler does: the
+    policy as a cluster runs it. The baselines score with their own plugins' integers whatever this says."""
     overload_util: Utilisation = 0.85
     """A (node, tick) sample is overloaded when real CPU utilisation is above this."""
     warmup_days: Days = 3.0

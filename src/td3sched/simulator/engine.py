@@ -180,6 +180,7 @@ class Simulation(ClusterAutoscaler):
         me, remaining = weakref.ref(self), self.remaining
         policy.attach(PolicyContext(c, self.cfg.scrape_s, self.cfg.window_s, world.typical, self.pipeline,
                                     oom_kills=lambda: me().metrics.oom_kills,
+                                    score_levels=self.cfg.served_score_levels,
                                     hindsight=Hindsight(w, world.profiles, self.cfg, lambda pod: remaining[pod])))
         self.frag_cache = np.zeros(c.size)
         self.dirty = np.ones(c.size, dtype=bool)

@@ -207,10 +207,11 @@ type Action struct {
 	PreActivations []float32              `protobuf:"fixed32,1,rep,packed,name=pre_activations,json=preActivations,proto3" json:"pre_activations,omitempty"` // the actor's output, as wide as the model card's action mode; empty on a fallback without one
 	Weights        []float64              `protobuf:"fixed64,2,rep,packed,name=weights,proto3" json:"weights,omitempty"`                                     // [cpu, mem, io, net] on the simplex
 	Tau            float64                `protobuf:"fixed64,3,opt,name=tau,proto3" json:"tau,omitempty"`                                                    // target utilisation in [0, 1]
-	ActionMode     string                 `protobuf:"bytes,4,opt,name=action_mode,json=actionMode,proto3" json:"action_mode,omitempty"`                      // the model card's action mode ("full", "seed", "ceiling", "requests"), "" without a model
+	ActionMode     string                 `protobuf:"bytes,4,opt,name=action_mode,json=actionMode,proto3" json:"action_mode,omitempty"`                      // the model card's action mode ("full", "seed", "ceiling", "requests", "balance"), "" without a model
 	Ceiling        float64                `protobuf:"fixed64,5,opt,name=ceiling,proto3" json:"ceiling,omitempty"`                                            // the hold-back ceiling (CPU utilisation with the pod) when the card declares one; 0 otherwise
 	Dimensions     []string               `protobuf:"bytes,6,rep,name=dimensions,proto3" json:"dimensions,omitempty"`                                        // what each pre-activation is, as the model card declares (e.g. w_cpu ... tau, ceiling)
 	Requests       float64                `protobuf:"fixed64,7,opt,name=requests,proto3" json:"requests,omitempty"`                                          // the requests share (CPU and memory scored by requests, not usage) when the card declares one; 0 otherwise
+	Balance        float64                `protobuf:"fixed64,8,opt,name=balance,proto3" json:"balance,omitempty"`                                            // the balance share (the score blended with how alike CPU and memory fill) when the card declares one; 0 otherwise
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -290,6 +291,13 @@ func (x *Action) GetDimensions() []string {
 func (x *Action) GetRequests() float64 {
 	if x != nil {
 		return x.Requests
+	}
+	return 0
+}
+
+func (x *Action) GetBalance() float64 {
+	if x != nil {
+		return x.Balance
 	}
 	return 0
 }
@@ -856,7 +864,7 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\x03qos\x18\t \x01(\x0e2\x1c.td3sched.engine.v1.QosClassR\x03qos\x12&\n" +
 	"\x0fcpu_limit_milli\x18\n" +
 	" \x01(\x01R\rcpuLimitMilli\x12\"\n" +
-	"\rmem_limit_mib\x18\v \x01(\x01R\vmemLimitMib\"\xd4\x01\n" +
+	"\rmem_limit_mib\x18\v \x01(\x01R\vmemLimitMib\"\xee\x01\n" +
 	"\x06Action\x12'\n" +
 	"\x0fpre_activations\x18\x01 \x03(\x02R\x0epreActivations\x12\x18\n" +
 	"\aweights\x18\x02 \x03(\x01R\aweights\x12\x10\n" +
@@ -867,7 +875,8 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\n" +
 	"dimensions\x18\x06 \x03(\tR\n" +
 	"dimensions\x12\x1a\n" +
-	"\brequests\x18\a \x01(\x01R\brequests\"\x84\x01\n" +
+	"\brequests\x18\a \x01(\x01R\brequests\x12\x18\n" +
+	"\abalance\x18\b \x01(\x01R\abalance\"\x84\x01\n" +
 	"\tNodeScore\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x03R\x05score\x12\x14\n" +
