@@ -54,11 +54,14 @@ def _with_requests(snap: NodeSnapshot, requested) -> NodeSnapshot:
                         taken_at_s=snap.taken_at_s, nonzero_requested=requested)
 
 
+def _six_nodes(requested) -> NodeSnapshot:
+    """Six nodes of known CPU use and the given non-zero requests [6, 2]."""
+    return _with_requests(snapshot(6, cpu_util=[0.2, 0.3, 0.25, 0.35, 0.3, 0.2]), np.array(requested, dtype=float))
+
+
 def test_the_engine_scores_by_requests_to_the_actions_share(requests_model):
     actor = load_actor(requests_model)
-    base = snapshot(6, cpu_util=[0.2, 0.3, 0.25, 0.35, 0.3, 0.2])
-    requested = np.array([[14000, 60000], [1000, 2000], [8000, 30000], [0, 0], [12000, 10000], [4000, 50000]], float)
-    snap = _with_requests(base, requested)
+    snap = _six_nodes([[14000, 60000], [1000, 2000], [8000, 30000], [0, 0], [12000, 10000], [4000, 50000]])
     service, clock = make_service(actor, snap)
     _, d = service.score_nodes(POD, list(snap.names))
     args = decode(actor.act(d.observation), "requests")
@@ -124,9 +127,7 @@ def test_the_engine_scores_with_the_balance_share_but_not_for_a_best_effort_pod(
     from td3sched.engine.v1 import engine_pb2
 
     actor = load_actor(balance_model)
-    base = snapshot(6, cpu_util=[0.2, 0.3, 0.25, 0.35, 0.3, 0.2])
-    requested = np.array([[14000, 6000], [1000, 2000], [8000, 30000], [0, 0], [12000, 10000], [4000, 50000]], float)
-    snap = _with_requests(base, requested)
+    snap = _six_nodes([[14000, 6000], [1000, 2000], [8000, 30000], [0, 0], [12000, 10000], [4000, 50000]])
     service, clock = make_service(actor, snap)
     nodes = np.arange(6)
     for qos in (BURSTABLE, BEST_EFFORT):
