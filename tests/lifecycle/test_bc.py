@@ -79,6 +79,22 @@ def test_bc_recovers_known_static_weights(history, tmp_path):
     assert card["training"]["policies"] == [SPEC]
 
 
+def test_the_loss_targets_the_best_scored_nodes_when_the_chosen_one_is_among_them():
+    from td3sched.lifecycle.bc import targets
+
+    nan = float("nan")
+    scores = np.array([[90, 95, 95, 0], [90, 95, 95, 0], [90, 95, 95, 0], [95, nan, 95, 0], [1, 2, 2, 2]], float)
+    mask = np.array([[1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 1]], bool)
+    chosen = np.array([2, 1, 0, 0, 3])
+    assert targets(scores, mask, chosen).astype(int).tolist() == [
+        [0, 1, 1, 0],  # a random pick among tied best nodes: the tie is the target
+        [0, 1, 1, 0],
+        [1, 0, 0, 0],  # not among the best (another scorer decided): the chosen node alone
+        [1, 0, 0, 0],  # a score unknown: the chosen node alone
+        [0, 1, 1, 1],  # a three-way tie
+    ]
+
+
 REQ_SPEC = "static-weights:w=0.6/0.2/0.1/0.1:tau=0.3:req=0.7"
 
 

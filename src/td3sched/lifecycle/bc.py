@@ -12,9 +12,15 @@ features u_1..u_k (the product's score features, ``policy.features``) and chosen
                   + b x balanced(u'_n)                      policy.static_weights.product_score), CPU and
                                                             memory read by requests to the share rho:
                                                             u' = with_requests(u, r, rho)
-    loss        = -log softmax(beta * s)[c]                 listwise: the chosen node against the others
+    loss        = -log sum_{n in T} softmax(beta * s)_n     listwise: the target nodes against the others
+    T           = the nodes the history's policy scored best (its recorded scores), when c is one of them;
+                  {c} otherwise (scores unknown: imports, older engines; or another scorer decided)
 
-averaged over a batch of decisions. ``beta`` (the inverse temperature of the softmax; scores lie in
+averaged over a batch of decisions. The target is the best-scored set rather than the chosen node
+because a scheduler breaks its ties at random (kube-scheduler among equal integer scores): which of
+them it picked is noise, and a clone trained to repeat that pick learns it. On dlrm-small's
+k8s-default history the chosen-node loss put tau at 0.28 where kube-scheduler's own 0 agrees with as
+many choices, and scores worse under the set loss (docs/lifecycle.md). ``beta`` (the inverse temperature of the softmax; scores lie in
 [0, 1] and differ by hundredths) is learned with the actor, from ``BCConfig.inverse_temperature``; it
 does not change which node scores best, and is not part of the model.
 
@@ -184,8 +190,9 @@ def split(d: Decisions, validation_share: float) -> tuple[Decisions, Decisions |
 
 
 def _batch(d: Decisions, idx: np.ndarray) -> tuple[torch.Tensor, ...]:
-    """(obs [B, 35], u [B, K, 4] padded, r [B, K, 2] padded, mask [B, K], chosen [B], balanced [B]: 1.0
-    where the pod is scored with the balance share, ``static_weights.pod_balance``) of decisions ``idx``."""
+    """(obs [B, 35], u [B, K, 4] padded, r [B, K, 2] padded, mask [B, K], target [B, K]: the loss's target
+    nodes, balanced [B]: 1.0 where the pod is scored with the balance share, ``static_weights.pod_balance``)
+    of decisions ``idx``."""
     sizes = d.sizes[idx]
     k = int(sizes.max())
     cols = np.arange(k)
@@ -195,11 +202,24 @@ def _batch(d: Decisions, idx: np.ndarray) -> tuple[torch.Tensor, ...]:
     r = np.where(mask[..., None], d.r[rows], 0.0)
     balanced = np.array([pod_balance(1.0, q) for q in d.qos[idx].tolist()])
     return (torch.from_numpy(d.obs[idx]), torch.from_numpy(u), torch.from_numpy(r), torch.from_numpy(mask),
-            torch.from_numpy(d.chosen[idx]), torch.from_numpy(balanced))
+            torch.from_numpy(targets(d.scores[rows], mask, d.chosen[idx])), torch.from_numpy(balanced))
+
+
+def targets(scores: np.ndarray, mask: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """[B, K] bool: the nodes a decision's history policy scored best (``scores`` [B, K] as recorded, NaN
+    unknown; ``mask`` the real candidates) when its ``chosen`` node is among them, else the chosen node
+    alone (see the module's docstring)."""
+    b = np.arange(len(chosen))
+    recorded = np.where(mask, scores, -np.inf)
+    best = (recorded == recorded.max(axis=1, keepdims=True)) & mask  # a NaN among them: no best at all
+    hot = np.zeros_like(mask)
+    hot[b, chosen] = True
+    return np.where(best[b, chosen][:, None], best, hot)
 
 
 class ListwiseLoss(torch.nn.Module):
-    """-log softmax(beta * score(candidates))[chosen], the mean over a batch; beta learned."""
+    """-log of the softmax(beta * score(candidates)) mass on the target nodes, the mean over a batch; beta
+    learned."""
 
     def __init__(self, inverse_temperature: float, action_mode: str = "full"):
         super().__init__()
@@ -209,14 +229,14 @@ class ListwiseLoss(torch.nn.Module):
         self.balance_mode = action_mode == "balance"
 
     def forward(self, pre_activations: torch.Tensor, u: torch.Tensor, r: torch.Tensor, mask: torch.Tensor,
-                chosen: torch.Tensor, balanced: torch.Tensor) -> torch.Tensor:
+                target: torch.Tensor, balanced: torch.Tensor) -> torch.Tensor:
         pre = pre_activations.double()
         weights, tau = squash(pre, self.seed_mode)
         scores = score_torch.product_score(u, r, weights, tau,
                                            torch.sigmoid(pre[..., 5]) if self.requests_mode else None,
                                            torch.sigmoid(pre[..., 6]) * balanced if self.balance_mode else None)
         logits = (self.log_beta.exp() * scores).masked_fill(~mask, -math.inf)
-        return -torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None]).mean()
+        return -torch.logsumexp(torch.log_softmax(logits, dim=-1).masked_fill(~target, -math.inf), dim=-1).mean()
 
 
 @dataclass
@@ -262,7 +282,7 @@ def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator) -> tupl
     (the best action, its loss, its beta)."""
     idx = np.arange(len(d)) if len(d) <= config.static_sample else np.sort(
         rng.choice(len(d), config.static_sample, replace=False))
-    _, u, r, mask, chosen, balanced = _batch(d, idx)
+    _, u, r, mask, target, balanced = _batch(d, idx)
     limit = LOGIT_LIMIT * (1 - 1e-3)  # inside the actor's tanh range
     best = (None, math.inf, config.inverse_temperature)
     starts = (0.5,) if config.action_mode == "seed" else config.static_tau_starts
@@ -274,14 +294,14 @@ def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator) -> tupl
         loss_fn = ListwiseLoss(config.inverse_temperature, config.action_mode)
         optimiser = torch.optim.Adam([a, loss_fn.log_beta], lr=0.05)
         for _ in range(config.static_steps):
-            loss = loss_fn(a.expand(len(idx), size), u, r, mask, chosen, balanced)
+            loss = loss_fn(a.expand(len(idx), size), u, r, mask, target, balanced)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
             with torch.no_grad():
                 a.clamp_(-limit, limit)
         with torch.no_grad():
-            final = loss_fn(a.expand(len(idx), size), u, r, mask, chosen, balanced).item()
+            final = loss_fn(a.expand(len(idx), size), u, r, mask, target, balanced).item()
         if final < best[1]:
             best = (a.detach().numpy().copy(), final, loss_fn.log_beta.exp().item())
     return best
@@ -347,8 +367,8 @@ def behaviour_clone(d: Decisions, config: BCConfig = BCConfig(), actor: Actor | 
         order = rng.permutation(len(normed))
         total, batches = 0.0, 0
         for lo in range(0, len(order), config.batch_size):
-            obs, u, r, mask, chosen, balanced = _batch(normed, order[lo:lo + config.batch_size])
-            loss = loss_fn(actor(obs), u, r, mask, chosen, balanced)
+            obs, u, r, mask, target, balanced = _batch(normed, order[lo:lo + config.batch_size])
+            loss = loss_fn(actor(obs), u, r, mask, target, balanced)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
