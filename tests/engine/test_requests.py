@@ -149,24 +149,16 @@ def test_the_engine_scores_with_the_balance_share_but_not_for_a_best_effort_pod(
     assert reply.action.balance == pytest.approx(0.978, abs=1e-3) and reply.action_valid_s == 0.0
 
 
-def test_the_engine_in_process_is_the_td3_policy_with_a_balance_share(balance_model):
+@pytest.mark.parametrize("model", ["requests_model", "balance_model"])
+def test_the_engine_in_process_is_the_td3_policy_reading_requests(model, request):
+    folder = request.getfixturevalue(model)
     scenario = load_scenario("tiny")
     start, _ = scenario.span("test")
     world = scenario.build(1)
     end = start + 2 * 3600
-    with EngineTwin(load_actor(balance_model), "in-process", safety_cpu_util=world.config.safety_cpu_util) as twin:
+    with EngineTwin(load_actor(folder), "in-process", safety_cpu_util=world.config.safety_cpu_util) as twin:
         exact = Simulation(world, twin, 1, start, end).run()["metrics"]
-    assert exact == Simulation(world, make_policy(f"td3:{balance_model}"), 1, start, end).run()["metrics"]
-
-
-def test_the_engine_in_process_is_the_td3_policy_reading_requests(requests_model):
-    scenario = load_scenario("tiny")
-    start, _ = scenario.span("test")
-    world = scenario.build(1)
-    end = start + 2 * 3600
-    with EngineTwin(load_actor(requests_model), "in-process", safety_cpu_util=world.config.safety_cpu_util) as twin:
-        exact = Simulation(world, twin, 1, start, end).run()["metrics"]
-    policy = Simulation(world, make_policy(f"td3:{requests_model}"), 1, start, end).run()["metrics"]
+    policy = Simulation(world, make_policy(f"td3:{folder}"), 1, start, end).run()["metrics"]
     assert exact == policy
     usage_only = Simulation(world, make_policy("static-weights"), 1, start, end).run()["metrics"]
     assert policy != usage_only
