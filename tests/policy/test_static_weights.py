@@ -187,11 +187,17 @@ def test_a_spec_with_a_ceiling_reads_back():
     assert "ceiling" not in make_policy("static-weights").spec
 
 
-def test_a_requests_share_scores_cpu_and_memory_by_requests():
+def _requested_cluster():
+    """``_cluster`` with requests bound: node 0 none (its usage is high), node 1 most of it (its usage is
+    low in memory); with ``_pod`` on them, by requests: node 0 [.25, .25], node 1 [.75, 1]."""
     c = _cluster()
-    # requests bound: node 0 none (its usage is high), node 1 most of it (its usage is low in memory)
     c.nonzero_requested[0] = [0.0, 0.0]
     c.nonzero_requested[1] = [2000.0, 6144.0]
+    return c
+
+
+def test_a_requests_share_scores_cpu_and_memory_by_requests():
+    c = _requested_cluster()
     pod, nodes = _pod(), np.array([0, 1])
     # by requests, with the pod: node 0 [1000/4000, 2048/8192] = [.25, .25]; node 1 [3000/4000, 8192/8192] = [.75, 1]
     least = _attached(make_policy("static-weights:w=0.5/0.5/0/0:tau=0:req=1"), c)
@@ -208,21 +214,20 @@ def test_a_requests_share_scores_cpu_and_memory_by_requests():
     assert ceiling.score(pod, nodes[:1], c) == pytest.approx([0.75])
 
 
-def test_the_requests_share_rounds_trips_its_spec_and_refuses_a_bad_one():
-    p = make_policy("static-weights:w=0.5/0.5/0/0:tau=0:req=0.75")
-    assert p.requests == 0.75 and make_policy(p.spec).spec == p.spec and p.spec.endswith(":req=0.75")
-    assert "req" not in make_policy("static-weights:req=0").spec  # the default, usage only
+@pytest.mark.parametrize("key, attribute", [("req", "requests"), ("bal", "balance")])
+def test_a_share_rounds_trips_its_spec_and_refuses_a_bad_one(key, attribute):
+    p = make_policy(f"static-weights:w=0.5/0.5/0/0:tau=0:{key}=0.75")
+    assert getattr(p, attribute) == 0.75 and make_policy(p.spec).spec == p.spec and p.spec.endswith(f":{key}=0.75")
+    assert key not in make_policy(f"static-weights:{key}=0").spec  # the default: no share
     for bad in ("-0.1", "1.01", "nan", "x"):
-        with pytest.raises(ValueError, match="req"):
-            make_policy(f"static-weights:req={bad}")
+        with pytest.raises(ValueError, match=key):
+            make_policy(f"static-weights:{key}={bad}")
 
 
 def test_a_balance_share_blends_the_score_with_how_alike_cpu_and_memory_fill():
     from td3sched.workload.pods import BEST_EFFORT
 
-    c = _cluster()
-    c.nonzero_requested[0] = [0.0, 0.0]
-    c.nonzero_requested[1] = [2000.0, 6144.0]
+    c = _requested_cluster()
     pod, nodes = _pod(), np.array([0, 1])
     # by requests, with the pod: node 0 [.25, .25] (balance 1), node 1 [.75, 1] (balance 1 - .25/2 = .875);
     # LeastAllocated [.75, .125] (test_a_requests_share_scores_cpu_and_memory_by_requests)
@@ -236,12 +241,7 @@ def test_a_balance_share_blends_the_score_with_how_alike_cpu_and_memory_fill():
     # a BestEffort pod is scored without the term, as BalancedAllocation skips it
     best_effort = dataclasses.replace(pod, qos=BEST_EFFORT)
     assert kube.score(best_effort, nodes, c) == pytest.approx([0.75, 0.125])
-    p = make_policy("static-weights:w=0.5/0.5/0/0:tau=0:req=1:bal=0.5")
-    assert make_policy(p.spec).spec == p.spec and p.spec.endswith(":req=1:bal=0.5")
-    assert "bal" not in make_policy("static-weights:bal=0").spec
-    for bad in ("-0.1", "1.01", "nan", "x"):
-        with pytest.raises(ValueError, match="bal"):
-            make_policy(f"static-weights:bal={bad}")
+    assert make_policy(kube.spec).spec == kube.spec and kube.spec.endswith(":req=1:bal=0.5")
 
 
 def test_scores_as_served_are_the_front_doors_whole_numbers():
