@@ -68,11 +68,13 @@ ACTION_DESIGNS = {"weights": "seed", "weights+tau": "full", "weights+tau+ceiling
 """``td3sched train --action`` names -> action mode (the mode names are accepted too)."""
 DEFAULT_ACTION_DESIGN = "weights+tau"
 ACTION_SIZES = {mode: len(dims) for mode, dims in ACTION_DIMENSIONS.items()}
+REQUESTS_MODES = frozenset(mode for mode, dims in ACTION_DIMENSIONS.items() if "requests" in dims)
+"""The modes whose actors declare a requests share (at ``action[5]``)."""
 
 
 def reads_requests(mode: str) -> bool:
     """Whether an actor of action mode ``mode`` scores by the pods' requests (declares a requests share)."""
-    return "requests" in ACTION_DIMENSIONS[check_action_mode(mode)]
+    return check_action_mode(mode) in REQUESTS_MODES
 
 
 def check_action_mode(mode: str) -> str:
@@ -175,7 +177,7 @@ def decode(action, mode: str = "full") -> ScoreArgs:
     weights = np.array([x / total for x in e])
     tau = 0.0 if mode == "seed" else _sigmoid(values[4])
     return ScoreArgs(weights, tau, ceiling_of(values[5]) if mode == "ceiling" else None,
-                     _sigmoid(values[5]) if mode in ("requests", "balance") else 0.0,
+                     _sigmoid(values[5]) if mode in REQUESTS_MODES else 0.0,
                      _sigmoid(values[6]) if mode == "balance" else 0.0)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from td3sched.rl.actions import ACTION_SIZE, CEILING_RANGE, LOGIT_LIMIT, action_size, check_action_mode
+from td3sched.rl.actions import ACTION_SIZE, CEILING_RANGE, LOGIT_LIMIT, REQUESTS_MODES, action_size, check_action_mode
 
 
 def mlp(inputs: int, hidden: tuple[int, ...], outputs: int) -> nn.Sequential:
@@ -63,7 +63,7 @@ def score_arguments(pre_activations: torch.Tensor, mode: str) -> torch.Tensor:
     if mode == "ceiling":
         lo, hi = CEILING_RANGE
         parts.append((lo + (hi - lo) * torch.sigmoid(pre_activations[..., 5])).unsqueeze(-1))
-    elif mode in ("requests", "balance"):
+    elif mode in REQUESTS_MODES:
         parts.append(torch.sigmoid(pre_activations[..., 5:]))
     return torch.cat(parts, dim=-1)
 
