@@ -26,8 +26,9 @@ does not change which node scores best, and is not part of the model.
 
 Two stages (a new actor):
 
-1. **static**: one action for every decision (5 free pre-activations), full batch, from several tau
-   starts (the score is piecewise linear in tau, the loss not convex in it); its weights and tau are
+1. **static**: one action for every decision (the mode's 5 to 7 pre-activations) and beta, full batch,
+   by L-BFGS from several tau starts (the score is piecewise linear in tau, the loss not convex in it;
+   ``fit_static`` says why not Adam); its weights, tau and shares are
    what a static-weights policy would have to be to make the history's choices (reported in the card);
 2. **actor**: the actor network, made to output that action whatever the observation (last layer's
    weights 0, bias the action), then trained by minibatches so that the action may depend on the
@@ -91,8 +92,8 @@ class BCConfig:
     """full: weights and tau; seed: weights, tau fixed at 0; requests: weights, tau and the requests
     share; balance: those and the balance share (rl.actions). The ceiling mode is not cloned: a history records where pods went, not which
     nodes a ceiling held back."""
-    static_steps: int = 300
-    """Full-batch steps of the static stage (one action for every decision) from each tau start."""
+    static_steps: int = 100
+    """L-BFGS iterations at most of the static stage (one action for every decision) from each tau start."""
     static_tau_starts: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)
     """Initial tau values of the static stage (the score is piecewise linear in tau: several starts);
     ignored in the seed mode."""
@@ -108,8 +109,10 @@ class BCConfig:
         object.__setattr__(self, "static_tau_starts", tuple(float(t) for t in self.static_tau_starts))
         if check_action_mode(self.action_mode) not in BC_MODES:
             raise ValueError(f"BCConfig.action_mode={self.action_mode!r}: expected one of {', '.join(BC_MODES)}")
-        if not self.static_tau_starts or not all(0 < t < 1 for t in self.static_tau_starts):
-            raise ValueError(f"BCConfig.static_tau_starts={self.static_tau_starts!r}: expected values in (0, 1)")
+        lo, hi = 1 / (1 + math.exp(LOGIT_LIMIT)), 1 / (1 + math.exp(-LOGIT_LIMIT))  # the action box's tau
+        if not self.static_tau_starts or not all(lo < t < hi for t in self.static_tau_starts):
+            raise ValueError(f"BCConfig.static_tau_starts={self.static_tau_starts!r}: expected values in "
+                             f"({lo:.4f}, {hi:.4f}), the action box's tau range")
         checks = [("epochs", isinstance(self.epochs, int) and self.epochs >= 0, "a whole number >= 0"),
                   ("static_steps", isinstance(self.static_steps, int) and self.static_steps >= 0,
                    "a whole number >= 0"),
@@ -278,32 +281,49 @@ def fit_normalizer(obs: np.ndarray) -> ObservationNormalizer:
 
 def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator) -> tuple[np.ndarray, float, float]:
     """The static stage: one action (the mode's pre-activations) for every decision, minimising the
-    listwise loss full-batch from each of ``config.static_tau_starts`` (the shares from 1/2);
-    (the best action, its loss, its beta)."""
+    listwise loss full-batch with L-BFGS from each of ``config.static_tau_starts`` (the shares from 1/2);
+    (the best action, its loss, its beta).
+
+    The action is parametrised as the actor's last layer makes it, LOGIT_LIMIT x tanh(z), so it stays in
+    the action box without clamping and ``set_constant`` takes z as it is. A quasi-Newton method, because
+    beta and the score's arguments are badly scaled against each other: on dlrm-small's k8s-default
+    history Adam (lr 0.05) was still at loss 0.22, beta 800 and tau 0.29 after 1,500 steps, where L-BFGS
+    reaches loss 0.19, beta 1,200 and tau 0.015 (kube-scheduler's is 0) in under 100 iterations from tau
+    starts 0.0067 and 0.3 alike (docs/lifecycle.md)."""
     idx = np.arange(len(d)) if len(d) <= config.static_sample else np.sort(
         rng.choice(len(d), config.static_sample, replace=False))
     _, u, r, mask, target, balanced = _batch(d, idx)
-    limit = LOGIT_LIMIT * (1 - 1e-3)  # inside the actor's tanh range
     best = (None, math.inf, config.inverse_temperature)
     starts = (0.5,) if config.action_mode == "seed" else config.static_tau_starts
     size = action_size(config.action_mode)
     for tau0 in starts:
-        a = torch.zeros(size, dtype=torch.float64)
-        a[4] = math.log(tau0 / (1 - tau0))
-        a.requires_grad_(True)
+        a0 = torch.zeros(size, dtype=torch.float64)
+        a0[4] = math.log(tau0 / (1 - tau0))
+        z = torch.atanh(a0 / LOGIT_LIMIT).requires_grad_(True)
         loss_fn = ListwiseLoss(config.inverse_temperature, config.action_mode)
-        optimiser = torch.optim.Adam([a, loss_fn.log_beta], lr=0.05)
-        for _ in range(config.static_steps):
-            loss = loss_fn(a.expand(len(idx), size), u, r, mask, target, balanced)
+
+        def loss() -> torch.Tensor:
+            return loss_fn((LOGIT_LIMIT * torch.tanh(z)).expand(len(idx), size), u, r, mask, target, balanced)
+
+        def closure() -> torch.Tensor:
             optimiser.zero_grad()
-            loss.backward()
-            optimiser.step()
-            with torch.no_grad():
-                a.clamp_(-limit, limit)
+            value = loss()
+            value.backward()
+            return value
+
+        optimiser = torch.optim.LBFGS([z, loss_fn.log_beta], lr=1.0, max_iter=max(config.static_steps, 1),
+                                      line_search_fn="strong_wolfe")
+        if config.static_steps:
+            optimiser.step(closure)
         with torch.no_grad():
-            final = loss_fn(a.expand(len(idx), size), u, r, mask, target, balanced).item()
-        if final < best[1]:
-            best = (a.detach().numpy().copy(), final, loss_fn.log_beta.exp().item())
+            final = loss().item()
+        if math.isfinite(final) and final < best[1]:
+            action = (LOGIT_LIMIT * torch.tanh(z)).detach().numpy()
+            limit = LOGIT_LIMIT * (1 - 1e-3)  # inside the actor's tanh range in float32 (set_constant)
+            best = (np.clip(action, -limit, limit), final, loss_fn.log_beta.exp().item())
+    if best[0] is None:
+        raise ValueError(f"behaviour cloning: the static stage's loss is not finite from any tau start "
+                         f"{list(starts)}: expected decisions whose target nodes are among their candidates")
     return best
 
 
