@@ -800,6 +800,9 @@ def bc_cmd(
                                "(weights+tau+requests+balance): those and the balance share (k8s-default's "
                                "BalancedAllocation)."),
     validation_share: float = typer.Option(0.1, help="Newest share of decisions held out for the agreement."),
+    target: str = typer.Option("best", help="The loss's target: best, the nodes the history's policy scored "
+                               "best where its scores are recorded (a scheduler's pick among tied nodes is "
+                               "noise), else the chosen node; chosen, the chosen node alone, as for an import."),
     seed: int = typer.Option(1, min=0, help="torch's seed (initialisation, batch order)."),
     threads: int = typer.Option(1, min=1, help="torch threads (more can be far slower on a busy machine)."),
 ) -> None:
@@ -815,7 +818,7 @@ def bc_cmd(
         torch.set_num_threads(threads)
         check_folder(out_dir, "--out")
         config = BCConfig(epochs=epochs, learning_rate=learning_rate, action_mode=action_mode_of(action),
-                          validation_share=validation_share, seed=seed)
+                          validation_share=validation_share, seed=seed, target=target)
         training = clone_history(history, out_dir, config, progress=lambda line: console.print(escape(line)))
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))

@@ -14,7 +14,8 @@ features u_1..u_k (the product's score features, ``policy.features``) and chosen
                                                             u' = with_requests(u, r, rho)
     loss        = -log sum_{n in T} softmax(beta * s)_n     listwise: the target nodes against the others
     T           = the nodes the history's policy scored best (its recorded scores), when c is one of them;
-                  {c} otherwise (scores unknown: imports, older engines; or another scorer decided)
+                  {c} otherwise (scores unknown: imports, older engines; or another scorer decided),
+                  and always with ``BCConfig.target`` chosen
 
 averaged over a batch of decisions. The target is the best-scored set rather than the chosen node
 because a scheduler breaks its ties at random (kube-scheduler among equal integer scores): which of
@@ -75,6 +76,10 @@ BC_MODES = ("full", "seed", "requests", "balance")
 """The action modes behaviour cloning trains (``rl.actions``)."""
 
 
+TARGETS = ("best", "chosen")
+"""The loss's targets (``BCConfig.target``)."""
+
+
 @dataclass(frozen=True)
 class BCConfig:
     epochs: int = 40
@@ -103,6 +108,10 @@ class BCConfig:
     """The newest share of decisions (by time) held out: agreement is reported on it too; 0 trains on all."""
     seed: int = 1
     """torch's seed (actor initialisation, batch order)."""
+    target: str = "best"
+    """The loss's target nodes: best, the nodes the history's policy scored best where its scores are
+    recorded and the chosen node is among them, else the chosen node; chosen, the chosen node alone (as
+    for a history whose scores are unknown: an import's)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -110,6 +119,8 @@ class BCConfig:
         if check_action_mode(self.action_mode) not in BC_MODES:
             raise ValueError(f"BCConfig.action_mode={self.action_mode!r}: expected one of {', '.join(BC_MODES)}")
         lo, hi = 1 / (1 + math.exp(LOGIT_LIMIT)), 1 / (1 + math.exp(-LOGIT_LIMIT))  # the action box's tau
+        if self.target not in TARGETS:
+            raise ValueError(f"BCConfig.target={self.target!r}: expected one of {', '.join(TARGETS)}")
         if not self.static_tau_starts or not all(lo < t < hi for t in self.static_tau_starts):
             raise ValueError(f"BCConfig.static_tau_starts={self.static_tau_starts!r}: expected values in "
                              f"({lo:.4f}, {hi:.4f}), the action box's tau range")
@@ -192,10 +203,10 @@ def split(d: Decisions, validation_share: float) -> tuple[Decisions, Decisions |
     return d.subset(np.sort(order[:-n_val])), d.subset(np.sort(order[-n_val:]))
 
 
-def _batch(d: Decisions, idx: np.ndarray) -> tuple[torch.Tensor, ...]:
+def _batch(d: Decisions, idx: np.ndarray, target: str = "best") -> tuple[torch.Tensor, ...]:
     """(obs [B, 35], u [B, K, 4] padded, r [B, K, 2] padded, mask [B, K], target [B, K]: the loss's target
-    nodes, balanced [B]: 1.0 where the pod is scored with the balance share, ``static_weights.pod_balance``)
-    of decisions ``idx``."""
+    nodes (``BCConfig.target``), balanced [B]: 1.0 where the pod is scored with the balance share,
+    ``static_weights.pod_balance``) of decisions ``idx``."""
     sizes = d.sizes[idx]
     k = int(sizes.max())
     cols = np.arange(k)
@@ -205,7 +216,9 @@ def _batch(d: Decisions, idx: np.ndarray) -> tuple[torch.Tensor, ...]:
     r = np.where(mask[..., None], d.r[rows], 0.0)
     balanced = np.array([pod_balance(1.0, q) for q in d.qos[idx].tolist()])
     return (torch.from_numpy(d.obs[idx]), torch.from_numpy(u), torch.from_numpy(r), torch.from_numpy(mask),
-            torch.from_numpy(targets(d.scores[rows], mask, d.chosen[idx])), torch.from_numpy(balanced))
+            torch.from_numpy(targets(d.scores[rows] if target == "best" else np.full(rows.shape, np.nan), mask,
+                                     d.chosen[idx])),
+            torch.from_numpy(balanced))
 
 
 def targets(scores: np.ndarray, mask: np.ndarray, chosen: np.ndarray) -> np.ndarray:
@@ -292,7 +305,7 @@ def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator) -> tupl
     starts 0.0067 and 0.3 alike (docs/lifecycle.md)."""
     idx = np.arange(len(d)) if len(d) <= config.static_sample else np.sort(
         rng.choice(len(d), config.static_sample, replace=False))
-    _, u, r, mask, target, balanced = _batch(d, idx)
+    _, u, r, mask, target, balanced = _batch(d, idx, config.target)
     best = (None, math.inf, config.inverse_temperature)
     starts = (0.5,) if config.action_mode == "seed" else config.static_tau_starts
     size = action_size(config.action_mode)
@@ -387,7 +400,7 @@ def behaviour_clone(d: Decisions, config: BCConfig = BCConfig(), actor: Actor | 
         order = rng.permutation(len(normed))
         total, batches = 0.0, 0
         for lo in range(0, len(order), config.batch_size):
-            obs, u, r, mask, target, balanced = _batch(normed, order[lo:lo + config.batch_size])
+            obs, u, r, mask, target, balanced = _batch(normed, order[lo:lo + config.batch_size], config.target)
             loss = loss_fn(actor(obs), u, r, mask, target, balanced)
             optimiser.zero_grad()
             loss.backward()
