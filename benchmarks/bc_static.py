@@ -4,7 +4,7 @@ kube-scheduler's own arguments (w 1/2, 1/2, 0, 0, tau 0, requests 1, balance 1/2
 box allows) at its best beta, the bar a fit of a k8s-default history should reach.
 
     python benchmarks/bc_static.py --history HIST                      # a history folder (td3sched simulate --record-history)
-    python benchmarks/bc_static.py --history HIST --sample 5000 --adam-steps 300,1500
+    python benchmarks/bc_static.py --history HIST --sample 5000 --adam-steps 300,1500 --target best
 
 Prints one line per optimiser and start: the loss, the fitted tau, shares and beta, and the seconds it
 took (one torch thread; side by side in one run, so the times compare).
@@ -19,7 +19,7 @@ import time
 import numpy as np
 import torch
 
-from td3sched.lifecycle.bc import BCConfig, ListwiseLoss, _batch, fit_static
+from td3sched.lifecycle.bc import TARGETS, BCConfig, ListwiseLoss, _batch, fit_static
 from td3sched.lifecycle.history import Decisions, read_history
 from td3sched.rl.actions import LOGIT_LIMIT, ScoreArgs, action_size, decode, encode
 
@@ -33,9 +33,9 @@ def describe(action: np.ndarray, loss: float, beta: float, seconds: float) -> st
             f"w {np.round(args.weights, 3).tolist()}  beta {beta:,.0f}  {seconds:.1f} s")
 
 
-def adam(d: Decisions, tau0: float, steps: int, beta0: float) -> tuple[np.ndarray, float, float]:
+def adam(d: Decisions, tau0: float, steps: int, beta0: float, target: str) -> tuple[np.ndarray, float, float]:
     """Adam (lr 0.05) on the static stage's loss and parametrisation (LOGIT_LIMIT x tanh(z)), full batch."""
-    _, u, r, mask, target, balanced = _batch(d, np.arange(len(d)))
+    _, u, r, mask, target, balanced = _batch(d, np.arange(len(d)), target)
     size = action_size(MODE)
     a0 = torch.zeros(size, dtype=torch.float64)
     a0[4] = math.log(tau0 / (1 - tau0))
@@ -53,9 +53,9 @@ def adam(d: Decisions, tau0: float, steps: int, beta0: float) -> tuple[np.ndarra
     return action.numpy(), final, loss_fn.log_beta.exp().item()
 
 
-def reference_loss(d: Decisions, args: ScoreArgs) -> tuple[float, float]:
+def reference_loss(d: Decisions, args: ScoreArgs, target: str) -> tuple[float, float]:
     """(the least loss of ``args`` over a grid of beta, that beta)."""
-    _, u, r, mask, target, balanced = _batch(d, np.arange(len(d)))
+    _, u, r, mask, target, balanced = _batch(d, np.arange(len(d)), target)
     pre = torch.from_numpy(encode(args, MODE, bound=LOGIT_LIMIT * (1 - 1e-3)).astype(np.float64))
     with torch.no_grad():
         losses = {beta: ListwiseLoss(beta, MODE)(pre.expand(len(d), len(pre)), u, r, mask, target, balanced).item()
@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--history", required=True, help="a history folder (Parquet files of one schema)")
     parser.add_argument("--sample", type=int, default=5000, help="decisions sampled from the history (seed 0)")
     parser.add_argument("--starts", default="0.01,0.3", help="tau starts, comma-separated")
+    parser.add_argument("--target", default="chosen", choices=TARGETS, help="the loss's target (BCConfig.target)")
     parser.add_argument("--adam-steps", default="300,1500", help="Adam's step counts to run, comma-separated (empty: none)")
     options = parser.parse_args()
     torch.set_num_threads(1)
@@ -77,18 +78,19 @@ def main() -> None:
     idx = np.arange(len(d)) if len(d) <= options.sample else np.sort(
         np.random.default_rng(0).choice(len(d), options.sample, replace=False))
     d = d.subset(idx)
-    print(f"{len(d):,} decisions of {d.sizes.mean():.1f} candidates from {options.history}, mode {MODE}")
-    loss, beta = reference_loss(d, KUBE)
+    print(f"{len(d):,} decisions of {d.sizes.mean():.1f} candidates from {options.history}, mode {MODE}, "
+          f"target {options.target}")
+    loss, beta = reference_loss(d, KUBE, options.target)
     print(f"kube-scheduler's arguments: loss {loss:.4f} at beta {beta:,.0f}")
     for tau0 in (float(t) for t in options.starts.split(",")):
-        config = BCConfig(action_mode=MODE, static_tau_starts=(tau0,), static_sample=len(d))
+        config = BCConfig(action_mode=MODE, static_tau_starts=(tau0,), static_sample=len(d), target=options.target)
         t0 = time.perf_counter()
         action, loss, beta = fit_static(d, config, np.random.default_rng(0))
         print(f"tau start {tau0}: L-BFGS ({config.static_steps} iterations at most): "
               + describe(action, loss, beta, time.perf_counter() - t0), flush=True)
         for steps in (int(s) for s in options.adam_steps.split(",") if s):
             t0 = time.perf_counter()
-            action, loss, beta = adam(d, tau0, steps, config.inverse_temperature)
+            action, loss, beta = adam(d, tau0, steps, config.inverse_temperature, options.target)
             print(f"tau start {tau0}: Adam ({steps} steps): " + describe(action, loss, beta, time.perf_counter() - t0),
                   flush=True)
 

@@ -800,9 +800,9 @@ def bc_cmd(
                                "(weights+tau+requests+balance): those and the balance share (k8s-default's "
                                "BalancedAllocation)."),
     validation_share: float = typer.Option(0.1, help="Newest share of decisions held out for the agreement."),
-    target: str = typer.Option("best", help="The loss's target: best, the nodes the history's policy scored "
-                               "best where its scores are recorded (a scheduler's pick among tied nodes is "
-                               "noise), else the chosen node; chosen, the chosen node alone, as for an import."),
+    target: str = typer.Option("chosen", help="The loss's target: chosen, the chosen node (as an import "
+                               "holds it); best, the nodes the history's policy scored best where its scores "
+                               "are recorded, else the chosen node (docs/lifecycle.md compares them)."),
     seed: int = typer.Option(1, min=0, help="torch's seed (initialisation, batch order)."),
     threads: int = typer.Option(1, min=1, help="torch threads (more can be far slower on a busy machine)."),
 ) -> None:

@@ -209,14 +209,11 @@ def test_a_clone_of_k8s_default_needs_the_requests_share(k8s_history, tmp_path):
     requests = clone_history(folder, tmp_path / "requests", BCConfig(epochs=3, seed=1, action_mode="requests"))
     balance = clone_history(folder, tmp_path / "balance", BCConfig(epochs=3, seed=1, action_mode="balance"))
     assert requests["static"]["requests"] > 0.8, requests["static"]
-    # three epochs on two runs (measured: 0.64 against 0.28)
+    # three epochs on two runs (measured: 0.72 against 0.28)
     assert requests["train"]["policy_top1"] > 0.55 > 0.4 > usage["train"]["policy_top1"], (requests, usage)
     assert requests["train"]["agreement"] > usage["train"]["agreement"] + 0.2
     assert balance["train"]["policy_top1"] > max(0.95, requests["train"]["policy_top1"]), (balance, requests)
     assert 0.3 < balance["static"]["balance"] < 0.7, balance["static"]  # kube-scheduler's: 1/2
-    # L-BFGS fits the static stage (measured: loss 0.031; Adam, 300 steps at lr 0.05: 0.108;
-    # benchmarks/bc_static.py compares them and kube-scheduler's own arguments)
-    assert balance["static"]["loss"] < 0.06, balance["static"]
     d = Decisions.from_table(read_history(folder))
     ties = np.mean([1.0 / np.count_nonzero(d.scores[lo:hi] == d.scores[lo:hi].max())
                     for lo, hi in zip(d.offsets[:-1], d.offsets[1:])])
@@ -224,21 +221,21 @@ def test_a_clone_of_k8s_default_needs_the_requests_share(k8s_history, tmp_path):
     assert requests["train"]["agreement"] <= ties + 0.02  # random tie-breaking bounds any clone's agreement
 
 
-def test_the_chosen_node_target_ignores_recorded_ties_and_still_finds_kube_schedulers_arguments(k8s_history, tmp_path):
-    """``target="chosen"`` trains on the chosen node alone, as on an import whose scores are unknown: on
-    k8s-default's history (ties recorded) its targets are one node a decision where the best-scored sets
-    are larger, and its static stage still lands on kube-scheduler's arguments: tau at the action box's
-    floor, near-equal CPU and memory weights (measured: tau 0.0067, w 0.488/0.512, b 0.48)."""
+def test_the_chosen_node_target_ignores_recorded_ties_and_finds_kube_schedulers_arguments(k8s_history, tmp_path):
+    """The default target, the chosen node alone (as an import holds it): on k8s-default's history (ties
+    recorded) it is one node a decision where the best-scored sets are larger, and L-BFGS takes the static
+    stage to kube-scheduler's arguments: tau at the action box's floor, near-equal CPU and memory weights
+    (measured: tau 0.0067, w 0.488/0.512, b 0.48; Adam's 300 steps at lr 0.05 stopped at tau 0.12:
+    benchmarks/bc_static.py)."""
     from td3sched.lifecycle.bc import _batch
 
     torch.set_num_threads(1)
     d = Decisions.from_table(read_history(k8s_history))
     idx = np.arange(len(d))
-    best, chosen = _batch(d, idx)[4], _batch(d, idx, "chosen")[4]
+    best, chosen = _batch(d, idx, "best")[4], _batch(d, idx)[4]
     assert chosen.sum(dim=1).eq(1).all() and chosen[torch.arange(len(d)), torch.from_numpy(d.chosen)].all()
     assert best.sum(dim=1).gt(1).float().mean() > 0.2  # k8s-default ties often
-    clone = clone_history(k8s_history, tmp_path / "chosen", BCConfig(epochs=1, seed=1, action_mode="balance",
-                                                                     target="chosen"))
+    clone = clone_history(k8s_history, tmp_path / "chosen", BCConfig(epochs=1, seed=1, action_mode="balance"))
     static = clone["static"]
     assert static["tau"] < 0.02 and abs(static["weights"][0] - static["weights"][1]) < 0.1, static
     assert clone["bc_config"]["target"] == "chosen" and clone["train"]["policy_top1"] > 0.95, clone

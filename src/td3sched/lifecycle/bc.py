@@ -13,17 +13,19 @@ features u_1..u_k (the product's score features, ``policy.features``) and chosen
                                                             memory read by requests to the share rho:
                                                             u' = with_requests(u, r, rho)
     loss        = -log sum_{n in T} softmax(beta * s)_n     listwise: the target nodes against the others
-    T           = the nodes the history's policy scored best (its recorded scores), when c is one of them;
-                  {c} otherwise (scores unknown: imports, older engines; or another scorer decided),
-                  and always with ``BCConfig.target`` chosen
+    T           = {c}, the chosen node (``BCConfig.target`` chosen, the default); with target best, the
+                  nodes the history's policy scored best (its recorded scores) when c is one of them, else {c}
 
-averaged over a batch of decisions. The target is the best-scored set rather than the chosen node
-because a scheduler breaks its ties at random (kube-scheduler among equal integer scores): which of
-them it picked is noise, and a clone trained to repeat that pick learns it. On dlrm-small's
-k8s-default history the chosen-node loss put tau at 0.28 where kube-scheduler's own 0 agrees with as
-many choices, and scores worse under the set loss (docs/lifecycle.md). ``beta`` (the inverse temperature of the softmax; scores lie in
-[0, 1] and differ by hundredths) is learned with the actor, from ``BCConfig.inverse_temperature``; it
-does not change which node scores best, and is not part of the model.
+averaged over a batch of decisions. A scheduler that breaks its ties at random (kube-scheduler among
+equal integer scores) picks each of its m tied best nodes 1/m of the time; the chosen-node loss is
+least when the clone scores them alike too, so it learns the scheduler's indifference. The set target
+(best) is met by any order among the tied nodes: on tiny's k8s-default history it let the clone's tau
+drift to 0.11, ordering them towards fuller nodes, where the chosen-node target finds kube-scheduler's
+own tau (docs/lifecycle.md). An import's history has no scores: its target is always {c}.
+
+``beta`` (the inverse temperature of the softmax; scores lie in [0, 1] and differ by hundredths) is
+learned with the actor, from ``BCConfig.inverse_temperature``; it does not change which node scores
+best, and is not part of the model.
 
 Two stages (a new actor):
 
@@ -108,10 +110,10 @@ class BCConfig:
     """The newest share of decisions (by time) held out: agreement is reported on it too; 0 trains on all."""
     seed: int = 1
     """torch's seed (actor initialisation, batch order)."""
-    target: str = "best"
-    """The loss's target nodes: best, the nodes the history's policy scored best where its scores are
-    recorded and the chosen node is among them, else the chosen node; chosen, the chosen node alone (as
-    for a history whose scores are unknown: an import's)."""
+    target: str = "chosen"
+    """The loss's target nodes: chosen, the chosen node (as for a history whose scores are unknown: an
+    import's); best, the nodes the history's policy scored best where its scores are recorded and the
+    chosen node is among them, else the chosen node (see the module's docstring for why not by default)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -203,7 +205,7 @@ def split(d: Decisions, validation_share: float) -> tuple[Decisions, Decisions |
     return d.subset(np.sort(order[:-n_val])), d.subset(np.sort(order[-n_val:]))
 
 
-def _batch(d: Decisions, idx: np.ndarray, target: str = "best") -> tuple[torch.Tensor, ...]:
+def _batch(d: Decisions, idx: np.ndarray, target: str = "chosen") -> tuple[torch.Tensor, ...]:
     """(obs [B, 35], u [B, K, 4] padded, r [B, K, 2] padded, mask [B, K], target [B, K]: the loss's target
     nodes (``BCConfig.target``), balanced [B]: 1.0 where the pod is scored with the balance share,
     ``static_weights.pod_balance``) of decisions ``idx``."""
