@@ -62,7 +62,10 @@ def test_bc_recovers_known_static_weights(history, tmp_path):
     assert static_agreement(TRUE_W, TRUE_TAU, d).agreement == 1.0  # the history is that policy's, exactly
     control = static_agreement([0.25] * 4, 0.0, d).agreement  # the default static-weights: the bar can fail
     assert control < 0.95, control
-    training = clone_history(history, tmp_path / "bc", BCConfig(epochs=3, seed=1))
+    lines = []
+    training = clone_history(history, tmp_path / "bc", BCConfig(epochs=3, seed=1), progress=lines.append)
+    starts = [line for line in lines if line.startswith("static stage, tau start ")]
+    assert len(starts) == len(BCConfig().static_tau_starts), lines  # each start's fit is reported
     assert training["train"]["agreement"] >= 0.95 and training["validation"]["agreement"] >= 0.95, training
     # the recorded scores are the policy's own: the clone's best is among its best as often
     assert training["train"]["policy_top1"] >= training["train"]["agreement"], training

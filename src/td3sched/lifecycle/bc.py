@@ -294,10 +294,11 @@ def fit_normalizer(obs: np.ndarray) -> ObservationNormalizer:
     return normalizer
 
 
-def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator) -> tuple[np.ndarray, float, float]:
+def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator,
+               progress: Callable[[str], None] | None = None) -> tuple[np.ndarray, float, float]:
     """The static stage: one action (the mode's pre-activations) for every decision, minimising the
     listwise loss full-batch with L-BFGS from each of ``config.static_tau_starts`` (the shares from 1/2);
-    (the best action, its loss, its beta).
+    (the best action, its loss, its beta). ``progress(line)`` is told of each start's fit.
 
     The action is parametrised as the actor's last layer makes it, LOGIT_LIMIT x tanh(z), so it stays in
     the action box without clamping and ``set_constant`` takes z as it is. A quasi-Newton method, because
@@ -312,6 +313,7 @@ def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator) -> tupl
     starts = (0.5,) if config.action_mode == "seed" else config.static_tau_starts
     size = action_size(config.action_mode)
     for tau0 in starts:
+        t0 = time.perf_counter()
         a0 = torch.zeros(size, dtype=torch.float64)
         a0[4] = math.log(tau0 / (1 - tau0))
         z = torch.atanh(a0 / LOGIT_LIMIT).requires_grad_(True)
@@ -332,6 +334,10 @@ def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator) -> tupl
             optimiser.step(closure)
         with torch.no_grad():
             final = loss().item()
+        if progress:
+            progress(f"static stage, tau start {tau0}: loss {final:.4f}, tau "
+                     f"{decode((LOGIT_LIMIT * torch.tanh(z)).detach().numpy(), config.action_mode).tau:.3f}, "
+                     f"beta {loss_fn.log_beta.exp().item():,.0f} ({time.perf_counter() - t0:.1f} s)")
         if math.isfinite(final) and final < best[1]:
             action = (LOGIT_LIMIT * torch.tanh(z)).detach().numpy()
             limit = LOGIT_LIMIT * (1 - 1e-3)  # inside the actor's tanh range in float32 (set_constant)
@@ -373,7 +379,7 @@ def behaviour_clone(d: Decisions, config: BCConfig = BCConfig(), actor: Actor | 
         normalizer = fit_normalizer(train_d.obs)
     if actor is None:
         actor = Actor(OBSERVATION_SIZE, config.hidden, action_size(config.action_mode))
-        action, loss, beta = fit_static(train_d, config, rng)
+        action, loss, beta = fit_static(train_d, config, rng, say)
         set_constant(actor, action)
         args = decode(action, config.action_mode)
         static = {"action": action.tolist(), "weights": args.weights.tolist(), "tau": args.tau, "loss": loss,
