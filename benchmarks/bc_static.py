@@ -33,9 +33,9 @@ def describe(action: np.ndarray, loss: float, beta: float, seconds: float) -> st
             f"w {np.round(args.weights, 3).tolist()}  beta {beta:,.0f}  {seconds:.1f} s")
 
 
-def adam(d: Decisions, tau0: float, steps: int, beta0: float, target: str) -> tuple[np.ndarray, float, float]:
+def adam(d: Decisions, tau0: float, steps: int, beta0: float, target_kind: str) -> tuple[np.ndarray, float, float]:
     """Adam (lr 0.05) on the static stage's loss and parametrisation (LOGIT_LIMIT x tanh(z)), full batch."""
-    _, u, r, mask, target, balanced = _batch(d, np.arange(len(d)), target)
+    _, u, r, mask, target, balanced = _batch(d, np.arange(len(d)), target_kind)
     size = action_size(MODE)
     a0 = torch.zeros(size, dtype=torch.float64)
     a0[4] = math.log(tau0 / (1 - tau0))
@@ -53,9 +53,9 @@ def adam(d: Decisions, tau0: float, steps: int, beta0: float, target: str) -> tu
     return action.numpy(), final, loss_fn.log_beta.exp().item()
 
 
-def reference_loss(d: Decisions, args: ScoreArgs, target: str) -> tuple[float, float]:
+def reference_loss(d: Decisions, args: ScoreArgs, target_kind: str) -> tuple[float, float]:
     """(the least loss of ``args`` over a grid of beta, that beta)."""
-    _, u, r, mask, target, balanced = _batch(d, np.arange(len(d)), target)
+    _, u, r, mask, target, balanced = _batch(d, np.arange(len(d)), target_kind)
     pre = torch.from_numpy(encode(args, MODE, bound=LOGIT_LIMIT * (1 - 1e-3)).astype(np.float64))
     with torch.no_grad():
         losses = {beta: ListwiseLoss(beta, MODE)(pre.expand(len(d), len(pre)), u, r, mask, target, balanced).item()

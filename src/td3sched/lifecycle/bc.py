@@ -120,9 +120,9 @@ class BCConfig:
         object.__setattr__(self, "static_tau_starts", tuple(float(t) for t in self.static_tau_starts))
         if check_action_mode(self.action_mode) not in BC_MODES:
             raise ValueError(f"BCConfig.action_mode={self.action_mode!r}: expected one of {', '.join(BC_MODES)}")
-        lo, hi = 1 / (1 + math.exp(LOGIT_LIMIT)), 1 / (1 + math.exp(-LOGIT_LIMIT))  # the action box's tau
         if self.target not in TARGETS:
             raise ValueError(f"BCConfig.target={self.target!r}: expected one of {', '.join(TARGETS)}")
+        lo, hi = 1 / (1 + math.exp(LOGIT_LIMIT)), 1 / (1 + math.exp(-LOGIT_LIMIT))  # the action box's tau
         if not self.static_tau_starts or not all(lo < t < hi for t in self.static_tau_starts):
             raise ValueError(f"BCConfig.static_tau_starts={self.static_tau_starts!r}: expected values in "
                              f"({lo:.4f}, {hi:.4f}), the action box's tau range")
@@ -303,9 +303,9 @@ def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator,
     The action is parametrised as the actor's last layer makes it, LOGIT_LIMIT x tanh(z), so it stays in
     the action box without clamping and ``set_constant`` takes z as it is. A quasi-Newton method, because
     beta and the score's arguments are badly scaled against each other: on dlrm-small's k8s-default
-    history Adam (lr 0.05) was still at loss 0.22, beta 800 and tau 0.29 after 1,500 steps, where L-BFGS
-    reaches loss 0.19, beta 1,200 and tau 0.015 (kube-scheduler's is 0) in under 100 iterations from tau
-    starts 0.0067 and 0.3 alike (docs/lifecycle.md)."""
+    history (the set target) Adam (lr 0.05) from tau 0.3 was still at loss 0.215, beta 836 and tau 0.25
+    after 1,500 steps, where L-BFGS reaches loss 0.180, beta 1,111 and tau 0.007 (the action box's floor;
+    kube-scheduler's is 0) from tau starts 0.01 and 0.3 alike (benchmarks/bc_static.py, docs/lifecycle.md)."""
     idx = np.arange(len(d)) if len(d) <= config.static_sample else np.sort(
         rng.choice(len(d), config.static_sample, replace=False))
     _, u, r, mask, target, balanced = _batch(d, idx, config.target)
