@@ -310,6 +310,7 @@ def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator,
         rng.choice(len(d), config.static_sample, replace=False))
     _, u, r, mask, target, balanced = _batch(d, idx, config.target)
     best = (None, math.inf, config.inverse_temperature)
+    limit = LOGIT_LIMIT * (1 - 1e-3)  # inside the actor's tanh range in float32 (set_constant)
     starts = (0.5,) if config.action_mode == "seed" else config.static_tau_starts
     size = action_size(config.action_mode)
     for tau0 in starts:
@@ -334,14 +335,14 @@ def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator,
             optimiser.step(closure)
         with torch.no_grad():
             final = loss().item()
+            action = (LOGIT_LIMIT * torch.tanh(z)).numpy()
+        beta = loss_fn.log_beta.exp().item()
         if progress:
             progress(f"static stage, tau start {tau0}: loss {final:.4f}, tau "
-                     f"{decode((LOGIT_LIMIT * torch.tanh(z)).detach().numpy(), config.action_mode).tau:.3f}, "
-                     f"beta {loss_fn.log_beta.exp().item():,.0f} ({time.perf_counter() - t0:.1f} s)")
+                     f"{decode(action, config.action_mode).tau:.3f}, beta {beta:,.0f} "
+                     f"({time.perf_counter() - t0:.1f} s)")
         if math.isfinite(final) and final < best[1]:
-            action = (LOGIT_LIMIT * torch.tanh(z)).detach().numpy()
-            limit = LOGIT_LIMIT * (1 - 1e-3)  # inside the actor's tanh range in float32 (set_constant)
-            best = (np.clip(action, -limit, limit), final, loss_fn.log_beta.exp().item())
+            best = (np.clip(action, -limit, limit), final, beta)
     if best[0] is None:
         raise ValueError(f"behaviour cloning: the static stage's loss is not finite from any tau start "
                          f"{list(starts)}: expected decisions whose target nodes are among their candidates")
