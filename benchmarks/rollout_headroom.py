@@ -3,6 +3,7 @@
     python benchmarks/rollout_headroom.py                       # tiny's test span, 5 seeds, 10-minute holds
     python benchmarks/rollout_headroom.py --hold 1800 --horizon 7200 --candidates 16
     python benchmarks/rollout_headroom.py --action ceiling --base static-weights:w=0.5/0.25/0/0.25:tau=0:ceiling=0.9
+    python benchmarks/rollout_headroom.py --choose node --hold 0 --episode-hours 2 --horizon 1800
 
 A rollout policy (one step of policy improvement over a base policy, Bertsekas): at every held step of
 an episode (``ClusterSchedulingEnv(action_hold_s=--hold)``) the simulator is forked into the base
@@ -12,6 +13,12 @@ branch was charged least (the base on a tie). The branches see the episode's own
 trace and random numbers), so this is a hindsight bound for the held-action design, not a policy a
 cluster can run: if it does not beat the base, no policy of weights and tau held for that long can
 by much; what it gains is the head-room a learned policy could close.
+
+``--choose node`` asks the same of a per-node scorer, which may put a pod on any feasible node: each
+step's branches put its pod (the first of a hold) on the node the base's score chooses, on the next
+``(K - 1) / 2`` nodes of that score (rounded up) and on nodes drawn at random from the rest
+(``ClusterSchedulingEnv``'s *placing a pod by hand*), each then continued with the base; the step places the
+pod where the branch was charged least. With ``--hold 0`` that is every decision.
 
 Printed per seed (the env's draw of a ``--episode-hours`` window and its random numbers): the base's
 episode reward (the static policy as a constant action, which the env runs exactly as static-weights
@@ -27,6 +34,7 @@ import time
 import numpy as np
 
 from td3sched.evaluate.stats import summarize
+from td3sched.policy.static_weights import product_score
 from td3sched.rl.actions import ACTION_MODES, LOGIT_LIMIT, action_size, decode, encode, static_score_args
 from td3sched.rl.env import ClusterSchedulingEnv, episode_return
 
@@ -35,6 +43,32 @@ def base_action(spec: str, mode: str = "full") -> np.ndarray:
     """The pre-activations of a static-weights spec's weights and tau (and, for the ceiling mode, its
     hold-back ceiling; none: the box's highest, 1.493), as near as the action box allows."""
     return encode(static_score_args(spec, mode), mode, LOGIT_LIMIT)
+
+
+def node_candidates(scores: np.ndarray, k: int, rng: np.random.Generator) -> list[int]:
+    """The nodes a step's branches try, as indices into its feasible nodes: -1 (the base score's own
+    choice, ties broken as the run breaks them), then the next nodes by ``scores`` (half the rest,
+    rounded up; the first is skipped when it is the score's unique best, which -1 places already),
+    then nodes drawn at random from the others; at most ``k`` in all, fewer on a small decision."""
+    order = np.argsort(-scores, kind="stable")
+    if len(order) == 1 or scores[order[0]] > scores[order[1]]:
+        order = order[1:]
+    top = order[: -(-(k - 1) // 2)]
+    rest = order[len(top):]
+    drawn = rng.choice(rest, size=min(k - 1 - len(top), len(rest)), replace=False) if len(rest) else rest
+    return [-1] + [int(n) for n in top] + [int(n) for n in drawn]
+
+
+def placed_return(env: ClusterSchedulingEnv, episode: dict, choose) -> float:
+    """The return of ``episode`` replayed on ``env`` with ``choose(obs) -> (pre-activations, node or None)``."""
+    obs, _ = env.reset(options={"episode": episode})
+    total = 0.0
+    while True:
+        action, node = choose(obs)
+        obs, reward, terminated, truncated, _ = env.step_logits(action, node=node)
+        total += reward
+        if terminated or truncated:
+            return total
 
 
 def main() -> None:
@@ -53,9 +87,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--action", default="full", choices=[m for m in ACTION_MODES if m != "seed"],
                     help="The action design: full (weights and tau) or ceiling (and the hold-back ceiling).")
+    ap.add_argument("--choose", default="action", choices=("action", "node"),
+                    help="What the branches try: other actions (default) or other nodes for the step's pod.")
     args = ap.parse_args()
     if args.candidates < 2:
         ap.error(f"--candidates {args.candidates}: expected at least 2 (the base and one other)")
+    if args.choose == "node" and args.action != "full":
+        ap.error(f"--choose node with --action {args.action}: nodes are chosen under the full action's score only")
     try:
         base = base_action(args.base, args.action)
     except ValueError as exc:
@@ -64,7 +102,7 @@ def main() -> None:
     ceiling = f", ceiling {score_args.ceiling:.4f}" if score_args.ceiling is not None else ""
     print(f"base {args.base}: pre-activations {np.round(base, 3).tolist()} (weights "
           f"{np.round(score_args.weights, 5).tolist()}, tau {score_args.tau:.4f}{ceiling}); hold {args.hold:g} s, horizon "
-          f"{args.horizon:g} s, {args.candidates} candidates per step"
+          f"{args.horizon:g} s, {args.candidates} {'nodes' if args.choose == 'node' else 'candidates'} per step"
           + (f", episodes warmed up for {args.warmup_h:g} h under the base" if args.warmup_h else ""))
     print("| seed | window (h) | steps | base episode_reward | rollout episode_reward | rollout - base | base chosen | wall s |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|")
@@ -89,9 +127,20 @@ def main() -> None:
                 returns = np.array([b.discounted() for b in branches])
                 best = int(np.argmax(returns)) if returns.max() > returns[0] else 0
                 steps, kept = steps + 1, kept + (best == 0)
-                return candidates[best].astype(np.float32)
+                return candidates[best].astype(np.float32), None
 
-            rollout = episode_return(env, episode, choose)
+            def choose_node(obs):
+                nonlocal steps, kept
+                nodes = node_candidates(product_score(env.pending_utilisation(), None, score_args.weights,
+                                                      score_args.tau), args.candidates, rng)
+                branches = env.branches(np.repeat(base[None], len(nodes), axis=0), args.horizon, lambda o: base,
+                                        workers=args.workers, nodes=nodes)
+                returns = np.array([b.discounted() for b in branches])
+                best = int(np.argmax(returns)) if returns.max() > returns[0] else 0
+                steps, kept = steps + 1, kept + (best == 0)
+                return base, (nodes[best] if best else None)
+
+            rollout = placed_return(env, episode, choose_node if args.choose == "node" else choose)
             gains.append(rollout - static)
             print(f"| {seed} | {episode['start_s'] / 3600:.1f}-{episode['end_s'] / 3600:.1f} | {steps} | {static:.4f} | "
                   f"{rollout:.4f} | {rollout - static:+.4f} | {kept / max(steps, 1):.0%} | "

@@ -224,3 +224,68 @@ def test_a_branch_holds_its_action_as_the_episode_does():
         assert np.diff(branches[0].times_s[:-1]).min() >= 300.0  # one charge per held action
     finally:
         env.close()
+
+
+def _top_and_other(env, base):
+    """The pending decision's unique best node under ``base``'s score and its worst node, or None when
+    the best is tied."""
+    from td3sched.policy.static_weights import product_score
+    from td3sched.rl.actions import decode
+
+    args = decode(base, "full")
+    scores = product_score(env.pending_utilisation(), None, args.weights, args.tau)
+    order = np.argsort(-scores, kind="stable")
+    if len(order) < 2 or scores[order[0]] == scores[order[1]]:
+        return None
+    return int(order[0]), int(order[-1])
+
+
+def test_a_pod_placed_by_hand_is_charged_as_its_branch_and_the_scores_own_choice_changes_nothing():
+    base = np.array([5.0, 4.3, -5.0, 4.3, -5.0], np.float32)  # tiny's static best
+    plain = ClusterSchedulingEnv("tiny", "train", 2.0, "full")
+    placed = ClusterSchedulingEnv("tiny", "train", 2.0, "full")
+    try:
+        plain.reset(seed=7)
+        placed.reset(seed=7)
+        for _ in range(100):  # a decision with a unique best where the worst node has another future
+            _walk(plain, base[None], 1)
+            _walk(placed, base[None], 1)
+            if (nodes := _top_and_other(placed, base)) is None:
+                continue
+            top, other = nodes
+            by_score, to_top, to_other = placed.branches(np.repeat(base[None], 3, axis=0), 1800.0,
+                                                         nodes=[-1, top, other])
+            np.testing.assert_array_equal(by_score.rewards, to_top.rewards)  # the score's unique best is that node
+            if by_score.discounted() != to_other.discounted():
+                break
+        else:
+            pytest.fail("in 100 decisions, no pod placed by hand on another node changed what the cluster was charged")
+        # the episode placing its pod by hand is charged what the branch placing it there was
+        _, first, _, _, _ = placed.step_logits(base, node=other)
+        rest, _ = _walk(placed, base[None], len(to_other.rewards) - 1)
+        np.testing.assert_array_equal([first] + rest, to_other.rewards[: 1 + len(rest)])
+        _, same, _, _, _ = plain.step_logits(base, node=top)  # placing by hand where the score would: no change
+        np.testing.assert_array_equal([same] + _walk(plain, base[None], 20)[0], by_score.rewards[:21])
+    finally:
+        plain.close()
+        placed.close()
+
+
+def test_a_node_outside_the_decision_or_in_the_ceiling_mode_is_refused(env):
+    k = len(env.pending_utilisation())
+    for bad in (k, -1, 1.0, True):
+        with pytest.raises(ValueError, match=f"node {bad!r}: expected an index into the pending decision's {k}"):
+            env.step_logits(np.zeros(5, np.float32), node=bad)
+    with pytest.raises(ValueError, match=r"node 99: .* \(or -1: the score's choice\)"):
+        env.branches(np.zeros((2, 5), np.float32), 60.0, nodes=[-1, 99])
+    with pytest.raises(ValueError, match="one index >= -1 per row of actions"):
+        BranchRequest(np.zeros((2, 5), np.float32), 60.0, nodes=(0,))
+    _, reward, _, _, _ = env.step_logits(np.zeros(5, np.float32), node=k - 1)  # the decision still waits
+    assert np.isfinite(reward)
+    ceiling = ClusterSchedulingEnv("tiny", "train", 2.0, "ceiling")
+    try:
+        ceiling.reset(seed=5)
+        with pytest.raises(ValueError, match="not supported in the ceiling action mode"):
+            ceiling.step_logits(np.zeros(6, np.float32), node=0)
+    finally:
+        ceiling.close()

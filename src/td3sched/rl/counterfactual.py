@@ -5,7 +5,9 @@ the whole run, its generators included), once per action to compare. Each child 
 for that decision, then acts with a fixed ``continuation`` (the current deterministic actor, or the
 same action held), and stops at the first decision at or after ``horizon_s`` simulated seconds (or
 at the episode's end). It sends back the rewards it was charged (``reward.py``: decision k's cost
-settled at decision k+1) and the times they were settled, then exits. Every child starts from the
+settled at decision k+1) and the times they were settled, then exits. A branch may also put the
+forked decision's pod on a node of its own choosing (``nodes``), which no weights and tau may rank
+first: what a per-node scorer could do. Every child starts from the
 same state with the same random numbers, so two branches differ by their first action and what it
 caused, nothing else (common random numbers): the difference of two branches' returns is the
 action's effect without the cluster's noise, which a return from the replay buffer buries (the audit
@@ -43,13 +45,16 @@ MAX_BRANCHES = 64
 @dataclass(frozen=True)
 class BranchRequest:
     """Fork the pending decision once per row of ``actions`` (pre-activations); continue each branch
-    with ``continuation`` (None: hold the branch's first action) for ``horizon_s`` simulated seconds."""
+    with ``continuation`` (None: hold the branch's first action) for ``horizon_s`` simulated seconds.
+    ``nodes`` (None: none) forces branch i's first placement onto the pending decision's feasible node
+    ``nodes[i]`` (an index into them; -1: the score's own choice)."""
 
     actions: np.ndarray
     horizon_s: float
     continuation: Continuation | None = None
     workers: int = 2
     reseed: int | None = None
+    nodes: tuple[int, ...] | None = None
 
     def __post_init__(self):
         a = np.asarray(self.actions, dtype=np.float32)
@@ -61,6 +66,11 @@ class BranchRequest:
         if not (isinstance(self.workers, int) and self.workers >= 1):
             raise ValueError(f"workers={self.workers!r}: expected an integer >= 1")
         object.__setattr__(self, "actions", np.clip(a, -LOGIT_LIMIT, LOGIT_LIMIT))
+        if self.nodes is not None:
+            nodes = tuple(self.nodes)
+            if len(nodes) != len(a) or not all(isinstance(n, (int, np.integer)) and n >= -1 for n in nodes):
+                raise ValueError(f"nodes {self.nodes!r}: expected one index >= -1 per row of actions ({len(a)})")
+            object.__setattr__(self, "nodes", tuple(int(n) for n in nodes))
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,8 @@ class BranchState:
     first: np.ndarray
     fd: int
     reseed: int | None = None
+    node: int | None = None
+    """The feasible node the forked decision's pod goes to (None: the score's choice)."""
     rewards: list[float] = field(default_factory=list)
     times_s: list[float] = field(default_factory=list)
 
@@ -147,8 +159,9 @@ def fork_branches(request: BranchRequest, start_s: float,
                     for fd, _ in running.items():
                         os.close(fd)
                     first = request.actions[i]
+                    node = request.nodes[i] if request.nodes is not None and request.nodes[i] >= 0 else None
                     enter_child(BranchState(start_s + request.horizon_s, start_s, request.continuation, first, w,
-                                            request.reseed))
+                                            request.reseed, node))
                     return first
                 except BaseException:
                     os._exit(1)

@@ -31,6 +31,11 @@ of them were charged, and the next observation is the first decision after the h
 or to the window's end): a semi-MDP learner discounts by it. It ends with the window: ``truncated``
 is True on its last step (the cluster would go on), whose observation repeats the last decision's
 (there is no next decision, so a learner should not bootstrap from it); ``info["record"]`` is then the run's record.
+**Placing a pod by hand** (``step_logits(..., node=i)``, ``branches(..., nodes=...)``): the step's pod
+(its first, with a hold) goes to the pending decision's feasible node ``i`` (an index into the nodes
+``pending_utilisation`` describes) whatever the score ranks first; the action still sets the score
+for the decisions after it. Diagnostics for a per-node scorer's head-room (benchmarks/rollout_headroom.py);
+not in the ceiling mode, whose Filter may leave fewer nodes than it observed.
 
 **Inverted control.** The simulator's loop calls ``policy.score(pod, nodes, cluster)``; the agent
 wants to call ``step(action)``. The simulation runs in a worker thread and the two sides hand control
@@ -100,6 +105,14 @@ class _Abandoned(BaseException):
 _STOP = object()
 
 
+@dataclass(frozen=True)
+class _Placed:
+    """An action whose decision's pod goes to feasible node ``node`` (``step_logits(..., node=)``)."""
+
+    action: np.ndarray
+    node: int
+
+
 class _HandOffPolicy(ActionPolicy):
     """The env's side of the hand-off, running in the worker thread inside ``Simulation.run``."""
 
@@ -117,6 +130,8 @@ class _HandOffPolicy(ActionPolicy):
         """Set in a forked child only (``rl.counterfactual``)."""
         self.utilisation_seen: np.ndarray | None = None
         """The pending decision's [k, 4] utilisations of the feasible nodes, pod included."""
+        self.forced_node: int | None = None
+        """The feasible node the next Score puts its pod on, whatever the score (None: the score's)."""
 
     def decide(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
         if self.warmup is not None and not self.sim.measuring:  # the warm-up's static score: no step
@@ -134,6 +149,17 @@ class _HandOffPolicy(ActionPolicy):
         self.utilisation_seen = u
         return u
 
+    def score(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
+        scores = super().score(pod, nodes, cluster)
+        if self.forced_node is None:
+            return scores
+        node, self.forced_node = self.forced_node, None
+        if not 0 <= node < len(nodes):  # checked by the env against the decision's count before
+            raise ValueError(f"node {node}: expected an index into the decision's {len(nodes)} feasible nodes")
+        forced = np.zeros(len(nodes))
+        forced[node] = 1.0
+        return forced
+
     def act(self, obs: np.ndarray) -> np.ndarray:
         tracker = self.sim.reward
         previous = tracker.take() if tracker.count else None
@@ -144,6 +170,9 @@ class _HandOffPolicy(ActionPolicy):
             action = self.to_sim.get()
             if action is _STOP:
                 raise _Abandoned
+            if isinstance(action, _Placed):
+                self.forced_node = action.node
+                return action.action
             if not isinstance(action, BranchRequest):
                 return action
             try:
@@ -157,6 +186,7 @@ class _HandOffPolicy(ActionPolicy):
 
     def _enter_branch(self, state: BranchState) -> None:
         self.branch = state
+        self.forced_node = state.node
         if state.reseed is not None:
             self.sim.rng = np.random.default_rng(state.reseed)
 
@@ -241,15 +271,19 @@ class ClusterSchedulingEnv(gym.Env):
         ``LOGIT_LIMIT * action`` (values outside the box are clipped, like the pre-activations)."""
         return self.step_logits(LOGIT_LIMIT * np.asarray(action, dtype=np.float64))
 
-    def step_logits(self, logits):
+    def step_logits(self, logits, node: int | None = None):
         """One decision with the A pre-activations in [-LOGIT_LIMIT, LOGIT_LIMIT] (``rl.actions``): the
-        units of td3sched's TD3 actor, noise and replay buffer."""
+        units of td3sched's TD3 actor, noise and replay buffer. ``node``: put the pod on that feasible
+        node instead of the score's first (*Placing a pod by hand*)."""
         action = logits
         if not self._running:
             raise RuntimeError("step() without a running episode: call reset() first")
         action = np.asarray(action, dtype=np.float32).reshape(-1)
         args = decode(action, self.action_mode)  # validates before the hand-off
-        self._to_sim.put(action.copy())
+        if node is not None:
+            self._to_sim.put(_Placed(action.copy(), self._check_node(node)))
+        else:
+            self._to_sim.put(action.copy())
         kind, payload, reward, decision = self._to_env.get()
         self._steps += 1
         if kind == "error":
@@ -274,15 +308,19 @@ class ClusterSchedulingEnv(gym.Env):
         return payload, reward, False, False, info
 
     def branches(self, actions, horizon_s: float, continuation=None, workers: int = 2,
-                 reseed: int | None = None) -> list[Branch]:
+                 reseed: int | None = None, nodes=None) -> list[Branch]:
         """Counterfactual branches of the pending decision (``rl.counterfactual``): the simulation is
         forked once per row of ``actions`` (pre-activations), each branch takes its action, then
         ``continuation(obs)`` (None: the same action) until ``horizon_s`` simulated seconds later or
-        the episode's end; their charges, in the order of ``actions``. The episode itself is untouched:
-        the next ``step`` answers the same decision."""
+        the episode's end; their charges, in the order of ``actions``. ``nodes`` (one per row; -1: the
+        score's choice) places the branch's first pod by hand (*Placing a pod by hand*). The episode
+        itself is untouched: the next ``step`` answers the same decision."""
         if not self._running:
             raise RuntimeError("branches() without a pending decision: call reset() first")
-        request = BranchRequest(np.asarray(actions, dtype=np.float32), float(horizon_s), continuation, workers, reseed)
+        if nodes is not None:
+            nodes = tuple(self._check_node(n, allow_default=True) for n in nodes)
+        request = BranchRequest(np.asarray(actions, dtype=np.float32), float(horizon_s), continuation, workers, reseed,
+                                nodes)
         if request.actions.shape[1] != self.action_space.shape[0]:
             raise ValueError(f"actions of shape {request.actions.shape}: expected rows of "
                              f"{self.action_space.shape[0]} pre-activations")
@@ -294,6 +332,18 @@ class ClusterSchedulingEnv(gym.Env):
             raise RuntimeError(f"counterfactual branches at {self._decision_t:g} s of {self.episode}: {payload}") \
                 from payload
         return payload
+
+    def _check_node(self, node, allow_default: bool = False) -> int:
+        """``node`` as an index into the pending decision's feasible nodes, or a ValueError naming it."""
+        if self.action_mode == "ceiling":
+            raise ValueError("placing a pod by hand is not supported in the ceiling action mode: its Filter may "
+                             "leave fewer nodes than the decision observed")
+        k = self._policy.decision[1]
+        low = -1 if allow_default else 0
+        if isinstance(node, (bool, np.bool_)) or not isinstance(node, (int, np.integer)) or not low <= node < k:
+            raise ValueError(f"node {node!r}: expected an index into the pending decision's {k} feasible nodes"
+                             + (" (or -1: the score's choice)" if allow_default else ""))
+        return int(node)
 
     def pending_utilisation(self) -> np.ndarray:
         """A copy of the pending decision's [k, 4] utilisations (CPU, memory, disk IO, network) of its
