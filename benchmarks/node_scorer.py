@@ -1,0 +1,209 @@
+"""A per-node scorer distilled from counterfactual placements: issue 9's second action design, measured.
+
+    python benchmarks/node_scorer.py                                   # tiny: 10 train episodes, 5 test seeds
+    python benchmarks/node_scorer.py --scenario dlrm-small --episode-hours 2 --train-episodes 8
+
+The reference action (weights and tau) orders the nodes by one formula for every node of a decision.
+A per-node scorer is a function of each candidate's own features, so it can put a pod on a node no
+weights and tau rank first. Whether that is worth a learned actor depends on two things, measured here
+in one run:
+
+1. **Collect.** Episodes of the train span under the base score. At every ``--every``-th decision
+   the simulator is forked (``ClusterSchedulingEnv.branches``, common random numbers) and the pending
+   pod put on ``--candidates`` nodes: the base's own choice, the next nodes of its score and nodes
+   drawn at random (``rollout_headroom.node_candidates``), each branch then continued with the base
+   for ``--horizon`` simulated seconds. A branch's advantage is its return minus the base choice's.
+2. **Fit.** A small network ``f(node features, observation)`` trained so that ``f(node) - f(base's
+   choice)`` predicts the advantage (squared error; node features: its four utilisations with the
+   pod, their distance from the decision's mean, and the base's score of it). The last fifth of the
+   decisions is held out: the correlation of predicted and measured advantages says how much of a
+   placement's effect a scorer that reads the candidates can know.
+3. **Evaluate.** Episodes of the test span: at every decision the pod goes to ``argmax f`` when ``f``
+   puts that node more than ``--margin`` (in units of the advantages' standard deviation; repeatable)
+   above the base's choice, otherwise where the base puts it; paired with the base on the same episodes.
+
+Printed: the collection's size and time, the hold-out correlation and the share of branches whose
+node beat the base's, and per test seed the base's and the scorer's episode_reward with the paired
+difference and its 95% interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from rollout_headroom import base_action, node_candidates  # noqa: E402
+
+from td3sched.evaluate.stats import summarize  # noqa: E402
+from td3sched.policy.static_weights import product_score  # noqa: E402
+from td3sched.rl.actions import decode  # noqa: E402
+from td3sched.rl.env import ClusterSchedulingEnv, episode_return  # noqa: E402
+
+
+def node_features(u: np.ndarray, base_scores: np.ndarray, obs: np.ndarray) -> np.ndarray:
+    """[k, 9 + len(obs)]: each feasible node's utilisations with the pod, their distance from the
+    decision's mean, the base's score, and the decision's observation."""
+    k = len(u)
+    return np.hstack([u, u - u.mean(axis=0), base_scores[:, None], np.broadcast_to(obs, (k, len(obs)))]).astype(
+        np.float32)
+
+
+def collect(env, base, score_args, args, rng):
+    """Rows (decision id, features of the branch's node, features of the base's choice, advantage)."""
+    decisions, nodes_x, base_x, adv = [], [], [], []
+    d = 0
+    for ep in range(args.train_episodes):
+        started = time.perf_counter()
+        obs, _ = env.reset(seed=1000 + ep)
+        step = 0
+        while True:
+            if step % args.every == 0:
+                u = env.pending_utilisation()
+                scores = product_score(u, None, score_args.weights, score_args.tau)
+                if len(u) >= 2:
+                    nodes = node_candidates(scores, args.candidates, rng)
+                    branches = env.branches(np.repeat(base[None], len(nodes), axis=0), args.horizon, lambda o: base,
+                                            workers=args.workers, nodes=nodes)
+                    g = np.array([b.discounted() for b in branches])
+                    x = node_features(u, scores, obs)
+                    chosen = int(np.argmax(scores))  # the base's choice (the first of tied bests)
+                    for n, gk in zip(nodes[1:], g[1:]):
+                        decisions.append(d)
+                        nodes_x.append(x[n])
+                        base_x.append(x[chosen])
+                        adv.append(gk - g[0])
+                    d += 1
+            obs, _, terminated, truncated, _ = env.step_logits(base)
+            step += 1
+            if terminated or truncated:
+                break
+        print(f"collect: episode {ep + 1}/{args.train_episodes} ({env.episode.start_s / 3600:.1f}-"
+              f"{env.episode.end_s / 3600:.1f} h), {d} decisions branched so far, "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
+    return np.array(decisions), np.array(nodes_x), np.array(base_x), np.array(adv)
+
+
+def fit(nodes_x, base_x, adv, train, args):
+    """The scorer f (a torch module over standardised features) fitted on the rows ``train``."""
+    import torch
+
+    torch.manual_seed(args.seed)
+    mean = nodes_x[train].mean(axis=0)
+    std = nodes_x[train].std(axis=0) + 1e-6
+    scale = float(adv[train].std()) or 1.0
+    net = torch.nn.Sequential(torch.nn.Linear(nodes_x.shape[1], 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                              torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3, weight_decay=1e-4)
+    xa = torch.as_tensor((nodes_x[train] - mean) / std)
+    xb = torch.as_tensor((base_x[train] - mean) / std)
+    y = torch.as_tensor(adv[train] / scale, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(args.seed)
+    for _ in range(args.epochs):
+        for idx in torch.randperm(len(y), generator=gen).split(256):
+            loss = ((net(xa[idx]).squeeze(-1) - net(xb[idx]).squeeze(-1) - y[idx]) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    def f(x: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return net(torch.as_tensor((x - mean) / std, dtype=torch.float32)).squeeze(-1).numpy() * scale
+
+    return f, scale
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenario", default="tiny")
+    ap.add_argument("--episode-hours", type=float, default=6.0)
+    ap.add_argument("--base", default="static-weights:w=0.5/0.25/0/0.25:tau=0",
+                    help="The base score, a static-weights spec (default: tiny's static best, docs/td3.md).")
+    ap.add_argument("--train-episodes", type=int, default=10, help="Episodes of the train span to collect from.")
+    ap.add_argument("--every", type=int, default=1, help="Branch every N-th decision of a collected episode.")
+    ap.add_argument("--candidates", type=int, default=8, help="Nodes tried per branched decision, the base's included.")
+    ap.add_argument("--horizon", type=float, default=1800.0, help="Seconds each branch runs.")
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--margin", type=float, action="append",
+                    help="Leave the base's choice only for a node f puts this many advantage std above it; "
+                         "repeat to evaluate several (default: 0 and 1).")
+    ap.add_argument("--test-seeds", type=int, default=5)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    if args.candidates < 2 or args.every < 1 or args.train_episodes < 1 or args.test_seeds < 1:
+        ap.error("--candidates >= 2, --every >= 1, --train-episodes >= 1 and --test-seeds >= 1 expected")
+    base = base_action(args.base)
+    score_args = decode(base, "full")
+    rng = np.random.default_rng(args.seed)
+    print(f"base {args.base}; {args.scenario}, {args.episode_hours:g} h episodes; {args.candidates} nodes per "
+          f"branched decision, every {args.every}, horizon {args.horizon:g} s", flush=True)
+
+    env = ClusterSchedulingEnv(args.scenario, "train", args.episode_hours, "full")
+    started = time.perf_counter()
+    try:
+        decisions, nodes_x, base_x, adv = collect(env, base, score_args, args, rng)
+    finally:
+        env.close()
+    n_dec = int(decisions.max()) + 1
+    print(f"collected {len(adv)} branches of {n_dec} decisions in {time.perf_counter() - started:.0f} s; "
+          f"a node beat the base's choice in {np.mean(adv > 0):.1%} of branches, tied in {np.mean(adv == 0):.1%}; "
+          f"advantage std {adv.std():.3g}")
+    cut = int(0.8 * n_dec)
+    train, held = decisions < cut, decisions >= cut
+    f, _ = fit(nodes_x, base_x, adv, train, args)
+    for name, rows in (("train", train), ("held out", held)):
+        pred = f(nodes_x[rows]) - f(base_x[rows])
+        r = np.corrcoef(pred, adv[rows])[0, 1] if adv[rows].std() > 0 and pred.std() > 0 else float("nan")
+        print(f"fit, {name}: correlation of predicted and measured advantage {r:+.3f} over {rows.sum()} branches")
+
+    margins = args.margin or [0.0, 1.0]
+    test = ClusterSchedulingEnv(args.scenario, "test", args.episode_hours, "full")
+    print("| margin | seed | window (h) | decisions | moved | base episode_reward | scorer episode_reward | scorer - base |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|")
+    gains = {m: [] for m in margins}
+    try:
+        for seed in range(1, args.test_seeds + 1):
+            test.reset(seed=seed)
+            episode = {**vars(test.episode)}
+            static = episode_return(test, episode, lambda obs: base)
+            for margin in margins:
+                total, steps, moved = scored_return(test, episode, base, score_args, f, margin * adv[train].std())
+                gains[margin].append(total - static)
+                print(f"| {margin:g} | {seed} | {episode['start_s'] / 3600:.1f}-{episode['end_s'] / 3600:.1f} | {steps} | "
+                      f"{moved} | {static:.4f} | {total:.4f} | {total - static:+.4f} |", flush=True)
+    finally:
+        test.close()
+    print()
+    for margin in margins:
+        s = summarize(gains[margin])
+        half = f" ± {s.half:.4f} (95% interval)" if s.half is not None else ""
+        print(f"scorer (margin {margin:g}) - base over {s.n} test seeds: {s.mean:+.4f}{half}")
+
+
+def scored_return(env, episode, base, score_args, f, threshold):
+    """The return of ``episode`` with each pod on ``argmax f`` when that beats the base's choice by more
+    than ``threshold``; with the number of decisions and of pods moved off the base's choice."""
+    obs, _ = env.reset(options={"episode": episode})
+    total, steps, moved = 0.0, 0, 0
+    while True:
+        u = env.pending_utilisation()
+        scores = product_score(u, None, score_args.weights, score_args.tau)
+        node = None
+        if len(u) >= 2:
+            v = f(node_features(u, scores, obs))
+            best, chosen = int(np.argmax(v)), int(np.argmax(scores))
+            if best != chosen and v[best] - v[chosen] > threshold:
+                node, moved = best, moved + 1
+        obs, reward, terminated, truncated, _ = env.step_logits(base, node=node)
+        total, steps = total + reward, steps + 1
+        if terminated or truncated:
+            return total, steps, moved
+
+if __name__ == "__main__":
+    main()
