@@ -17,8 +17,10 @@ in one run:
    choice)`` predicts the advantage (squared error; node features: its four utilisations with the
    pod, their distance from the decision's mean, and the base's score of it). The last fifth of the
    decisions is held out: the correlation of predicted and measured advantages says how much of a
-   placement's effect a scorer that reads the candidates can know.
-3. **Evaluate.** Episodes of the test span: at every decision the pod goes to ``argmax f`` when ``f``
+   placement's effect a scorer that reads the candidates can know. A ridge regression on the feature
+   differences is printed beside it, a check that the network's figure is not its own overfitting.
+3. **Evaluate.** Episodes of the test span, for the network and for the ridge regression as ``f``:
+   at every decision the pod goes to ``argmax f`` when ``f``
    puts that node more than ``--margin`` (in units of the advantages' standard deviation; repeatable)
    above the base's choice, otherwise where the base puts it; paired with the base on the same episodes.
 
@@ -118,6 +120,18 @@ def fit(nodes_x, base_x, adv, train, args):
     return f, scale
 
 
+def ridge(dx: np.ndarray, adv: np.ndarray, train: np.ndarray, alpha: float = 1.0):
+    """A linear advantage model ``w . (x_node - x_base)`` (standardised, ridge ``alpha``) fitted on ``train``."""
+    scale = dx[train].std(axis=0) + 1e-9
+    z = dx[train] / scale
+    w = np.linalg.solve(z.T @ z + alpha * np.eye(z.shape[1]), z.T @ adv[train])
+    return lambda d: (d / scale) @ w
+
+
+def correlation(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else float("nan")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", default="tiny")
@@ -135,6 +149,8 @@ def main() -> None:
     ap.add_argument("--test-seeds", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--data", type=Path,
+                    help="An .npz of the collection: written after collecting, read instead of collecting if it exists.")
     args = ap.parse_args()
     if args.candidates < 2 or args.every < 1 or args.train_episodes < 1 or args.test_seeds < 1:
         ap.error("--candidates >= 2, --every >= 1, --train-episodes >= 1 and --test-seeds >= 1 expected")
@@ -144,47 +160,57 @@ def main() -> None:
     print(f"base {args.base}; {args.scenario}, {args.episode_hours:g} h episodes; {args.candidates} nodes per "
           f"branched decision, every {args.every}, horizon {args.horizon:g} s", flush=True)
 
-    env = ClusterSchedulingEnv(args.scenario, "train", args.episode_hours, "full")
     started = time.perf_counter()
-    try:
-        decisions, nodes_x, base_x, adv = collect(env, base, score_args, args, rng)
-    finally:
-        env.close()
+    if args.data is not None and args.data.exists():
+        with np.load(args.data) as z:
+            decisions, nodes_x, base_x, adv = z["decisions"], z["nodes_x"], z["base_x"], z["adv"]
+        print(f"read the collection from {args.data}")
+    else:
+        env = ClusterSchedulingEnv(args.scenario, "train", args.episode_hours, "full")
+        try:
+            decisions, nodes_x, base_x, adv = collect(env, base, score_args, args, rng)
+        finally:
+            env.close()
+        if args.data is not None:
+            np.savez(args.data, decisions=decisions, nodes_x=nodes_x, base_x=base_x, adv=adv)
     n_dec = int(decisions.max()) + 1
-    print(f"collected {len(adv)} branches of {n_dec} decisions in {time.perf_counter() - started:.0f} s; "
+    print(f"collection: {len(adv)} branches of {n_dec} decisions ({time.perf_counter() - started:.0f} s); "
           f"a node beat the base's choice in {np.mean(adv > 0):.1%} of branches, tied in {np.mean(adv == 0):.1%}; "
           f"advantage std {adv.std():.3g}")
     cut = int(0.8 * n_dec)
     train, held = decisions < cut, decisions >= cut
     f, _ = fit(nodes_x, base_x, adv, train, args)
+    linear = ridge(nodes_x - base_x, adv, train)
     for name, rows in (("train", train), ("held out", held)):
         pred = f(nodes_x[rows]) - f(base_x[rows])
-        r = np.corrcoef(pred, adv[rows])[0, 1] if adv[rows].std() > 0 and pred.std() > 0 else float("nan")
-        print(f"fit, {name}: correlation of predicted and measured advantage {r:+.3f} over {rows.sum()} branches")
+        print(f"fit, {name}: correlation of predicted and measured advantage {correlation(pred, adv[rows]):+.3f} "
+              f"(ridge {correlation(linear(nodes_x[rows] - base_x[rows]), adv[rows]):+.3f}) over {rows.sum()} branches")
 
     margins = args.margin or [0.0, 1.0]
     test = ClusterSchedulingEnv(args.scenario, "test", args.episode_hours, "full")
-    print("| margin | seed | window (h) | decisions | moved | base episode_reward | scorer episode_reward | scorer - base |")
-    print("|---:|---:|---|---:|---:|---:|---:|---:|")
-    gains = {m: [] for m in margins}
+    print("| model | margin | seed | window (h) | decisions | moved | base episode_reward | scorer episode_reward | "
+          "scorer - base |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    models = {"network": f, "ridge": linear}
+    gains = {(m, margin): [] for m in models for margin in margins}
     try:
         for seed in range(1, args.test_seeds + 1):
             test.reset(seed=seed)
             episode = {**vars(test.episode)}
             static = episode_return(test, episode, lambda obs: base)
-            for margin in margins:
-                total, steps, moved = scored_return(test, episode, base, score_args, f, margin * adv[train].std())
-                gains[margin].append(total - static)
-                print(f"| {margin:g} | {seed} | {episode['start_s'] / 3600:.1f}-{episode['end_s'] / 3600:.1f} | {steps} | "
-                      f"{moved} | {static:.4f} | {total:.4f} | {total - static:+.4f} |", flush=True)
+            for (model, margin), got in gains.items():
+                total, steps, moved = scored_return(test, episode, base, score_args, models[model],
+                                                    margin * adv[train].std())
+                got.append(total - static)
+                print(f"| {model} | {margin:g} | {seed} | {episode['start_s'] / 3600:.1f}-{episode['end_s'] / 3600:.1f} | "
+                      f"{steps} | {moved} | {static:.4f} | {total:.4f} | {total - static:+.4f} |", flush=True)
     finally:
         test.close()
     print()
-    for margin in margins:
-        s = summarize(gains[margin])
+    for (model, margin), got in gains.items():
+        s = summarize(got)
         half = f" ± {s.half:.4f} (95% interval)" if s.half is not None else ""
-        print(f"scorer (margin {margin:g}) - base over {s.n} test seeds: {s.mean:+.4f}{half}")
-
+        print(f"scorer ({model}, margin {margin:g}) - base over {s.n} test seeds: {s.mean:+.4f}{half}")
 
 def scored_return(env, episode, base, score_args, f, threshold):
     """The return of ``episode`` with each pod on ``argmax f`` when that beats the base's choice by more
