@@ -146,6 +146,8 @@ def main() -> None:
     ap.add_argument("--margin", type=float, action="append",
                     help="Leave the base's choice only for a node f puts this many advantage std above it; "
                          "repeat to evaluate several (default: 0 and 1).")
+    ap.add_argument("--warmup-h", type=float, default=0.0,
+                    help="Start every episode from the cluster the base leaves after this many hours (default 0: empty).")
     ap.add_argument("--test-seeds", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
@@ -158,15 +160,17 @@ def main() -> None:
     score_args = decode(base, "full")
     rng = np.random.default_rng(args.seed)
     print(f"base {args.base}; {args.scenario}, {args.episode_hours:g} h episodes; {args.candidates} nodes per "
-          f"branched decision, every {args.every}, horizon {args.horizon:g} s", flush=True)
+          f"branched decision, every {args.every}, horizon {args.horizon:g} s"
+          + (f", episodes warmed up for {args.warmup_h:g} h under the base" if args.warmup_h else ""), flush=True)
 
+    warmup = {"warmup_hours": args.warmup_h, "warmup_score": args.base} if args.warmup_h else {}
     started = time.perf_counter()
     if args.data is not None and args.data.exists():
         with np.load(args.data) as z:
             decisions, nodes_x, base_x, adv = z["decisions"], z["nodes_x"], z["base_x"], z["adv"]
         print(f"read the collection from {args.data}")
     else:
-        env = ClusterSchedulingEnv(args.scenario, "train", args.episode_hours, "full")
+        env = ClusterSchedulingEnv(args.scenario, "train", args.episode_hours, "full", **warmup)
         try:
             decisions, nodes_x, base_x, adv = collect(env, base, score_args, args, rng)
         finally:
@@ -187,7 +191,7 @@ def main() -> None:
               f"(ridge {correlation(linear(nodes_x[rows] - base_x[rows]), adv[rows]):+.3f}) over {rows.sum()} branches")
 
     margins = args.margin or [0.0, 1.0]
-    test = ClusterSchedulingEnv(args.scenario, "test", args.episode_hours, "full")
+    test = ClusterSchedulingEnv(args.scenario, "test", args.episode_hours, "full", **warmup)
     print("| model | margin | seed | window (h) | decisions | moved | base episode_reward | scorer episode_reward | "
           "scorer - base |")
     print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
