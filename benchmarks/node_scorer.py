@@ -117,7 +117,7 @@ def fit(nodes_x, base_x, adv, train, args):
         with torch.no_grad():
             return net(torch.as_tensor((x - mean) / std, dtype=torch.float32)).squeeze(-1).numpy() * scale
 
-    return f, scale
+    return f
 
 
 def ridge(dx: np.ndarray, adv: np.ndarray, train: np.ndarray, alpha: float = 1.0):
@@ -129,6 +129,7 @@ def ridge(dx: np.ndarray, adv: np.ndarray, train: np.ndarray, alpha: float = 1.0
 
 
 def correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson's correlation of ``a`` and ``b`` (NaN when either is constant)."""
     return float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else float("nan")
 
 
@@ -183,7 +184,7 @@ def main() -> None:
           f"advantage std {adv.std():.3g}")
     cut = int(0.8 * n_dec)
     train, held = decisions < cut, decisions >= cut
-    f, _ = fit(nodes_x, base_x, adv, train, args)
+    f = fit(nodes_x, base_x, adv, train, args)
     linear = ridge(nodes_x - base_x, adv, train)
     for name, rows in (("train", train), ("held out", held)):
         pred = f(nodes_x[rows]) - f(base_x[rows])
