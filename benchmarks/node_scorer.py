@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rollout_headroom import base_action, node_candidates  # noqa: E402
+from rollout_headroom import base_action, node_candidates, placed_return  # noqa: E402
 
 from td3sched.evaluate.stats import summarize  # noqa: E402
 from td3sched.policy.static_weights import product_score  # noqa: E402
@@ -220,21 +220,25 @@ def main() -> None:
 def scored_return(env, episode, base, score_args, f, threshold):
     """The return of ``episode`` with each pod on ``argmax f`` when that beats the base's choice by more
     than ``threshold``; with the number of decisions and of pods moved off the base's choice."""
-    obs, _ = env.reset(options={"episode": episode})
-    total, steps, moved = 0.0, 0, 0
-    while True:
+    steps = moved = 0
+
+    def choose(obs):
+        nonlocal steps, moved
+        steps += 1
         u = env.pending_utilisation()
+        if len(u) < 2:
+            return base, None
         scores = product_score(u, None, score_args.weights, score_args.tau)
-        node = None
-        if len(u) >= 2:
-            v = f(node_features(u, scores, obs))
-            best, chosen = int(np.argmax(v)), int(np.argmax(scores))
-            if best != chosen and v[best] - v[chosen] > threshold:
-                node, moved = best, moved + 1
-        obs, reward, terminated, truncated, _ = env.step_logits(base, node=node)
-        total, steps = total + reward, steps + 1
-        if terminated or truncated:
-            return total, steps, moved
+        v = f(node_features(u, scores, obs))
+        best, chosen = int(np.argmax(v)), int(np.argmax(scores))
+        if best == chosen or v[best] - v[chosen] <= threshold:
+            return base, None
+        moved += 1
+        return base, best
+
+    total = placed_return(env, episode, choose)
+    return total, steps, moved
+
 
 if __name__ == "__main__":
     main()
