@@ -59,6 +59,12 @@ def node_candidates(scores: np.ndarray, k: int, rng: np.random.Generator) -> lis
     return [-1] + [int(n) for n in top] + [int(n) for n in drawn]
 
 
+def least_charged(branches) -> int:
+    """The index of the branch charged least (0, the base's, unless another is charged strictly less)."""
+    returns = np.array([b.discounted() for b in branches])
+    return int(np.argmax(returns)) if returns.max() > returns[0] else 0
+
+
 def placed_return(env: ClusterSchedulingEnv, episode: dict, choose) -> float:
     """The return of ``episode`` replayed on ``env`` with ``choose(obs) -> (pre-activations, node or None)``."""
     obs, _ = env.reset(options={"episode": episode})
@@ -124,8 +130,7 @@ def main() -> None:
                 candidates = np.vstack([base, others])
                 branches = env.branches(candidates.astype(np.float32), args.horizon, lambda o: base,
                                         workers=args.workers)
-                returns = np.array([b.discounted() for b in branches])
-                best = int(np.argmax(returns)) if returns.max() > returns[0] else 0
+                best = least_charged(branches)
                 steps, kept = steps + 1, kept + (best == 0)
                 return candidates[best].astype(np.float32), None
 
@@ -135,8 +140,7 @@ def main() -> None:
                                                       score_args.tau), args.candidates, rng)
                 branches = env.branches(np.repeat(base[None], len(nodes), axis=0), args.horizon, lambda o: base,
                                         workers=args.workers, nodes=nodes)
-                returns = np.array([b.discounted() for b in branches])
-                best = int(np.argmax(returns)) if returns.max() > returns[0] else 0
+                best = least_charged(branches)
                 steps, kept = steps + 1, kept + (best == 0)
                 return base, (nodes[best] if best else None)
 
