@@ -1,8 +1,9 @@
 """Scheduling throughput on a real control plane, side by side in one run (issue 11, section 6): the
 stock kube-scheduler alone; the td3-scheduler (TD3Score plugin, engine over gRPC) serving a model that
-decides per pod (one engine call per pod) and one that holds its action (one engine call per hold, the
-pods of the hold scored in the plugin); and the stock kube-scheduler with the engine as its HTTP
-extender. The same fake cluster (Node objects, node_exporter metrics through a real Prometheus), the
+decides per pod, asking the engine for every pod (td3-scheduler) or running the engine's model in the
+plugin (td3-inprocess: `inference: plugin`, no engine call on the scheduling cycle), and a model that
+holds its action (one engine call per hold, the pods of the hold scored in the plugin); and the stock
+kube-scheduler with the engine as its HTTP extender. The same fake cluster (Node objects, node_exporter metrics through a real Prometheus), the
 same pods.
 
 For each scheduler the pods are created first, with that scheduler's name and no scheduler running,
@@ -13,7 +14,7 @@ and process start do not count. Latency: the p99 of the scheduler's own
 as PromQL's histogram_quantile does). Goal: the plugin path at least 0.9x the stock throughput.
 
     make k8s-bin && python benchmarks/bench_k8s.py [--nodes 1000] [--pods 5000] [--model DIR] [--held-model DIR]
-        [--schedulers stock,td3-scheduler,td3-held,td3-extender] [--rounds 1] [--plugin-metrics-interval S]
+        [--schedulers stock,td3-scheduler,td3-inprocess,td3-held,td3-extender] [--rounds 1] [--plugin-metrics-interval S]
 
 With ``--rounds N`` the chosen schedulers run N times, the even rounds in reverse order (stock, td3-held;
 td3-held, stock; ...), and each ratio is against the stock run of its own round: on a shared machine
@@ -60,7 +61,7 @@ QUERIES = {name: q.replace("[1m]", f"[{5 * SCRAPE_S}s]") for name, q in DEFAULT_
 CLIENT = {"qps": 5000, "burst": 5000}
 MODEL = REPO / "models" / "td3-dlrm"
 HELD_MODEL = REPO / "models" / "td3-dlrm-held"
-SCHEDULERS = ("stock", "td3-scheduler", "td3-held", "td3-extender")
+SCHEDULERS = ("stock", "td3-scheduler", "td3-inprocess", "td3-held", "td3-extender")
 
 
 def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
@@ -273,13 +274,16 @@ def main() -> None:
                       prometheus=prometheus)
         held.wait_fresh([n.name for n in nodes[:100]])
 
-        def plugin(address: str, name: str) -> dict:
-            config = with_client(plugin_config(address, prom, metricsIntervalSeconds=args.plugin_metrics_interval))
+        def plugin(address: str, name: str, **extra) -> dict:
+            config = with_client(plugin_config(address, prom, metricsIntervalSeconds=args.plugin_metrics_interval,
+                                               **extra))
             config["profiles"][0]["schedulerName"] = name  # the pods' schedulerName
             config["profiles"][0]["pluginConfig"][0]["args"]["queries"] = QUERIES
             return config
         configs = {"stock": ("stock", stock_config()),
                    "td3-scheduler": ("plugin", plugin(f"127.0.0.1:{engine.grpc_port}", "td3-scheduler")),
+                   "td3-inprocess": ("plugin", plugin(f"127.0.0.1:{engine.grpc_port}", "td3-inprocess",
+                                                      inference="plugin")),
                    "td3-held": ("plugin", plugin(f"127.0.0.1:{held.grpc_port}", "td3-held")),
                    "td3-extender": ("extender", with_client(extender_config(f"http://127.0.0.1:{engine.http_port}")))}
         watched = {"apiserver": plane.apiserver.proc.pid, "etcd": plane.etcd.proc.pid,

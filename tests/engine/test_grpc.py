@@ -4,6 +4,8 @@ readiness, and a drain lets calls in flight finish."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -138,3 +140,39 @@ def test_fuzzed_score_nodes_get_an_answer_or_invalid_argument(served):
     assert fuzz_score_nodes(stub, 300) > 100
     assert stub.ScoreNodes(engine_pb2.ScoreNodesRequest(pod=pod(), candidates=["node-1"]), timeout=DEADLINE_S).scores
 
+
+
+def test_get_model_sends_the_served_graph_once_and_what_a_scheduler_needs_to_run_it(served, actor):
+    from td3sched.rl.card import ONNX_FILE
+    from td3sched.rl.observation import OBSERVATION_FIELDS
+
+    _, stub, _ = served
+    first = stub.GetModel(engine_pb2.GetModelRequest(), timeout=DEADLINE_S)
+    assert first.model_version == actor.version
+    assert first.onnx == (Path(actor.folder) / ONNX_FILE).read_bytes()
+    assert (first.action_mode, list(first.dimensions)) == (actor.action_mode, list(actor.dimensions))
+    assert first.action_hold_s == actor.action_hold_s
+    assert list(first.observation_fields) == list(OBSERVATION_FIELDS)
+    assert not first.advisory and not first.fail_closed
+    again = stub.GetModel(engine_pb2.GetModelRequest(known_version=actor.version), timeout=DEADLINE_S)
+    assert again.model_version == actor.version and again.onnx == b""  # unchanged: no graph
+    other = stub.GetModel(engine_pb2.GetModelRequest(known_version="an-older-one"), timeout=DEADLINE_S)
+    assert other.onnx == first.onnx
+
+
+def test_get_model_says_shadow_mode_fail_closed_staleness_and_no_model(actor):
+    for kwargs, expected in (({"shadow": True}, (actor.version, True, False)),
+                             ({"mode": "fail-closed"}, (actor.version, False, True))):
+        service, _ = make_service(actor, snapshot(3), **kwargs)
+        door = GrpcFrontDoor(service, "127.0.0.1", 0)
+        with grpc.insecure_channel(f"127.0.0.1:{door.port}") as channel:
+            reply = engine_pb2_grpc.DecisionEngineStub(channel).GetModel(engine_pb2.GetModelRequest(),
+                                                                         timeout=DEADLINE_S)
+        door.stop(0)
+        assert (reply.model_version, reply.advisory, reply.fail_closed) == expected, kwargs
+    service, _ = make_service(None, snapshot(3))
+    door = GrpcFrontDoor(service, "127.0.0.1", 0)
+    with grpc.insecure_channel(f"127.0.0.1:{door.port}") as channel:
+        reply = engine_pb2_grpc.DecisionEngineStub(channel).GetModel(engine_pb2.GetModelRequest(), timeout=DEADLINE_S)
+    door.stop(0)
+    assert reply.model_version == "" and reply.onnx == b"" and list(reply.observation_fields)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from td3sched.engine.plugin_vectors import render, static_score, vectors
+from td3sched.engine.plugin_vectors import SCHEMA, render, static_score, vectors
 
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = REPO / "scheduler" / "testdata" / "vectors.json"
@@ -94,4 +94,24 @@ def test_a_node_above_the_ceiling_scores_zero():
 
 def test_vectors_file_is_json_with_the_schema():
     data = json.loads(VECTORS.read_text(encoding="utf-8"))
-    assert data["schema"] == 2 and set(data) >= {"static_score", "safety", "pods", "prometheus_queries"}
+    assert data["schema"] == SCHEMA and set(data) >= {"static_score", "safety", "pods", "prometheus_queries",
+                                                      "observation", "actor", "decisions"}
+
+
+def test_inference_vectors_cover_what_the_plugin_must_get_right():
+    """Observations over some and all of the known nodes, with and without the assign cache; actor cases
+    off the bound (a graph evaluated wrong moves them); decodings of every mode the plugin scores; engine
+    decisions with stale candidates under both staleness modes."""
+    v = vectors()
+    obs = v["observation"]
+    assert {True, False} == {len(o["candidates"]) == o["known_nodes"] for o in obs}
+    assert any(c["recent"] != [0.0, 0.0] for o in obs for c in o["candidates"])
+    assert {"Guaranteed", "Burstable", "BestEffort"} == {o["pod"]["qos"] for o in obs}
+    pre = np.array([c["pre_activations"] for c in v["actor"]["cases"]])
+    assert (np.abs(pre) < 4.9).mean() > 0.2, "the actor vectors sit at the bound: a wrong graph could pass them"
+    assert {"full", "seed", "ceiling"} == {d["action_mode"] for d in v["actor"]["decode"]}
+    decisions = v["decisions"]
+    stale_candidates = [d for d in decisions if any(n["sample_time_s"] < d["now_s"] - 60 and n["name"] in d["candidates"]
+                                                    for n in d["nodes"])]
+    assert {True, False} == {d["fail_closed"] for d in stale_candidates}
+    assert len({tuple(np.round(d["weights"], 2)) for d in decisions}) > 5, "the decisions hardly differ in action"

@@ -103,6 +103,33 @@ def test_plugin_binds_where_the_engine_scores_highest(cluster, engine, prometheu
     assert scheduler.metric("td3score_safety_filtered_nodes_total") >= len(names)
 
 
+def test_plugin_runs_the_engines_model_itself(cluster, engine, prometheus, namespace, start_scheduler):
+    """``inference: plugin``: the scheduler fetches the engine's graph (GetModel) and decides each pod
+    itself, no ScoreNodes call; the bindings still reach the engine (in batches), the safety filter still
+    holds. That its scores are the engine's is the Go tests' (the shared vectors)."""
+    scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{engine.grpc_port}", prometheus,
+                                                        inference="plugin"))
+    assert wait_for(lambda: scheduler.metric("td3score_model_refreshes_total", result="loaded") >= 1 or None,
+                    deadline_s=60, every_s=0.2), "the plugin did not load the engine's model"
+    names = create_pods(cluster, namespace, PLUGIN_SCHEDULER, 24)
+    bound = wait_bound(cluster, namespace, names)
+    assert HOT_NODE not in bound.values(), f"a pod was bound to {HOT_NODE}, over the safety threshold"
+    assert len(set(bound.values())) > 1, f"every pod on one node: {bound}"
+
+    def reported():
+        records = engine.records()
+        mine = [r for r in records if (r.get("pod") or {}).get("namespace") == namespace]
+        return mine if {r["pod"]["name"] for r in mine if r["kind"] == "binding"} >= set(names) else None
+    records = wait_for(reported, deadline_s=30, every_s=0.2)
+    assert records is not None, "the batched bindings did not all reach the engine (ReportBindings)"
+    assert all(r["node"] == bound[r["pod"]["name"]] for r in records if r["kind"] == "binding")
+    assert not [r for r in records if r["kind"] == "decision"], "the engine was asked to decide a pod"
+    assert scheduler.metric("td3score_decisions_total", source="plugin") == len(names)
+    assert scheduler.metric("td3score_decisions_total", source="engine") == 0
+    assert scheduler.metric("td3score_fallbacks_total") == 0
+    assert scheduler.metric("td3score_safety_filtered_nodes_total") >= len(names)
+
+
 def held_copy(model, folder, hold_s: float):
     """The shipped model with a card that declares an action hold: the same network, asked once per hold
     (the ONNX graph exported again, as it names the card it was made from)."""

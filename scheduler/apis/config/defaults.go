@@ -15,6 +15,18 @@ var (
 	DefaultFallbackTau     = 0.0
 	// DefaultScoreHeldActions: a held action is scored in the scheduler, one engine call per hold.
 	DefaultScoreHeldActions = true
+	// DefaultInference: the engine answers each pod (its decision log sees every decision).
+	DefaultInference           = InferenceEngine
+	DefaultModelRefreshSeconds = 10.0
+	// DefaultNodeDiskGiB and DefaultNodeRDMAPct: the engine's defaults (engine config disk_gib, rdma_pct).
+	DefaultNodeDiskGiB = 100.0
+	DefaultNodeRDMAPct = 100.0
+)
+
+// Where a per-pod model runs (TD3ScoreArgs.Inference).
+const (
+	InferenceEngine = "engine"
+	InferencePlugin = "plugin"
 )
 
 // SetDefaults fills every unset field of args.
@@ -51,6 +63,18 @@ func SetDefaults(args *TD3ScoreArgs) {
 	}
 	if args.ScoreHeldActions == nil {
 		args.ScoreHeldActions = ptr(DefaultScoreHeldActions)
+	}
+	if args.Inference == "" {
+		args.Inference = DefaultInference
+	}
+	if args.ModelRefreshSeconds == nil {
+		args.ModelRefreshSeconds = ptr(DefaultModelRefreshSeconds)
+	}
+	if args.NodeDiskGiB == nil {
+		args.NodeDiskGiB = ptr(DefaultNodeDiskGiB)
+	}
+	if args.NodeRDMAPct == nil {
+		args.NodeRDMAPct = ptr(DefaultNodeRDMAPct)
 	}
 }
 

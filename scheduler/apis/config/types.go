@@ -39,6 +39,17 @@ type TD3ScoreArgs struct {
 	// action_hold_s; ScoreNodes' action_valid_s), score later pods here with that action, over the
 	// plugin's own live metrics, without an engine call per pod. false: one call per pod always.
 	ScoreHeldActions *bool `json:"scoreHeldActions,omitempty"`
+	// Inference is where a per-pod model runs: "engine" (one ScoreNodes call per pod) or "plugin" (the
+	// engine's ONNX graph, fetched with GetModel, runs in the scheduler: no engine call on the scheduling
+	// cycle). The plugin runs models of action modes full, seed and ceiling that do not hold their
+	// action; for the others, in shadow mode, or until the first graph arrives, pods go to the engine.
+	Inference string `json:"inference,omitempty"`
+	// ModelRefreshSeconds is how often the plugin asks the engine which model it serves (inference: plugin).
+	ModelRefreshSeconds *float64 `json:"modelRefreshSeconds,omitempty"`
+	// NodeDiskGiB and NodeRDMAPct are a node's disk and RDMA in the observation when its allocatable does not
+	// list them (the engine's disk_gib and rdma_pct; inference: plugin).
+	NodeDiskGiB *float64 `json:"nodeDiskGiB,omitempty"`
+	NodeRDMAPct *float64 `json:"nodeRDMAPct,omitempty"`
 }
 
 // TLSArgs are the engine connection's TLS files (PEM).

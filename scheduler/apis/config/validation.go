@@ -33,6 +33,13 @@ func Validate(args *TD3ScoreArgs) error {
 	positive("metricsIntervalSeconds", *args.MetricsIntervalSeconds)
 	positive("metricsTimeoutSeconds", *args.MetricsTimeoutSeconds)
 	positive("metricsMaxAgeSeconds", *args.MetricsMaxAgeSeconds)
+	positive("modelRefreshSeconds", *args.ModelRefreshSeconds)
+	positive("nodeDiskGiB", *args.NodeDiskGiB)
+	positive("nodeRDMAPct", *args.NodeRDMAPct)
+	if args.Inference != InferenceEngine && args.Inference != InferencePlugin {
+		errs = append(errs, field.NotSupported(root.Child("inference"), args.Inference,
+			[]string{InferenceEngine, InferencePlugin}))
+	}
 	if u, err := url.Parse(args.PrometheusURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, field.Invalid(root.Child("prometheusURL"), args.PrometheusURL, "expected an http(s) URL"))
 	}

@@ -21,7 +21,7 @@ func TestDefaultsAreValid(t *testing.T) {
 		t.Fatalf("the defaults are refused: %v", err)
 	}
 	if *args.EngineTimeoutMillis != 15 || *args.SafetyCPUUtil != 0.9 || args.EngineAddress != "127.0.0.1:50051" ||
-		!*args.ScoreHeldActions {
+		!*args.ScoreHeldActions || args.Inference != InferenceEngine {
 		t.Fatalf("defaults: got timeout %d ms, threshold %g, address %q, scoreHeldActions %v", *args.EngineTimeoutMillis,
 			*args.SafetyCPUUtil, args.EngineAddress, *args.ScoreHeldActions)
 	}
@@ -58,6 +58,10 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"args.fallbackWeights", func(a *TD3ScoreArgs) { a.FallbackWeights = []float64{1.5, -0.5, 0, 0} }},
 		{"args.fallbackTau", func(a *TD3ScoreArgs) { a.FallbackTau = ptr(-0.1) }},
 		{"args.tls", func(a *TD3ScoreArgs) { a.TLS = &TLSArgs{CertFile: "client.crt"} }},
+		{"args.inference", func(a *TD3ScoreArgs) { a.Inference = "onnx" }},
+		{"args.modelRefreshSeconds", func(a *TD3ScoreArgs) { a.ModelRefreshSeconds = ptr(0.0) }},
+		{"args.nodeDiskGiB", func(a *TD3ScoreArgs) { a.NodeDiskGiB = ptr(-1.0) }},
+		{"args.nodeRDMAPct", func(a *TD3ScoreArgs) { a.NodeRDMAPct = ptr(math.NaN()) }},
 	}
 	for _, c := range cases {
 		err := Validate(defaulted(c.edit))

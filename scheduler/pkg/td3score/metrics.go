@@ -17,17 +17,20 @@ const (
 	ReasonMissingNode = "missing_node" // a candidate is not in the answer
 	ReasonAdvisory    = "advisory"     // the engine runs in shadow mode: its answer is not to be acted on
 	ReasonBadPod      = "bad_pod"      // the pod cannot be described to the engine (fractional GPUs)
+	// In-process inference (inference: plugin) only:
+	ReasonNoFreshMetrics = "no_fresh_metrics" // no candidate has fresh metrics to observe (the engine's reason)
+	ReasonModelError     = "model_error"      // the model failed to run or gave an action of the wrong width
 )
 
 // Reasons lists every fallback reason, for tests and dashboards.
 var Reasons = []string{ReasonTimeout, ReasonUnavailable, ReasonError, ReasonNaN, ReasonInvalid, ReasonMissingNode,
-	ReasonAdvisory, ReasonBadPod}
+	ReasonAdvisory, ReasonBadPod, ReasonNoFreshMetrics, ReasonModelError}
 
 // The plugin's metrics, on kube-scheduler's /metrics (component-base's legacy registry).
 var (
 	decisions = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem: "td3score", Name: "decisions_total", StabilityLevel: metrics.ALPHA,
-		Help: "Pods scored, by the source of the scores: engine (its answer), held (the engine's held action, scored in the plugin) or static (the fallback).",
+		Help: "Pods scored, by the source of the scores: engine (its answer), held (the engine's held action, scored in the plugin), plugin (the engine's model run in the plugin) or static (the fallback).",
 	}, []string{"source"})
 	fallbacks = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem: "td3score", Name: "fallbacks_total", StabilityLevel: metrics.ALPHA,
@@ -50,11 +53,16 @@ var (
 		Subsystem: "td3score", Name: "node_metrics_age_seconds", StabilityLevel: metrics.ALPHA,
 		Help: "Age of the node metrics snapshot Filter and the static score read, at its last refresh.",
 	})
+	modelRefreshes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem: "td3score", Name: "model_refreshes_total", StabilityLevel: metrics.ALPHA,
+		Help: "Refreshes of the engine's model for in-process inference, by result: loaded (a new graph), unchanged, engine (none to run here: the engine answers), refused (a graph the plugin cannot run) or error.",
+	}, []string{"result"})
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(decisions, fallbacks, engineLatency, safetyFiltered, metricsRefreshes, metricsAge)
+		legacyregistry.MustRegister(decisions, fallbacks, engineLatency, safetyFiltered, metricsRefreshes, metricsAge,
+			modelRefreshes)
 	})
 }

@@ -52,6 +52,7 @@ type TD3Score struct {
 	assigned *nodemetrics.AssignCache
 	now      func() time.Time
 	held     atomic.Pointer[heldAction]
+	model    atomic.Pointer[servedModel] // inference: plugin; nil: the engine answers
 	batch    bindingBatch
 }
 
@@ -150,6 +151,7 @@ func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, err
 	registerMetrics()
 	source := nodemetrics.NewSource(args.PrometheusURL, args.Queries, seconds(*args.MetricsIntervalSeconds),
 		seconds(*args.MetricsTimeoutSeconds))
+	source.OOMKills = args.Inference == config.InferencePlugin
 	source.OnRefresh = func(err error) {
 		if err != nil {
 			metricsRefreshes.WithLabelValues("error").Inc()
@@ -173,7 +175,11 @@ func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, err
 	pl := newPlugin(args, enginev1.NewDecisionEngineClient(conn), source)
 	pl.conn = conn
 	go pl.flushBindingsEvery(ctx, heldBindingFlush)
-	klog.FromContext(ctx).Info("td3score ready", "engine", args.EngineAddress, "deadline_ms", *args.EngineTimeoutMillis,
+	if args.Inference == config.InferencePlugin {
+		go pl.refreshModelEvery(ctx, seconds(*args.ModelRefreshSeconds))
+	}
+	klog.FromContext(ctx).Info("td3score ready", "engine", args.EngineAddress, "inference", args.Inference,
+		"deadline_ms", *args.EngineTimeoutMillis,
 		"prometheus", args.PrometheusURL, "safetyCPUUtil", *args.SafetyCPUUtil, "fallbackWeights", args.FallbackWeights,
 		"fallbackTau", *args.FallbackTau)
 	return pl, nil
@@ -188,11 +194,12 @@ func newPlugin(args config.TD3ScoreArgs, engine enginev1.DecisionEngineClient, s
 func (pl *TD3Score) Name() string { return Name }
 
 // decision is what PreScore learnt for the pod: the engine's scores, the engine's held action to score
-// with, or why the static score is used.
+// with, the engine's model's scores computed here, or why the static score is used.
 type decision struct {
 	pod            *enginev1.Pod
-	scores         map[string]int64 // the engine's or the held action's; nil when falling back
+	scores         map[string]int64 // the engine's, the held action's or the model's; nil when falling back
 	held           *heldAction      // non-nil: the scores are the engine's held action's, computed here
+	model          string           // non-empty: the scores are this engine model's, run here (inference: plugin)
 	fallbackReason string
 	decisionID     string
 }
@@ -255,11 +262,23 @@ func (pl *TD3Score) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.
 			"weights", h.weights, "tau", h.tau, "ceiling", h.ceiling, "until", h.until)
 		return nil
 	}
+	if m := pl.model.Load(); m != nil {
+		scores, reason, err := pl.inferScores(m, p, nodes)
+		if reason != "" {
+			pl.fallBack(logger, d, reason, err)
+			return nil
+		}
+		d.scores, d.model = scores, m.version
+		decisions.WithLabelValues("plugin").Inc()
+		logger.V(4).Info("td3score: model run in the plugin", "pod", klog.KObj(pod), "model", m.version,
+			"candidates", len(nodes))
+		return nil
+	}
 	candidates := make([]string, len(nodes))
 	for i, n := range nodes {
 		candidates[i] = n.Node().Name
 	}
-	pl.flushBindings(ctx) // the held pods' bindings first, so that the engine decides with them
+	pl.flushBindings(ctx) // the batched pods' bindings first, so that the engine decides with them
 	callCtx, cancel := context.WithTimeout(ctx, millis(*pl.args.EngineTimeoutMillis))
 	defer cancel()
 	start := time.Now()
@@ -409,15 +428,16 @@ func (pl *TD3Score) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Po
 
 // PostBind reports the binding to the engine (its assign cache and decision log) and to the plugin's own
 // assign cache (the static score's correction). Off the scheduling path; a failure is logged, not retried.
-// A pod scored with a held action is reported in a batch (bindingBatch), naming the decision that took the action.
+// A pod scored with a held action is reported in a batch (bindingBatch), naming the decision that took the
+// action; so is a pod scored by the model run here (no engine decision to name).
 func (pl *TD3Score) PostBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
 	logger := klog.FromContext(ctx)
 	d, err := readDecision(state)
 	var p *enginev1.Pod
-	id, held := "", false
+	id, batched := "", false
 	if err == nil {
-		p, id, held = d.pod, d.decisionID, d.held != nil
-		if held {
+		p, id, batched = d.pod, d.decisionID, d.held != nil || d.model != ""
+		if d.held != nil {
 			id = d.held.decisionID // the engine decision whose action scored the pod (its decision log links them)
 		}
 	} else if p, err = EnginePod(pod); err != nil {
@@ -426,7 +446,7 @@ func (pl *TD3Score) PostBind(ctx context.Context, state fwk.CycleState, pod *v1.
 	}
 	cpu, mem := NonZeroRequests(p.CpuMilli, p.MemMib)
 	pl.assigned.Add(nodeName, pl.now(), cpu, mem)
-	if held {
+	if batched {
 		pl.batch.add(&enginev1.ReportBindingRequest{Pod: p, Node: nodeName, DecisionId: id})
 		return
 	}

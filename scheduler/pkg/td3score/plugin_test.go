@@ -78,7 +78,7 @@ func scoresBy(score func(node string) int64) func(*enginev1.ScoreNodesRequest) (
 	}
 }
 
-func startEngine(t *testing.T, f *fakeEngine) string {
+func startEngine(t *testing.T, f enginev1.DecisionEngineServer) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

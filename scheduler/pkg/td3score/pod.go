@@ -85,7 +85,7 @@ func EnginePod(pod *v1.Pod) (*enginev1.Pod, error) {
 		Name:          name,
 		CpuMilli:      request(v1.ResourceCPU) * 1000,
 		MemMib:        request(v1.ResourceMemory) / (1 << 20),
-		DiskGib:       request(v1.ResourceEphemeralStorage) / (1 << 30),
+		DiskGib:       request(v1.ResourceEphemeralStorage) / GiB,
 		RdmaPct:       request(rdmaResource),
 		GpuCount:      uint32(gpus),
 		CpuLimitMilli: limit(v1.ResourceCPU) * 1000,

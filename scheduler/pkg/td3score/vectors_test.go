@@ -60,16 +60,22 @@ type vectors struct {
 	} `json:"pods"`
 }
 
-func loadVectors(t *testing.T) vectors {
+// readJSON reads a shared test vector file into into.
+func readJSON(t *testing.T, path string, into any) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "testdata", "vectors.json"))
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("the shared test vectors: %v (td3sched plugin-vectors writes them)", err)
 	}
-	var v vectors
-	if err := json.Unmarshal(raw, &v); err != nil {
-		t.Fatalf("testdata/vectors.json: %v", err)
+	if err := json.Unmarshal(raw, into); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
+}
+
+func loadVectors(t *testing.T) vectors {
+	t.Helper()
+	var v vectors
+	readJSON(t, filepath.Join("..", "..", "testdata", "vectors.json"), &v)
 	if len(v.StaticScore) == 0 || len(v.Safety) == 0 || len(v.Pods) == 0 {
 		t.Fatalf("testdata/vectors.json: empty sections (%d static, %d safety, %d pods)", len(v.StaticScore),
 			len(v.Safety), len(v.Pods))

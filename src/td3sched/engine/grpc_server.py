@@ -19,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from td3sched.engine.decision import PodSpec
 from td3sched.engine.service import EngineService
 from td3sched.engine.state import NotReady
+from td3sched.rl.observation import OBSERVATION_FIELDS
 
 try:
     from td3sched.engine.v1 import engine_pb2, engine_pb2_grpc
@@ -152,6 +153,22 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
                     rejected.append(f"bindings[{i}]: {invalid_message(exc)}")
             return engine_pb2.ReportBindingsResponse(accepted=len(request.bindings) - len(rejected), rejected=rejected)
         return self._guard("report_bindings", context, run)
+
+    def GetModel(self, request, context):
+        """The served model's graph (only when ``known_version`` is not the one served) and what a
+        scheduler running it needs: its action mode, hold, observation layout, shadow mode, staleness."""
+        def run():
+            engine = self.service.engine
+            actor = engine.models.actor
+            common = {"observation_fields": list(OBSERVATION_FIELDS), "advisory": engine.shadow,
+                      "fail_closed": engine.state.staleness.mode == "fail-closed"}
+            if actor is None:
+                return engine_pb2.GetModelResponse(**common)
+            graph = b"" if request.known_version == actor.version else getattr(actor, "graph", b"")
+            return engine_pb2.GetModelResponse(model_version=actor.version, onnx=graph, action_mode=actor.action_mode,
+                                               dimensions=list(getattr(actor, "dimensions", ())),
+                                               action_hold_s=float(getattr(actor, "action_hold_s", 0.0)), **common)
+        return self._guard("get_model", context, run)
 
 
 class GrpcFrontDoor:

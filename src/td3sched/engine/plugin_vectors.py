@@ -14,6 +14,12 @@ constants:
     pods           kubernetes_objects.pod_from_k8s (requests as NodeResourcesFit counts them, QoS,
                    limits)
     prometheus     prometheus_source.DEFAULT_QUERIES and the snapshot's unit conversions
+    observation    rl.observation.observe over candidates of an engine snapshot (``NodeSnapshot``: every
+                   known node counts as ready), with the assign cache's usage and the pod
+    actor          a shipped model's ONNX graph (``ACTOR_MODEL``) run by ONNX Runtime on observations
+                   around its normaliser and past its clip, and ``rl.actions.decode`` of pre-activations
+                   in every action mode the plugin scores (full, seed, ceiling): the plugin's own
+                   inference (``scheduler/pkg/actor``) is held to both
 
 ``td3sched plugin-vectors`` writes the file (``scheduler/testdata/vectors.json``); a Python test checks
 that the committed file is what this module writes today, and the Go tests read it.
@@ -27,15 +33,18 @@ from pathlib import Path
 
 import numpy as np
 
-from td3sched.engine.decision import NEUTRAL_SCORE, PodSpec
+from td3sched.engine.decision import NEUTRAL_SCORE, RANGE_SLACK, PodSpec
 from td3sched.engine.kubernetes_objects import pod_from_k8s
 from td3sched.engine.prometheus_source import DEFAULT_QUERIES, MIB
+from td3sched.engine.state import NodeSnapshot
 from td3sched.policy.base import DEFAULT_MEMORY_REQUEST_MIB, DEFAULT_MILLI_CPU_REQUEST, PodRequest
 from td3sched.policy.features import utilisation
 from td3sched.policy.static_weights import MAX_CEILING, validate_weights, weighted_closeness, within_ceiling
+from td3sched.rl.actions import CEILING_RANGE, LOGIT_LIMIT
+from td3sched.rl.observation import OBSERVATION_FIELDS, observe
 from td3sched.simulator.filter import safety_ok
 
-SCHEMA = 2
+SCHEMA = 3
 ROUNDING_MARGIN = 1e-9
 """A drawn vector whose 100 x score lies this close to a half is redrawn: the two languages may sum
 the four weighted terms in different orders, and only the float score is compared with a tolerance."""
@@ -173,19 +182,146 @@ def pod_vectors() -> list[dict]:
     return out
 
 
+ACTOR_MODEL = "td3-openb"
+"""The shipped model whose graph the actor vectors run (the repository's ``models/`` folder)."""
+PLUGIN_ACTION_MODES = ("full", "seed", "ceiling")
+"""The action modes the plugin decodes and scores itself; the others read requests it does not keep."""
+
+
+def observation_vectors(rng: np.random.Generator, n: int = 40) -> list[dict]:
+    """Decisions over candidates of a snapshot of ``known`` nodes, as the engine observes them
+    (``DecisionEngine.decide``: the utilisation with the pod and the assign cache's usage, then
+    ``observe``), with the pod's time and the cluster's recent OOM kills."""
+    out = []
+    for i in range(n):
+        known = int(rng.choice([1, 2, 5, 40, 120]))
+        k = int(rng.integers(1, known + 1)) if i % 3 else known
+        cores = rng.choice([2.0, 8.0, 64.0, 96.0], size=known)
+        mem = rng.choice([4096.0, 65536.0, 262144.0], size=known)
+        alloc = np.column_stack([cores * 1000.0, mem, rng.choice([50.0, 100.0, 400.0], size=known),
+                                 rng.choice([0.5, 100.0], size=known)])
+        cap = np.column_stack([cores * 1000.0, mem, np.ones(known), rng.choice([1000.0, 10000.0], size=known)])
+        observed = rng.uniform(0.0, 1.1, size=(known, 4)) * cap
+        snap = NodeSnapshot(tuple(f"n{j}" for j in range(known)), alloc, cap, observed, np.zeros(known))
+        nodes = np.sort(rng.choice(known, size=k, replace=False))
+        recent = np.zeros((known, 2))
+        if i % 2:
+            recent[nodes] = rng.uniform(0.0, 1.0, size=(k, 2)) * [2000.0, 4096.0]
+        pod = PodSpec("vector", cpu_milli=0.0 if i % 5 == 0 else float(rng.choice([100.0, 2500.0, 32000.0])),
+                      mem_mib=0.0 if i % 6 == 0 else float(rng.uniform(16.0, 65536.0)),
+                      disk_gib=float(rng.choice([0.0, 10.0])), rdma_pct=float(rng.choice([0.0, 25.0])),
+                      qos=i % 3)
+        time_s = float(rng.uniform(1.6e9, 1.8e9))
+        oom = float(rng.choice([0.0, 0.0, 1.0, 12.0]))
+        request = pod.request(time_s)
+        u = utilisation(request, nodes, snap, recent)
+        obs = observe(request, nodes, snap, u, oom)
+        out.append({"pod": {"cpu_milli": pod.cpu_milli, "mem_mib": pod.mem_mib, "disk_gib": pod.disk_gib,
+                            "rdma_pct": pod.rdma_pct, "qos": ("Guaranteed", "Burstable", "BestEffort")[pod.qos]},
+                    "time_s": time_s, "oom_kills_recent": oom, "known_nodes": known,
+                    "candidates": [{"allocatable": alloc[j].tolist(), "capacity": cap[j].tolist(),
+                                    "observed": observed[j].tolist(), "recent": recent[j].tolist()} for j in nodes],
+                    "observation": [float(x) for x in obs]})
+    return out
+
+
+def actor_vectors(rng: np.random.Generator, observations_from: list[dict], n: int = 24) -> dict:
+    """The ``ACTOR_MODEL`` graph's pre-activations by ONNX Runtime on observations around its normaliser's
+    mean and past its clip edges, and decoded pre-activations of every ``PLUGIN_ACTION_MODES``."""
+    import hashlib
+
+    from td3sched.rl.actions import decode
+    from td3sched.rl.card import ONNX_FILE
+    from td3sched.rl.onnx_actor import load_actor
+    from td3sched.shipped import model_folder
+
+    folder = model_folder(ACTOR_MODEL)
+    actor = load_actor(folder)
+    graph = (folder / ONNX_FILE).read_bytes()
+    observations = [np.asarray(c["observation"], dtype=np.float32) for c in observations_from]
+    wide = rng.normal(0.0, 1.0, size=(n, len(observations[0]))) * rng.choice([1.0, 100.0], size=(n, 1))
+    x = np.vstack([np.stack(observations), wide]).astype(np.float32)  # wide: past the normaliser's clip
+    pre = actor.act(x)
+    decoded = []
+    for i in range(n):
+        for mode in PLUGIN_ACTION_MODES:
+            width = 6 if mode == "ceiling" else 5
+            a = (rng.uniform(-LOGIT_LIMIT, LOGIT_LIMIT, size=width) * (0.2 if i % 4 == 0 else 1.0)).astype(np.float32)
+            args = decode(a, mode)
+            decoded.append({"action_mode": mode, "pre_activations": [float(v) for v in a],
+                            "weights": [float(w) for w in args.weights], "tau": float(args.tau),
+                            "ceiling": None if args.ceiling is None else float(args.ceiling)})
+    return {"model": f"models/{ACTOR_MODEL}/{ONNX_FILE}", "onnx_sha256": hashlib.sha256(graph).hexdigest(),
+            "version": actor.version, "action_mode": actor.action_mode,
+            "cases": [{"observation": [float(v) for v in o], "pre_activations": [float(v) for v in p]}
+                      for o, p in zip(x, pre)],
+            "decode": decoded}
+
+
+def decision_vectors(rng: np.random.Generator, n: int = 16) -> list[dict]:
+    """The engine's whole decision (``DecisionEngine.decide`` serving ``ACTOR_MODEL``) for pods over
+    candidates of a snapshot in which some nodes are stale: what the plugin's in-process inference must
+    answer. Allocatables are whole milli-cores, MiB, GiB and RDMA percents, as a v1.Node states them."""
+    from td3sched.engine.decision import DecisionEngine, ModelSlot
+    from td3sched.engine.state import ShadowState, Staleness
+    from td3sched.rl.onnx_actor import load_actor
+
+    slot = ModelSlot(load_actor(ACTOR_MODEL))
+    out = []
+    for i in range(n):
+        known = int(rng.choice([3, 12, 30]))
+        now = float(rng.uniform(1.6e9, 1.8e9))
+        cores = rng.choice([4.0, 16.0, 64.0], size=known)
+        mem = rng.choice([8192.0, 65536.0, 262144.0], size=known)
+        alloc = np.column_stack([cores * 1000.0, mem, rng.choice([50.0, 100.0], size=known),
+                                 rng.choice([25.0, 100.0], size=known)])
+        cap = np.column_stack([cores * 1000.0, mem, np.ones(known), rng.choice([1000.0, 10000.0], size=known)])
+        observed = rng.uniform(0.0, 0.95, size=(known, 4)) * cap
+        stale = rng.uniform(size=known) < 0.15
+        scraped = np.where(stale, now - 3600.0, now - 5.0)
+        oom = float(rng.choice([0.0, 3.0]))
+        names = tuple(f"n{j}" for j in range(known))
+        fail_closed = i % 4 == 3
+        state = ShadowState(lambda t=now: t, Staleness(mode="fail-closed" if fail_closed else "fail-open"))
+        state.publish(NodeSnapshot(names, alloc, cap, observed, scraped, oom_kills_recent=oom))
+        engine = DecisionEngine(state, slot)
+        k = int(rng.integers(1, known + 1))
+        candidates = [names[j] for j in np.sort(rng.choice(known, size=k, replace=False))]
+        pod = PodSpec("vector", cpu_milli=float(rng.choice([0.0, 250.0, 4000.0])),
+                      mem_mib=float(rng.choice([0.0, 512.0, 16384.0])), disk_gib=float(rng.choice([0.0, 5.0])),
+                      rdma_pct=float(rng.choice([0.0, 10.0])), qos=i % 3)
+        d = engine.decide(pod, candidates)
+        out.append({"now_s": now, "oom_kills_recent": oom, "fail_closed": fail_closed,
+                    "nodes": [{"name": names[j], "allocatable": alloc[j].tolist(), "capacity": cap[j].tolist(),
+                               "observed": observed[j].tolist(), "sample_time_s": float(scraped[j])}
+                              for j in range(known)],
+                    "pod": {"cpu_milli": pod.cpu_milli, "mem_mib": pod.mem_mib, "disk_gib": pod.disk_gib,
+                            "rdma_pct": pod.rdma_pct, "qos": ("Guaranteed", "Burstable", "BestEffort")[pod.qos]},
+                    "candidates": candidates, "fallback_reason": d.fallback_reason,
+                    "scores": [float(x) for x in d.scores], "scores_0_100": d.scores_0_100(),
+                    "weights": [float(w) for w in d.weights], "tau": float(d.tau)})
+    return out
+
+
 def vectors(seed: int = 11) -> dict:
     rng = np.random.default_rng(seed)
-    return {
+    out = {
         "schema": SCHEMA,
         "about": "written by `td3sched plugin-vectors` (src/td3sched/engine/plugin_vectors.py); do not edit",
         "constants": {"default_milli_cpu_request": DEFAULT_MILLI_CPU_REQUEST,
                       "default_memory_request_mib": DEFAULT_MEMORY_REQUEST_MIB,
-                      "neutral_score": NEUTRAL_SCORE, "mib_bytes": MIB},
+                      "neutral_score": NEUTRAL_SCORE, "mib_bytes": MIB, "logit_limit": LOGIT_LIMIT,
+                      "range_slack": RANGE_SLACK, "ceiling_range": list(CEILING_RANGE),
+                      "observation_fields": list(OBSERVATION_FIELDS)},
         "prometheus_queries": dict(DEFAULT_QUERIES),
         "static_score": static_score_vectors(rng),
         "safety": safety_vectors(rng),
         "pods": pod_vectors(),
     }
+    out["observation"] = observation_vectors(rng)
+    out["actor"] = actor_vectors(rng, out["observation"])
+    out["decisions"] = decision_vectors(rng)
+    return out
 
 
 def render(seed: int = 11) -> str:

@@ -25,8 +25,10 @@ METADATA_PREFIX = "td3sched."
 class OnnxActor:
     """observation(s) -> pre-activations, with the normaliser inside the graph."""
 
-    def __init__(self, session, card: dict, content_sha256: str, folder: str):
+    def __init__(self, session, card: dict, content_sha256: str, folder: str, graph: bytes = b""):
         self.session = session
+        self.graph = graph
+        """The serialised ONNX graph (the engine hands it to a scheduler that runs the model itself)."""
         self.card = card
         self.content_sha256 = content_sha256
         self.folder = str(folder)
@@ -77,7 +79,7 @@ class OnnxActor:
         if len(outputs) != 1 or outputs[0].shape[1:] != [expected]:
             raise ModelError(f"{where}: output {[(o.name, o.shape) for o in outputs]}: expected one [batch, "
                              f"{expected}] action (action mode {card['action_mode']!r})")
-        return cls(session, card, content_sha256, folder)
+        return cls(session, card, content_sha256, folder, bytes(data))
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Pre-activations [A] for one observation [35], or [n, A] for a batch [n, 35]."""

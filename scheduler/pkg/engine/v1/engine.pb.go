@@ -847,6 +847,153 @@ func (x *ReportBindingsResponse) GetRejected() []string {
 	return nil
 }
 
+// The served model, for a scheduler that runs it in its own process (the td3score plugin's
+// inference: plugin): the ONNX graph the engine serves and what the scheduler needs to use it as
+// the engine does. Ask with the version held; the graph is sent only when it changed.
+type GetModelRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KnownVersion  string                 `protobuf:"bytes,1,opt,name=known_version,json=knownVersion,proto3" json:"known_version,omitempty"` // the model_version the caller runs ("" for none)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetModelRequest) Reset() {
+	*x = GetModelRequest{}
+	mi := &file_td3sched_engine_v1_engine_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetModelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetModelRequest) ProtoMessage() {}
+
+func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_td3sched_engine_v1_engine_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetModelRequest.ProtoReflect.Descriptor instead.
+func (*GetModelRequest) Descriptor() ([]byte, []int) {
+	return file_td3sched_engine_v1_engine_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GetModelRequest) GetKnownVersion() string {
+	if x != nil {
+		return x.KnownVersion
+	}
+	return ""
+}
+
+type GetModelResponse struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	ModelVersion      string                 `protobuf:"bytes,1,opt,name=model_version,json=modelVersion,proto3" json:"model_version,omitempty"`                // "" when no model is served
+	Onnx              []byte                 `protobuf:"bytes,2,opt,name=onnx,proto3" json:"onnx,omitempty"`                                                    // td3sched export-onnx's graph; empty when model_version == known_version
+	ActionMode        string                 `protobuf:"bytes,3,opt,name=action_mode,json=actionMode,proto3" json:"action_mode,omitempty"`                      // the model card's action mode
+	Dimensions        []string               `protobuf:"bytes,4,rep,name=dimensions,proto3" json:"dimensions,omitempty"`                                        // the card's declared action dimensions
+	ActionHoldS       float64                `protobuf:"fixed64,5,opt,name=action_hold_s,json=actionHoldS,proto3" json:"action_hold_s,omitempty"`               // the card's action hold (0: an action per pod)
+	ObservationFields []string               `protobuf:"bytes,6,rep,name=observation_fields,json=observationFields,proto3" json:"observation_fields,omitempty"` // the observation layout the graph reads (rl/observation.py)
+	Advisory          bool                   `protobuf:"varint,7,opt,name=advisory,proto3" json:"advisory,omitempty"`                                           // shadow mode: the model's decisions are not to be acted on
+	FailClosed        bool                   `protobuf:"varint,8,opt,name=fail_closed,json=failClosed,proto3" json:"fail_closed,omitempty"`                     // nodes without fresh metrics are excluded (score 0), not neutral
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *GetModelResponse) Reset() {
+	*x = GetModelResponse{}
+	mi := &file_td3sched_engine_v1_engine_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetModelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetModelResponse) ProtoMessage() {}
+
+func (x *GetModelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_td3sched_engine_v1_engine_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetModelResponse.ProtoReflect.Descriptor instead.
+func (*GetModelResponse) Descriptor() ([]byte, []int) {
+	return file_td3sched_engine_v1_engine_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetModelResponse) GetModelVersion() string {
+	if x != nil {
+		return x.ModelVersion
+	}
+	return ""
+}
+
+func (x *GetModelResponse) GetOnnx() []byte {
+	if x != nil {
+		return x.Onnx
+	}
+	return nil
+}
+
+func (x *GetModelResponse) GetActionMode() string {
+	if x != nil {
+		return x.ActionMode
+	}
+	return ""
+}
+
+func (x *GetModelResponse) GetDimensions() []string {
+	if x != nil {
+		return x.Dimensions
+	}
+	return nil
+}
+
+func (x *GetModelResponse) GetActionHoldS() float64 {
+	if x != nil {
+		return x.ActionHoldS
+	}
+	return 0
+}
+
+func (x *GetModelResponse) GetObservationFields() []string {
+	if x != nil {
+		return x.ObservationFields
+	}
+	return nil
+}
+
+func (x *GetModelResponse) GetAdvisory() bool {
+	if x != nil {
+		return x.Advisory
+	}
+	return false
+}
+
+func (x *GetModelResponse) GetFailClosed() bool {
+	if x != nil {
+		return x.FailClosed
+	}
+	return false
+}
+
 var File_td3sched_engine_v1_engine_proto protoreflect.FileDescriptor
 
 const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
@@ -916,18 +1063,34 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\bbindings\x18\x01 \x03(\v2(.td3sched.engine.v1.ReportBindingRequestR\bbindings\"P\n" +
 	"\x16ReportBindingsResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\rR\baccepted\x12\x1a\n" +
-	"\brejected\x18\x02 \x03(\tR\brejected*s\n" +
+	"\brejected\x18\x02 \x03(\tR\brejected\"6\n" +
+	"\x0fGetModelRequest\x12#\n" +
+	"\rknown_version\x18\x01 \x01(\tR\fknownVersion\"\x9c\x02\n" +
+	"\x10GetModelResponse\x12#\n" +
+	"\rmodel_version\x18\x01 \x01(\tR\fmodelVersion\x12\x12\n" +
+	"\x04onnx\x18\x02 \x01(\fR\x04onnx\x12\x1f\n" +
+	"\vaction_mode\x18\x03 \x01(\tR\n" +
+	"actionMode\x12\x1e\n" +
+	"\n" +
+	"dimensions\x18\x04 \x03(\tR\n" +
+	"dimensions\x12\"\n" +
+	"\raction_hold_s\x18\x05 \x01(\x01R\vactionHoldS\x12-\n" +
+	"\x12observation_fields\x18\x06 \x03(\tR\x11observationFields\x12\x1a\n" +
+	"\badvisory\x18\a \x01(\bR\badvisory\x12\x1f\n" +
+	"\vfail_closed\x18\b \x01(\bR\n" +
+	"failClosed*s\n" +
 	"\bQosClass\x12\x19\n" +
 	"\x15QOS_CLASS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14QOS_CLASS_GUARANTEED\x10\x01\x12\x17\n" +
 	"\x13QOS_CLASS_BURSTABLE\x10\x02\x12\x19\n" +
-	"\x15QOS_CLASS_BEST_EFFORT\x10\x032\xb7\x03\n" +
+	"\x15QOS_CLASS_BEST_EFFORT\x10\x032\x8e\x04\n" +
 	"\x0eDecisionEngine\x12[\n" +
 	"\n" +
 	"ScoreNodes\x12%.td3sched.engine.v1.ScoreNodesRequest\x1a&.td3sched.engine.v1.ScoreNodesResponse\x12y\n" +
 	"\x14GetSchedulingWeights\x12/.td3sched.engine.v1.GetSchedulingWeightsRequest\x1a0.td3sched.engine.v1.GetSchedulingWeightsResponse\x12d\n" +
 	"\rReportBinding\x12(.td3sched.engine.v1.ReportBindingRequest\x1a).td3sched.engine.v1.ReportBindingResponse\x12g\n" +
-	"\x0eReportBindings\x12).td3sched.engine.v1.ReportBindingsRequest\x1a*.td3sched.engine.v1.ReportBindingsResponseB0Z.td3-scheduler/scheduler/pkg/engine/v1;enginev1b\x06proto3"
+	"\x0eReportBindings\x12).td3sched.engine.v1.ReportBindingsRequest\x1a*.td3sched.engine.v1.ReportBindingsResponse\x12U\n" +
+	"\bGetModel\x12#.td3sched.engine.v1.GetModelRequest\x1a$.td3sched.engine.v1.GetModelResponseB0Z.td3-scheduler/scheduler/pkg/engine/v1;enginev1b\x06proto3"
 
 var (
 	file_td3sched_engine_v1_engine_proto_rawDescOnce sync.Once
@@ -942,7 +1105,7 @@ func file_td3sched_engine_v1_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_td3sched_engine_v1_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_td3sched_engine_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_td3sched_engine_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_td3sched_engine_v1_engine_proto_goTypes = []any{
 	(QosClass)(0),                        // 0: td3sched.engine.v1.QosClass
 	(*Pod)(nil),                          // 1: td3sched.engine.v1.Pod
@@ -956,6 +1119,8 @@ var file_td3sched_engine_v1_engine_proto_goTypes = []any{
 	(*ReportBindingResponse)(nil),        // 9: td3sched.engine.v1.ReportBindingResponse
 	(*ReportBindingsRequest)(nil),        // 10: td3sched.engine.v1.ReportBindingsRequest
 	(*ReportBindingsResponse)(nil),       // 11: td3sched.engine.v1.ReportBindingsResponse
+	(*GetModelRequest)(nil),              // 12: td3sched.engine.v1.GetModelRequest
+	(*GetModelResponse)(nil),             // 13: td3sched.engine.v1.GetModelResponse
 }
 var file_td3sched_engine_v1_engine_proto_depIdxs = []int32{
 	0,  // 0: td3sched.engine.v1.Pod.qos:type_name -> td3sched.engine.v1.QosClass
@@ -970,12 +1135,14 @@ var file_td3sched_engine_v1_engine_proto_depIdxs = []int32{
 	6,  // 9: td3sched.engine.v1.DecisionEngine.GetSchedulingWeights:input_type -> td3sched.engine.v1.GetSchedulingWeightsRequest
 	8,  // 10: td3sched.engine.v1.DecisionEngine.ReportBinding:input_type -> td3sched.engine.v1.ReportBindingRequest
 	10, // 11: td3sched.engine.v1.DecisionEngine.ReportBindings:input_type -> td3sched.engine.v1.ReportBindingsRequest
-	5,  // 12: td3sched.engine.v1.DecisionEngine.ScoreNodes:output_type -> td3sched.engine.v1.ScoreNodesResponse
-	7,  // 13: td3sched.engine.v1.DecisionEngine.GetSchedulingWeights:output_type -> td3sched.engine.v1.GetSchedulingWeightsResponse
-	9,  // 14: td3sched.engine.v1.DecisionEngine.ReportBinding:output_type -> td3sched.engine.v1.ReportBindingResponse
-	11, // 15: td3sched.engine.v1.DecisionEngine.ReportBindings:output_type -> td3sched.engine.v1.ReportBindingsResponse
-	12, // [12:16] is the sub-list for method output_type
-	8,  // [8:12] is the sub-list for method input_type
+	12, // 12: td3sched.engine.v1.DecisionEngine.GetModel:input_type -> td3sched.engine.v1.GetModelRequest
+	5,  // 13: td3sched.engine.v1.DecisionEngine.ScoreNodes:output_type -> td3sched.engine.v1.ScoreNodesResponse
+	7,  // 14: td3sched.engine.v1.DecisionEngine.GetSchedulingWeights:output_type -> td3sched.engine.v1.GetSchedulingWeightsResponse
+	9,  // 15: td3sched.engine.v1.DecisionEngine.ReportBinding:output_type -> td3sched.engine.v1.ReportBindingResponse
+	11, // 16: td3sched.engine.v1.DecisionEngine.ReportBindings:output_type -> td3sched.engine.v1.ReportBindingsResponse
+	13, // 17: td3sched.engine.v1.DecisionEngine.GetModel:output_type -> td3sched.engine.v1.GetModelResponse
+	13, // [13:18] is the sub-list for method output_type
+	8,  // [8:13] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name
@@ -992,7 +1159,7 @@ func file_td3sched_engine_v1_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_td3sched_engine_v1_engine_proto_rawDesc), len(file_td3sched_engine_v1_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

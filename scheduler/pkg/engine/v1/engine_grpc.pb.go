@@ -26,6 +26,7 @@ const (
 	DecisionEngine_GetSchedulingWeights_FullMethodName = "/td3sched.engine.v1.DecisionEngine/GetSchedulingWeights"
 	DecisionEngine_ReportBinding_FullMethodName        = "/td3sched.engine.v1.DecisionEngine/ReportBinding"
 	DecisionEngine_ReportBindings_FullMethodName       = "/td3sched.engine.v1.DecisionEngine/ReportBindings"
+	DecisionEngine_GetModel_FullMethodName             = "/td3sched.engine.v1.DecisionEngine/GetModel"
 )
 
 // DecisionEngineClient is the client API for DecisionEngine service.
@@ -36,6 +37,7 @@ type DecisionEngineClient interface {
 	GetSchedulingWeights(ctx context.Context, in *GetSchedulingWeightsRequest, opts ...grpc.CallOption) (*GetSchedulingWeightsResponse, error)
 	ReportBinding(ctx context.Context, in *ReportBindingRequest, opts ...grpc.CallOption) (*ReportBindingResponse, error)
 	ReportBindings(ctx context.Context, in *ReportBindingsRequest, opts ...grpc.CallOption) (*ReportBindingsResponse, error)
+	GetModel(ctx context.Context, in *GetModelRequest, opts ...grpc.CallOption) (*GetModelResponse, error)
 }
 
 type decisionEngineClient struct {
@@ -86,6 +88,16 @@ func (c *decisionEngineClient) ReportBindings(ctx context.Context, in *ReportBin
 	return out, nil
 }
 
+func (c *decisionEngineClient) GetModel(ctx context.Context, in *GetModelRequest, opts ...grpc.CallOption) (*GetModelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetModelResponse)
+	err := c.cc.Invoke(ctx, DecisionEngine_GetModel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DecisionEngineServer is the server API for DecisionEngine service.
 // All implementations must embed UnimplementedDecisionEngineServer
 // for forward compatibility.
@@ -94,6 +106,7 @@ type DecisionEngineServer interface {
 	GetSchedulingWeights(context.Context, *GetSchedulingWeightsRequest) (*GetSchedulingWeightsResponse, error)
 	ReportBinding(context.Context, *ReportBindingRequest) (*ReportBindingResponse, error)
 	ReportBindings(context.Context, *ReportBindingsRequest) (*ReportBindingsResponse, error)
+	GetModel(context.Context, *GetModelRequest) (*GetModelResponse, error)
 	mustEmbedUnimplementedDecisionEngineServer()
 }
 
@@ -115,6 +128,9 @@ func (UnimplementedDecisionEngineServer) ReportBinding(context.Context, *ReportB
 }
 func (UnimplementedDecisionEngineServer) ReportBindings(context.Context, *ReportBindingsRequest) (*ReportBindingsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportBindings not implemented")
+}
+func (UnimplementedDecisionEngineServer) GetModel(context.Context, *GetModelRequest) (*GetModelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetModel not implemented")
 }
 func (UnimplementedDecisionEngineServer) mustEmbedUnimplementedDecisionEngineServer() {}
 func (UnimplementedDecisionEngineServer) testEmbeddedByValue()                        {}
@@ -209,6 +225,24 @@ func _DecisionEngine_ReportBindings_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DecisionEngine_GetModel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetModelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DecisionEngineServer).GetModel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DecisionEngine_GetModel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DecisionEngineServer).GetModel(ctx, req.(*GetModelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DecisionEngine_ServiceDesc is the grpc.ServiceDesc for DecisionEngine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -231,6 +265,10 @@ var DecisionEngine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportBindings",
 			Handler:    _DecisionEngine_ReportBindings_Handler,
+		},
+		{
+			MethodName: "GetModel",
+			Handler:    _DecisionEngine_GetModel_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
