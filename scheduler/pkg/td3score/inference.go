@@ -106,7 +106,8 @@ type servedModel struct {
 }
 
 type inferenceScratch struct {
-	candidates []Candidate
+	fresh      []bool      // per node asked about
+	candidates []Candidate // the fresh ones, in order
 	sorted     []float64
 	obs        []float32
 }
@@ -199,19 +200,13 @@ func (pl *TD3Score) inferScores(m *servedModel, p *enginev1.Pod, nodes []fwk.Nod
 		s = &inferenceScratch{obs: make([]float32, ObservationSize)}
 	}
 	defer m.scratch.Put(s)
-	type nodeUse struct {
-		node                 nodemetrics.Node
-		fresh                bool
-		recentCPU, recentMem float64
-	}
-	uses := make([]nodeUse, len(nodes))
+	s.fresh = slices.Grow(s.fresh[:0], len(nodes))[:len(nodes)]
 	s.candidates = s.candidates[:0]
 	for i, n := range nodes {
-		u := &uses[i]
-		u.node, u.fresh, u.recentCPU, u.recentMem = pl.nodeState(snap, n.Node().Name, now)
-		if u.fresh {
+		node, fresh, recentCPU, recentMem := pl.nodeState(snap, n.Node().Name, now)
+		if s.fresh[i] = fresh; fresh {
 			s.candidates = append(s.candidates, Candidate{Allocatable: pl.allocatable(n),
-				Utilisation: Utilisation(p.CpuMilli, p.MemMib, u.node, u.recentCPU, u.recentMem)})
+				Utilisation: Utilisation(p.CpuMilli, p.MemMib, node, recentCPU, recentMem)})
 		}
 	}
 	if len(s.candidates) == 0 {
@@ -236,14 +231,17 @@ func (pl *TD3Score) inferScores(m *servedModel, p *enginev1.Pod, nodes []fwk.Nod
 		return nil, ReasonModelError, err
 	}
 	scores := make(map[string]int64, len(nodes))
+	next := 0 // the next fresh candidate
 	for i, n := range nodes {
-		u := &uses[i]
-		if !u.fresh && m.failClosed {
+		switch {
+		case s.fresh[i]:
+			scores[n.Node().Name] = UtilisationScore(s.candidates[next].Utilisation, args.Weights, args.Tau, args.Ceiling)
+			next++
+		case m.failClosed:
 			scores[n.Node().Name] = fwk.MinNodeScore
-			continue
+		default:
+			scores[n.Node().Name] = To100(NeutralScore)
 		}
-		scores[n.Node().Name] = ActionScore(p.CpuMilli, p.MemMib, u.node, u.fresh, u.recentCPU, u.recentMem,
-			args.Weights, args.Tau, args.Ceiling)
 	}
 	return scores, "", nil
 }

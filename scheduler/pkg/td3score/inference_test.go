@@ -320,3 +320,28 @@ func mustEnginePod(t *testing.T, pod *v1.Pod) *enginev1.Pod {
 	}
 	return p
 }
+
+// BenchmarkInferScores is one pod's decision in the plugin over 420 candidates of 1,000 nodes (what
+// kube-scheduler's percentageOfNodesToScore leaves at that size): the per-pod cost of inference: plugin.
+func BenchmarkInferScores(b *testing.B) {
+	t := &testing.T{}
+	pl := newTestPlugin(t, "127.0.0.1:1", nil)
+	m := servedTestModel(t, false)
+	busy := make([]float64, 1000)
+	for i := range busy {
+		busy[i] = 0.05 + 0.8*float64((i*37)%100)/100
+	}
+	snap, infos := testNodes(busy, 0)
+	pl.metrics.Publish(snap)
+	for i, n := range infos {
+		infos[i] = vectorNode(n.Node().Name, [4]float64{16000, 65536, 100, 100})
+	}
+	p := &enginev1.Pod{Name: "bench", CpuMilli: 500, MemMib: 512, Qos: enginev1.QosClass_QOS_CLASS_BURSTABLE}
+	nodes := infos[:420]
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, reason, err := pl.inferScores(m, p, nodes); reason != "" {
+			b.Fatal(reason, err)
+		}
+	}
+}

@@ -76,7 +76,11 @@ func ActionScore(podCPUMilli, podMemMiB float64, node nodemetrics.Node, fresh bo
 	if !fresh {
 		return To100(NeutralScore)
 	}
-	u := Utilisation(podCPUMilli, podMemMiB, node, recentCPUMilli, recentMemMiB)
+	return UtilisationScore(Utilisation(podCPUMilli, podMemMiB, node, recentCPUMilli, recentMemMiB), weights, tau, ceiling)
+}
+
+// UtilisationScore is ActionScore of a fresh node from its utilisation with the pod.
+func UtilisationScore(u [4]float64, weights [4]float64, tau, ceiling float64) int64 {
 	if ceiling > 0 && !(u[0] <= ceiling) {
 		return 0
 	}
