@@ -4,6 +4,7 @@ readiness, and a drain lets calls in flight finish."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import grpc
@@ -154,6 +155,10 @@ def test_get_model_sends_the_served_graph_once_and_what_a_scheduler_needs_to_run
     assert first.action_hold_s == actor.action_hold_s
     assert list(first.observation_fields) == list(OBSERVATION_FIELDS)
     assert not first.advisory and not first.fail_closed
+    assert first.oom_kills_recent == 0.0
+    service = served[0]
+    service.engine.state.publish(dataclasses.replace(snapshot(20), oom_kills_recent=7.0))
+    assert stub.GetModel(engine_pb2.GetModelRequest(), timeout=DEADLINE_S).oom_kills_recent == 7.0  # the state's
     again = stub.GetModel(engine_pb2.GetModelRequest(known_version=actor.version), timeout=DEADLINE_S)
     assert again.model_version == actor.version and again.onnx == b""  # unchanged: no graph
     other = stub.GetModel(engine_pb2.GetModelRequest(known_version="an-older-one"), timeout=DEADLINE_S)

@@ -77,8 +77,6 @@ func (n Node) Fresh(now time.Time, maxAge time.Duration) bool {
 type Snapshot struct {
 	Nodes   map[string]Node
 	TakenAt time.Time
-	// OOMKills5m is the node OOM kills over the last 5 minutes, all nodes together (0 unless Source.OOMKills).
-	OOMKills5m float64
 }
 
 // Source queries Prometheus every Interval and publishes whole snapshots.
@@ -90,9 +88,6 @@ type Source struct {
 	Client   *http.Client
 	// OnRefresh, when set, is called after every refresh with its error (nil: ok).
 	OnRefresh func(err error)
-	// OOMKills: also read the cluster's node OOM kills over 5 minutes (the oom_kills_5m query), which the
-	// observation of in-process inference reads; off, a refresh runs one query fewer.
-	OOMKills bool
 
 	snapshot atomic.Pointer[Snapshot]
 }
@@ -191,65 +186,13 @@ func (s *Source) fetch(ctx context.Context) (*Snapshot, error) {
 			SampleTime: sample,
 		}
 	}
-	snap := &Snapshot{Nodes: nodes, TakenAt: time.Now()}
-	if s.OOMKills {
-		result, err := s.result(ctx, "oom_kills_5m")
-		if err != nil {
-			return nil, err
-		}
-		if len(result) > 0 { // one series for the cluster; none: no kill counter yet (the engine reads 0 too)
-			if snap.OOMKills5m, err = sampleValue(result[0].Value); err != nil {
-				return nil, fmt.Errorf("query oom_kills_5m at %s: %w", s.URL, err)
-			}
-		}
-	}
-	return snap, nil
+	return &Snapshot{Nodes: nodes, TakenAt: time.Now()}, nil
 }
 
 var portSuffix = regexp.MustCompile(`:\d+$`)
 
-// series is one series of an instant query's answer.
-type series struct {
-	Metric map[string]string `json:"metric"`
-	Value  [2]any            `json:"value"`
-}
-
 // query runs one named query: node name (the instance label without its port) -> value.
 func (s *Source) query(ctx context.Context, name string) (map[string]float64, error) {
-	result, err := s.result(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]float64, len(result))
-	for _, series := range result {
-		node := portSuffix.ReplaceAllString(series.Metric["instance"], "")
-		if _, ok := series.Value[1].(string); node == "" || !ok {
-			continue
-		}
-		v, err := sampleValue(series.Value)
-		if err != nil {
-			return nil, fmt.Errorf("query %s at %s: node %s: %w", name, s.URL, node, err)
-		}
-		out[node] = v
-	}
-	return out, nil
-}
-
-// sampleValue is the number of an instant sample [time, "value"].
-func sampleValue(sample [2]any) (float64, error) {
-	text, ok := sample[1].(string)
-	if !ok {
-		return 0, fmt.Errorf("sample %v: expected [time, \"value\"]", sample)
-	}
-	v, err := strconv.ParseFloat(text, 64)
-	if err != nil {
-		return 0, fmt.Errorf("value %q: %w", text, err)
-	}
-	return v, nil
-}
-
-// result runs one named query: the answer's series.
-func (s *Source) result(ctx context.Context, name string) ([]series, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	endpoint := strings.TrimRight(s.URL, "/") + "/api/v1/query?" + url.Values{"query": {s.Queries[name]}}.Encode()
@@ -271,7 +214,10 @@ func (s *Source) result(ctx context.Context, name string) ([]series, error) {
 		ErrorType string `json:"errorType"`
 		Error     string `json:"error"`
 		Data      struct {
-			Result []series `json:"result"`
+			Result []struct {
+				Metric map[string]string `json:"metric"`
+				Value  [2]any            `json:"value"`
+			} `json:"result"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &answer); err != nil {
@@ -280,7 +226,20 @@ func (s *Source) result(ctx context.Context, name string) ([]series, error) {
 	if answer.Status != "success" {
 		return nil, fmt.Errorf("query %s at %s: %s: %s", name, s.URL, answer.ErrorType, answer.Error)
 	}
-	return answer.Data.Result, nil
+	out := make(map[string]float64, len(answer.Data.Result))
+	for _, series := range answer.Data.Result {
+		node := portSuffix.ReplaceAllString(series.Metric["instance"], "")
+		text, ok := series.Value[1].(string)
+		if node == "" || !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(text, 64)
+		if err != nil {
+			return nil, fmt.Errorf("query %s at %s: value %q of %s: %w", name, s.URL, text, node, err)
+		}
+		out[node] = v
+	}
+	return out, nil
 }
 
 // Names are the snapshot's node names, sorted.

@@ -148,6 +148,7 @@ func (pl *TD3Score) refreshModel(ctx context.Context) error {
 		modelRefreshes.WithLabelValues("error").Inc()
 		return fmt.Errorf("GetModel: %w", err)
 	}
+	pl.oomKills.Store(math.Float64bits(reply.OomKillsRecent))
 	switch {
 	case reply.ModelVersion == "" || reply.Advisory || reply.ActionHoldS > 0:
 		pl.model.Store(nil) // the engine's answers: none to run, advisory ones, or held ones (scoreHeldActions)
@@ -191,7 +192,8 @@ func (pl *TD3Score) refreshModelEvery(ctx context.Context, period time.Duration)
 }
 
 // inferScores is the served model's decision for the pod, taken here: node -> score 0-100, or the
-// reason to fall back. Nodes without fresh metrics score neutral (fail-open) or 0 (fail-closed) and stay
+// reason to fall back. The observation reads the plugin's node metrics and assign cache, and the
+// cluster's recent OOM kills as the engine last reported them (GetModel). Nodes without fresh metrics score neutral (fail-open) or 0 (fail-closed) and stay
 // out of the observation, as in the engine's decision.
 func (pl *TD3Score) inferScores(m *servedModel, p *enginev1.Pod, nodes []fwk.NodeInfo) (map[string]int64, string, error) {
 	snap, now := pl.metrics.Snapshot(), pl.now()
@@ -213,7 +215,7 @@ func (pl *TD3Score) inferScores(m *servedModel, p *enginev1.Pod, nodes []fwk.Nod
 		return nil, ReasonNoFreshMetrics, errors.New("no candidate has fresh metrics")
 	}
 	s.sorted = Observe([4]float64{p.CpuMilli, p.MemMib, p.DiskGib, p.RdmaPct}, qosIndex(p.Qos), s.candidates,
-		len(snap.Nodes), snap.OOMKills5m, unixSecondsOf(now), s.obs, s.sorted)
+		len(snap.Nodes), math.Float64frombits(pl.oomKills.Load()), unixSecondsOf(now), s.obs, s.sorted)
 	pre, err := m.actor.Act(s.obs)
 	if err != nil {
 		return nil, ReasonModelError, err

@@ -198,7 +198,8 @@ func TestInferenceMatchesTheEnginesDecision(t *testing.T) {
 	for i, d := range v.Decisions {
 		now := time.Unix(0, int64(d.NowS*1e9))
 		pl.now = func() time.Time { return now }
-		snap := &nodemetrics.Snapshot{Nodes: map[string]nodemetrics.Node{}, TakenAt: now, OOMKills5m: d.OOMKillsRecent}
+		snap := &nodemetrics.Snapshot{Nodes: map[string]nodemetrics.Node{}, TakenAt: now}
+		pl.oomKills.Store(math.Float64bits(d.OOMKillsRecent))
 		infos := map[string]fwk.NodeInfo{}
 		for _, n := range d.Nodes {
 			snap.Nodes[n.Name] = nodemetrics.Node{Observed: n.Observed, Capacity: n.Capacity, SampleTime: n.SampleTimeS}
@@ -258,7 +259,7 @@ func TestTheEnginesModelRunsInThePlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &modelEngine{reply: &enginev1.GetModelResponse{ModelVersion: "m1", Onnx: graph, ActionMode: "full",
-		ObservationFields: ObservationFields}}
+		ObservationFields: ObservationFields, OomKillsRecent: 3}}
 	f.answer = scoresBy(func(string) int64 { return 7 })
 	pl := newTestPlugin(t, startEngine(t, f), func(a *config.TD3ScoreArgs) { a.Inference = config.InferencePlugin })
 	snap, nodes := testNodes([]float64{0.1, 0.35, 0.5, 0.8}, 0)
@@ -269,6 +270,9 @@ func TestTheEnginesModelRunsInThePlugin(t *testing.T) {
 	}
 	if err := pl.refreshModel(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if got := math.Float64frombits(pl.oomKills.Load()); got != 3 {
+		t.Fatalf("the engine's recent OOM kills: the observation would read %g, the engine says 3", got)
 	}
 	before := decisionsBy(t, "plugin")
 	pod := testPod("inferred", "2", "1Gi")

@@ -53,6 +53,7 @@ type TD3Score struct {
 	now      func() time.Time
 	held     atomic.Pointer[heldAction]
 	model    atomic.Pointer[servedModel] // inference: plugin; nil: the engine answers
+	oomKills atomic.Uint64               // float64 bits: the engine's recent node OOM kills (GetModel)
 	batch    bindingBatch
 }
 
@@ -151,7 +152,6 @@ func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, err
 	registerMetrics()
 	source := nodemetrics.NewSource(args.PrometheusURL, args.Queries, seconds(*args.MetricsIntervalSeconds),
 		seconds(*args.MetricsTimeoutSeconds))
-	source.OOMKills = args.Inference == config.InferencePlugin
 	source.OnRefresh = func(err error) {
 		if err != nil {
 			metricsRefreshes.WithLabelValues("error").Inc()

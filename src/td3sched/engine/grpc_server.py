@@ -156,12 +156,14 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
 
     def GetModel(self, request, context):
         """The served model's graph (only when ``known_version`` is not the one served) and what a
-        scheduler running it needs: its action mode, hold, observation layout, shadow mode, staleness."""
+        scheduler running it needs: its action mode, hold, observation layout, shadow mode, staleness,
+        and the cluster's recent OOM kills (the observation's field 32, from the engine's state)."""
         def run():
             engine = self.service.engine
             actor = engine.models.actor
             common = {"observation_fields": list(OBSERVATION_FIELDS), "advisory": engine.shadow,
-                      "fail_closed": engine.state.staleness.mode == "fail-closed"}
+                      "fail_closed": engine.state.staleness.mode == "fail-closed",
+                      "oom_kills_recent": engine.state.snapshot.oom_kills_recent if engine.state.ready else 0.0}
             if actor is None:
                 return engine_pb2.GetModelResponse(**common)
             graph = b"" if request.known_version == actor.version else getattr(actor, "graph", b"")

@@ -904,8 +904,12 @@ type GetModelResponse struct {
 	ObservationFields []string               `protobuf:"bytes,6,rep,name=observation_fields,json=observationFields,proto3" json:"observation_fields,omitempty"` // the observation layout the graph reads (rl/observation.py)
 	Advisory          bool                   `protobuf:"varint,7,opt,name=advisory,proto3" json:"advisory,omitempty"`                                           // shadow mode: the model's decisions are not to be acted on
 	FailClosed        bool                   `protobuf:"varint,8,opt,name=fail_closed,json=failClosed,proto3" json:"fail_closed,omitempty"`                     // nodes without fresh metrics are excluded (score 0), not neutral
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Node OOM kills over the last 5 minutes, all nodes together, as the engine's shadow state has them:
+	// the observation reads it (a scheduler running the model need not query it itself). 0 before the
+	// state's first snapshot.
+	OomKillsRecent float64 `protobuf:"fixed64,9,opt,name=oom_kills_recent,json=oomKillsRecent,proto3" json:"oom_kills_recent,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetModelResponse) Reset() {
@@ -994,6 +998,13 @@ func (x *GetModelResponse) GetFailClosed() bool {
 	return false
 }
 
+func (x *GetModelResponse) GetOomKillsRecent() float64 {
+	if x != nil {
+		return x.OomKillsRecent
+	}
+	return 0
+}
+
 var File_td3sched_engine_v1_engine_proto protoreflect.FileDescriptor
 
 const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
@@ -1065,7 +1076,7 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\baccepted\x18\x01 \x01(\rR\baccepted\x12\x1a\n" +
 	"\brejected\x18\x02 \x03(\tR\brejected\"6\n" +
 	"\x0fGetModelRequest\x12#\n" +
-	"\rknown_version\x18\x01 \x01(\tR\fknownVersion\"\x9c\x02\n" +
+	"\rknown_version\x18\x01 \x01(\tR\fknownVersion\"\xc6\x02\n" +
 	"\x10GetModelResponse\x12#\n" +
 	"\rmodel_version\x18\x01 \x01(\tR\fmodelVersion\x12\x12\n" +
 	"\x04onnx\x18\x02 \x01(\fR\x04onnx\x12\x1f\n" +
@@ -1078,7 +1089,8 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\x12observation_fields\x18\x06 \x03(\tR\x11observationFields\x12\x1a\n" +
 	"\badvisory\x18\a \x01(\bR\badvisory\x12\x1f\n" +
 	"\vfail_closed\x18\b \x01(\bR\n" +
-	"failClosed*s\n" +
+	"failClosed\x12(\n" +
+	"\x10oom_kills_recent\x18\t \x01(\x01R\x0eoomKillsRecent*s\n" +
 	"\bQosClass\x12\x19\n" +
 	"\x15QOS_CLASS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14QOS_CLASS_GUARANTEED\x10\x01\x12\x17\n" +
