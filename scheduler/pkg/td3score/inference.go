@@ -65,7 +65,8 @@ func Decode(pre []float32, mode string) (ScoreArgs, error) {
 	if len(pre) != width {
 		return ScoreArgs{}, fmt.Errorf("action of %d values: expected %d (action mode %q)", len(pre), width, mode)
 	}
-	v := make([]float64, width)
+	var clipped [6]float64
+	v := clipped[:width]
 	for i, x := range pre {
 		f := float64(x)
 		if math.IsNaN(f) || math.IsInf(f, 0) {
@@ -193,8 +194,9 @@ func (pl *TD3Score) refreshModelEvery(ctx context.Context, period time.Duration)
 
 // inferScores is the served model's decision for the pod, taken here: node -> score 0-100, or the
 // reason to fall back. The observation reads the plugin's node metrics and assign cache, and the
-// cluster's recent OOM kills as the engine last reported them (GetModel). Nodes without fresh metrics score neutral (fail-open) or 0 (fail-closed) and stay
-// out of the observation, as in the engine's decision.
+// cluster's recent OOM kills as the engine last reported them (GetModel). Nodes without fresh metrics
+// score neutral (fail-open) or 0 (fail-closed) and stay out of the observation, as in the engine's
+// decision.
 func (pl *TD3Score) inferScores(m *servedModel, p *enginev1.Pod, nodes []fwk.NodeInfo) (map[string]int64, string, error) {
 	snap, now := pl.metrics.Snapshot(), pl.now()
 	s, _ := m.scratch.Get().(*inferenceScratch)
