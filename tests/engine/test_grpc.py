@@ -181,3 +181,49 @@ def test_get_model_says_shadow_mode_fail_closed_staleness_and_no_model(actor):
         reply = engine_pb2_grpc.DecisionEngineStub(channel).GetModel(engine_pb2.GetModelRequest(), timeout=DEADLINE_S)
     door.stop(0)
     assert reply.model_version == "" and reply.onnx == b"" and list(reply.observation_fields)
+
+
+def test_get_node_metrics_sends_the_sources_snapshot_once_and_says_when_its_refresh_failed(served):
+    import math
+
+    import numpy as np
+
+    service, stub, _ = served
+    state = service.engine.state
+    observed = state.metrics.observed.copy()
+    observed[3, 1] = math.nan  # a metric missing
+    scraped = state.metrics.scraped_at_s.copy()
+    scraped[5] = -math.inf  # never scraped
+    snap = dataclasses.replace(state.metrics, observed=observed, scraped_at_s=scraped, taken_at_s=1_000_123.456789,
+                               index={})
+    state.publish(snap)
+    first = stub.GetNodeMetrics(engine_pb2.GetNodeMetricsRequest(), timeout=DEADLINE_S)
+    assert list(first.nodes) == list(snap.names) and first.taken_at_s == snap.taken_at_s
+    assert not first.unchanged and not first.refresh_failed and first.refresh_error == ""
+    np.testing.assert_array_equal(np.reshape(first.observed, (-1, 4)), snap.observed)  # NaN where NaN
+    np.testing.assert_array_equal(np.reshape(first.capacity, (-1, 4)), snap.capacity_usage)
+    np.testing.assert_array_equal(first.sample_time_s, snap.scraped_at_s)
+    again = stub.GetNodeMetrics(engine_pb2.GetNodeMetricsRequest(known_taken_at_s=first.taken_at_s),
+                                timeout=DEADLINE_S)
+    assert again.unchanged and not again.nodes and not again.observed and again.taken_at_s == snap.taken_at_s
+    state.refresh_failed("query cpu_cores at http://127.0.0.1:1: connection refused")
+    stale = stub.GetNodeMetrics(engine_pb2.GetNodeMetricsRequest(), timeout=DEADLINE_S)
+    assert stale.refresh_failed and "connection refused" in stale.refresh_error and list(stale.nodes) == list(snap.names)
+    state.publish(dataclasses.replace(snap, taken_at_s=snap.taken_at_s + 2, index={}))
+    newer = stub.GetNodeMetrics(engine_pb2.GetNodeMetricsRequest(known_taken_at_s=first.taken_at_s),
+                                timeout=DEADLINE_S)
+    assert not newer.unchanged and not newer.refresh_failed and len(newer.nodes) == snap.size
+    with pytest.raises(grpc.RpcError) as err:
+        stub.GetNodeMetrics(engine_pb2.GetNodeMetricsRequest(known_taken_at_s=math.nan), timeout=DEADLINE_S)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "known_taken_at_s" in err.value.details()
+
+
+def test_get_node_metrics_is_unavailable_before_the_first_snapshot(actor):
+    service, _ = make_service(actor)
+    door = GrpcFrontDoor(service, "127.0.0.1", 0)
+    with grpc.insecure_channel(f"127.0.0.1:{door.port}") as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            engine_pb2_grpc.DecisionEngineStub(channel).GetNodeMetrics(engine_pb2.GetNodeMetricsRequest(),
+                                                                       timeout=DEADLINE_S)
+    door.stop(0)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "no node metrics" in err.value.details()

@@ -101,6 +101,9 @@ def test_plugin_binds_where_the_engine_scores_highest(cluster, engine, prometheu
     assert scheduler.metric("td3score_decisions_total", source="engine") >= len(names)
     assert scheduler.metric("td3score_fallbacks_total") == 0
     assert scheduler.metric("td3score_safety_filtered_nodes_total") >= len(names)
+    # the safety filter read the engine's copy of the metrics (metricsSource: engine), not Prometheus
+    assert scheduler.metric("td3score_node_metrics_refreshes_total", reader="engine", result="ok") >= 1
+    assert scheduler.metric("td3score_node_metrics_refreshes_total", reader="prometheus") == 0
 
 
 def test_plugin_runs_the_engines_model_itself(cluster, engine, prometheus, namespace, start_scheduler):
@@ -198,6 +201,8 @@ def test_plugin_with_a_dead_engine_still_schedules_on_the_static_score(cluster, 
     names = create_pods(cluster, namespace, PLUGIN_SCHEDULER, 12)
     bound = wait_bound(cluster, namespace, names)
     assert HOT_NODE not in bound.values(), "the safety filter works without the engine (its own live metrics)"
+    assert scheduler.metric("td3score_node_metrics_refreshes_total", reader="engine", result="error") >= 1
+    assert scheduler.metric("td3score_node_metrics_refreshes_total", reader="prometheus", result="ok") >= 1
     assert scheduler.metric("td3score_fallbacks_total", reason="unavailable") >= len(names)
     assert scheduler.metric("td3score_decisions_total", source="engine") == 0
 

@@ -2,9 +2,11 @@ package config
 
 // Defaults of TD3ScoreArgs, in one place.
 var (
-	DefaultEngineAddress          = "127.0.0.1:50051"
-	DefaultEngineTimeoutMillis    = int64(15)
-	DefaultBindingTimeoutMillis   = int64(200)
+	DefaultEngineAddress        = "127.0.0.1:50051"
+	DefaultEngineTimeoutMillis  = int64(15)
+	DefaultBindingTimeoutMillis = int64(200)
+	// DefaultMetricsSource: the engine's copy, Prometheus when the engine cannot give it.
+	DefaultMetricsSource          = MetricsFromEngine
 	DefaultPrometheusURL          = "http://127.0.0.1:9090"
 	DefaultMetricsIntervalSeconds = 15.0
 	DefaultMetricsTimeoutSeconds  = 5.0
@@ -29,6 +31,12 @@ const (
 	InferencePlugin = "plugin"
 )
 
+// Where the live node metrics come from (TD3ScoreArgs.MetricsSource).
+const (
+	MetricsFromEngine     = "engine"
+	MetricsFromPrometheus = "prometheus"
+)
+
 // SetDefaults fills every unset field of args.
 func SetDefaults(args *TD3ScoreArgs) {
 	if args.EngineAddress == "" {
@@ -39,6 +47,9 @@ func SetDefaults(args *TD3ScoreArgs) {
 	}
 	if args.BindingTimeoutMillis == nil {
 		args.BindingTimeoutMillis = ptr(DefaultBindingTimeoutMillis)
+	}
+	if args.MetricsSource == "" {
+		args.MetricsSource = DefaultMetricsSource
 	}
 	if args.PrometheusURL == "" {
 		args.PrometheusURL = DefaultPrometheusURL

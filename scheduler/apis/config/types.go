@@ -17,11 +17,15 @@ type TD3ScoreArgs struct {
 	// TLS of the engine connection; nil: plaintext (loopback or a service mesh).
 	TLS *TLSArgs `json:"tls,omitempty"`
 
+	// MetricsSource is where the live node metrics come from: "engine" (the engine's copy, GetNodeMetrics;
+	// Prometheus is queried directly only when the engine does not answer or its own refresh failed) or
+	// "prometheus" (always queried directly).
+	MetricsSource string `json:"metricsSource,omitempty"`
 	// PrometheusURL is where the live node metrics are read (the engine's own Prometheus).
 	PrometheusURL string `json:"prometheusURL,omitempty"`
 	// MetricsIntervalSeconds is how often the node metrics are refreshed in the background.
 	MetricsIntervalSeconds *float64 `json:"metricsIntervalSeconds,omitempty"`
-	// MetricsTimeoutSeconds is the deadline of one Prometheus query.
+	// MetricsTimeoutSeconds is the deadline of one Prometheus query or GetNodeMetrics call.
 	MetricsTimeoutSeconds *float64 `json:"metricsTimeoutSeconds,omitempty"`
 	// MetricsMaxAgeSeconds: a node's metrics older than this are stale (the engine's staleness.max_age_s).
 	MetricsMaxAgeSeconds *float64 `json:"metricsMaxAgeSeconds,omitempty"`

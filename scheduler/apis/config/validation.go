@@ -40,6 +40,10 @@ func Validate(args *TD3ScoreArgs) error {
 		errs = append(errs, field.NotSupported(root.Child("inference"), args.Inference,
 			[]string{InferenceEngine, InferencePlugin}))
 	}
+	if args.MetricsSource != MetricsFromEngine && args.MetricsSource != MetricsFromPrometheus {
+		errs = append(errs, field.NotSupported(root.Child("metricsSource"), args.MetricsSource,
+			[]string{MetricsFromEngine, MetricsFromPrometheus}))
+	}
 	if u, err := url.Parse(args.PrometheusURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, field.Invalid(root.Child("prometheusURL"), args.PrometheusURL, "expected an http(s) URL"))
 	}

@@ -21,9 +21,10 @@ func TestDefaultsAreValid(t *testing.T) {
 		t.Fatalf("the defaults are refused: %v", err)
 	}
 	if *args.EngineTimeoutMillis != 15 || *args.SafetyCPUUtil != 0.9 || args.EngineAddress != "127.0.0.1:50051" ||
-		!*args.ScoreHeldActions || args.Inference != InferenceEngine {
-		t.Fatalf("defaults: got timeout %d ms, threshold %g, address %q, scoreHeldActions %v", *args.EngineTimeoutMillis,
-			*args.SafetyCPUUtil, args.EngineAddress, *args.ScoreHeldActions)
+		!*args.ScoreHeldActions || args.Inference != InferenceEngine || args.MetricsSource != MetricsFromEngine {
+		t.Fatalf("defaults: got timeout %d ms, threshold %g, address %q, scoreHeldActions %v, inference %q, "+
+			"metricsSource %q", *args.EngineTimeoutMillis, *args.SafetyCPUUtil, args.EngineAddress, *args.ScoreHeldActions,
+			args.Inference, args.MetricsSource)
 	}
 }
 
@@ -59,6 +60,7 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"args.fallbackTau", func(a *TD3ScoreArgs) { a.FallbackTau = ptr(-0.1) }},
 		{"args.tls", func(a *TD3ScoreArgs) { a.TLS = &TLSArgs{CertFile: "client.crt"} }},
 		{"args.inference", func(a *TD3ScoreArgs) { a.Inference = "onnx" }},
+		{"args.metricsSource", func(a *TD3ScoreArgs) { a.MetricsSource = "kubelet" }},
 		{"args.modelRefreshSeconds", func(a *TD3ScoreArgs) { a.ModelRefreshSeconds = ptr(0.0) }},
 		{"args.nodeDiskGiB", func(a *TD3ScoreArgs) { a.NodeDiskGiB = ptr(-1.0) }},
 		{"args.nodeRDMAPct", func(a *TD3ScoreArgs) { a.NodeRDMAPct = ptr(math.NaN()) }},

@@ -66,7 +66,7 @@ func TestSnapshotUnitsAndStaleness(t *testing.T) {
 		"sample_time_s":       {"a": fmt.Sprint(now), "b": fmt.Sprint(now - 120)},
 	})
 	defer srv.Close()
-	src := NewSource(srv.URL, nil, time.Second, time.Second)
+	src := NewSource(time.Second, NewPrometheus(srv.URL, nil, time.Second))
 	if err := src.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -96,9 +96,9 @@ func TestMissingValueIsNotFresh(t *testing.T) {
 
 func TestFailedRefreshKeepsTheLastSnapshot(t *testing.T) {
 	srv := prometheusStub(t, map[string]map[string]string{"cpu_cores": {"a": "4"}, "mem_total_bytes": {"a": "1073741824"}})
-	src := NewSource(srv.URL, nil, time.Second, time.Second)
+	src := NewSource(time.Second, NewPrometheus(srv.URL, nil, time.Second))
 	var errs []error
-	src.OnRefresh = func(err error) { errs = append(errs, err) }
+	src.OnRefresh = func(_ string, err error) { errs = append(errs, err) }
 	if err := src.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,7 @@
-// Package nodemetrics reads the live node metrics the decision engine reads (the same Prometheus, the
-// same PromQL, the same unit conversions as src/td3sched/engine/prometheus_source.py), refreshed in the
-// background so that a scheduling cycle never waits on Prometheus, and keeps the assign cache that
-// corrects them for pods bound since their node was last scraped (assign_cache.go).
-//
-// Per node, in the engine's units (the columns of its NodeSnapshot):
-//
-//	Observed = [CPU busy milli-cores, memory used MiB, disk busy share, network Mbit/s]
-//	Capacity = [CPU milli-cores,      memory MiB,      1,               NIC Mbit/s (10,000 if unknown)]
-//
-// A node missing from a query has NaN for that value; its metrics are not Fresh.
 package nodemetrics
+
+// The Prometheus reader: the same PromQL and unit conversions as the engine's
+// (src/td3sched/engine/prometheus_source.py).
 
 import (
 	"context"
@@ -20,13 +12,9 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
-
-	"k8s.io/klog/v2"
 )
 
 // MiB is the bytes of a mebibyte.
@@ -50,50 +38,16 @@ var DefaultQueries = map[string]string{
 	"oom_kills_5m":    `sum(increase(node_vmstat_oom_kill[5m]))`,
 }
 
-// Node is one node's metrics.
-type Node struct {
-	Observed [4]float64
-	Capacity [4]float64
-	// SampleTime is the time of the node's newest sample, in Unix seconds (-Inf: never).
-	SampleTime float64
+// Prometheus reads the node metrics from Prometheus' HTTP API, one instant query per metric.
+type Prometheus struct {
+	URL     string
+	Queries map[string]string
+	Timeout time.Duration // one query's deadline
+	Client  *http.Client
 }
 
-// Complete reports whether every observed value is known.
-func (n Node) Complete() bool {
-	for _, v := range n.Observed {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return false
-		}
-	}
-	return true
-}
-
-// Fresh reports whether the metrics are complete and at most maxAge old at now (the engine's rule).
-func (n Node) Fresh(now time.Time, maxAge time.Duration) bool {
-	return n.Complete() && unixSeconds(now)-n.SampleTime <= maxAge.Seconds()
-}
-
-// Snapshot is every node's metrics at one refresh; never modified once published.
-type Snapshot struct {
-	Nodes   map[string]Node
-	TakenAt time.Time
-}
-
-// Source queries Prometheus every Interval and publishes whole snapshots.
-type Source struct {
-	URL      string
-	Queries  map[string]string
-	Interval time.Duration
-	Timeout  time.Duration
-	Client   *http.Client
-	// OnRefresh, when set, is called after every refresh with its error (nil: ok).
-	OnRefresh func(err error)
-
-	snapshot atomic.Pointer[Snapshot]
-}
-
-// NewSource is a Source over the default queries with overrides.
-func NewSource(promURL string, overrides map[string]string, interval, timeout time.Duration) *Source {
+// NewPrometheus is a Prometheus reader over the default queries with overrides.
+func NewPrometheus(promURL string, overrides map[string]string, timeout time.Duration) *Prometheus {
 	queries := make(map[string]string, len(DefaultQueries))
 	for k, v := range DefaultQueries {
 		queries[k] = v
@@ -101,55 +55,16 @@ func NewSource(promURL string, overrides map[string]string, interval, timeout ti
 	for k, v := range overrides {
 		queries[k] = v
 	}
-	return &Source{URL: promURL, Queries: queries, Interval: interval, Timeout: timeout, Client: &http.Client{}}
+	return &Prometheus{URL: promURL, Queries: queries, Timeout: timeout, Client: &http.Client{}}
 }
 
-// Snapshot is the last published snapshot, nil before the first successful refresh.
-func (s *Source) Snapshot() *Snapshot { return s.snapshot.Load() }
+// Name is the reader's name in the refresh metric.
+func (s *Prometheus) Name() string { return "prometheus" }
 
-// Publish swaps in a snapshot (Refresh does; tests and other sources may too).
-func (s *Source) Publish(snap *Snapshot) { s.snapshot.Store(snap) }
+// Read runs every query once and joins them by node.
+func (s *Prometheus) Read(ctx context.Context, _ *Snapshot) (*Snapshot, error) { return s.fetch(ctx) }
 
-// Run refreshes now and then every Interval until ctx is done.
-func (s *Source) Run(ctx context.Context) { s.RunAfter(ctx, 0) }
-
-// RunAfter is Run with the first refresh after wait.
-func (s *Source) RunAfter(ctx context.Context, wait time.Duration) {
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(wait):
-	}
-	ticker := time.NewTicker(s.Interval)
-	defer ticker.Stop()
-	for {
-		if err := s.Refresh(ctx); err != nil {
-			klog.FromContext(ctx).V(2).Info("node metrics refresh failed; keeping the last snapshot", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-	}
-}
-
-// Refresh runs every query once and publishes the joined snapshot; on error the old one stays.
-func (s *Source) Refresh(ctx context.Context) error {
-	snap, err := s.fetch(ctx)
-	if err == nil && len(snap.Nodes) == 0 {
-		err = fmt.Errorf("no node metrics at %s (query cpu_cores returned no series)", s.URL)
-	}
-	if err == nil {
-		s.Publish(snap)
-	}
-	if s.OnRefresh != nil {
-		s.OnRefresh(err)
-	}
-	return err
-}
-
-func (s *Source) fetch(ctx context.Context) (*Snapshot, error) {
+func (s *Prometheus) fetch(ctx context.Context) (*Snapshot, error) {
 	values := map[string]map[string]float64{}
 	for _, name := range []string{"cpu_cores", "cpu_busy_cores", "mem_total_bytes", "mem_available_bytes",
 		"disk_busy", "net_bytes_per_s", "net_speed_bytes", "sample_time_s"} {
@@ -186,13 +101,13 @@ func (s *Source) fetch(ctx context.Context) (*Snapshot, error) {
 			SampleTime: sample,
 		}
 	}
-	return &Snapshot{Nodes: nodes, TakenAt: time.Now()}, nil
+	return &Snapshot{Nodes: nodes, TakenAt: time.Now(), Reader: s.Name()}, nil
 }
 
 var portSuffix = regexp.MustCompile(`:\d+$`)
 
 // query runs one named query: node name (the instance label without its port) -> value.
-func (s *Source) query(ctx context.Context, name string) (map[string]float64, error) {
+func (s *Prometheus) query(ctx context.Context, name string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	endpoint := strings.TrimRight(s.URL, "/") + "/api/v1/query?" + url.Values{"query": {s.Queries[name]}}.Encode()
@@ -241,15 +156,3 @@ func (s *Source) query(ctx context.Context, name string) (map[string]float64, er
 	}
 	return out, nil
 }
-
-// Names are the snapshot's node names, sorted.
-func (s *Snapshot) Names() []string {
-	names := make([]string, 0, len(s.Nodes))
-	for n := range s.Nodes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }

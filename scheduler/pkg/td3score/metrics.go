@@ -47,8 +47,8 @@ var (
 	})
 	metricsRefreshes = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem: "td3score", Name: "node_metrics_refreshes_total", StabilityLevel: metrics.ALPHA,
-		Help: "Refreshes of the live node metrics from Prometheus, by result (ok, error).",
-	}, []string{"result"})
+		Help: "Reads of the live node metrics, by reader (engine, prometheus: tried in that order) and result (ok, error).",
+	}, []string{"reader", "result"})
 	metricsAge = metrics.NewGauge(&metrics.GaugeOpts{
 		Subsystem: "td3score", Name: "node_metrics_age_seconds", StabilityLevel: metrics.ALPHA,
 		Help: "Age of the node metrics snapshot Filter and the static score read, at its last refresh.",

@@ -150,29 +150,29 @@ func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s args.engineAddress %q: %w", Name, args.EngineAddress, err)
 	}
 	registerMetrics()
-	source := nodemetrics.NewSource(args.PrometheusURL, args.Queries, seconds(*args.MetricsIntervalSeconds),
-		seconds(*args.MetricsTimeoutSeconds))
-	source.OnRefresh = func(err error) {
+	engine := enginev1.NewDecisionEngineClient(conn)
+	source := metricsSource(args, engine)
+	source.OnRefresh = func(reader string, err error) {
 		if err != nil {
-			metricsRefreshes.WithLabelValues("error").Inc()
+			metricsRefreshes.WithLabelValues(reader, "error").Inc()
 			return
 		}
-		metricsRefreshes.WithLabelValues("ok").Inc()
+		metricsRefreshes.WithLabelValues(reader, "ok").Inc()
 		if snap := source.Snapshot(); snap != nil {
 			metricsAge.Set(oldestSampleAge(snap, time.Now()))
 		}
 	}
 	// The first refresh before the scheduler starts, so that its first pods already meet the safety
 	// filter; bounded by one query's timeout, and a failure only logged (fail-open, like a stale node).
-	first, cancel := context.WithTimeout(ctx, seconds(*args.MetricsTimeoutSeconds))
+	first, cancel := context.WithTimeout(ctx, time.Duration(len(source.Readers))*seconds(*args.MetricsTimeoutSeconds))
 	if err := source.Refresh(first); err != nil {
 		klog.FromContext(ctx).Info("td3score: no node metrics yet; Filter lets every node through until they come",
-			"prometheus", args.PrometheusURL, "err", err)
+			"metricsSource", args.MetricsSource, "prometheus", args.PrometheusURL, "err", err)
 	}
 	cancel()
 	go source.RunAfter(ctx, source.Interval)
 	go func() { <-ctx.Done(); _ = conn.Close() }()
-	pl := newPlugin(args, enginev1.NewDecisionEngineClient(conn), source)
+	pl := newPlugin(args, engine, source)
 	pl.conn = conn
 	go pl.flushBindingsEvery(ctx, heldBindingFlush)
 	if args.Inference == config.InferencePlugin {
@@ -180,9 +180,21 @@ func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, err
 	}
 	klog.FromContext(ctx).Info("td3score ready", "engine", args.EngineAddress, "inference", args.Inference,
 		"deadline_ms", *args.EngineTimeoutMillis,
-		"prometheus", args.PrometheusURL, "safetyCPUUtil", *args.SafetyCPUUtil, "fallbackWeights", args.FallbackWeights,
+		"metricsSource", args.MetricsSource, "prometheus", args.PrometheusURL, "safetyCPUUtil", *args.SafetyCPUUtil, "fallbackWeights", args.FallbackWeights,
 		"fallbackTau", *args.FallbackTau)
 	return pl, nil
+}
+
+// metricsSource reads the node metrics from the engine's copy, then Prometheus (metricsSource: engine), or
+// from Prometheus alone; each reader under metricsTimeoutSeconds.
+func metricsSource(args config.TD3ScoreArgs, engine enginev1.DecisionEngineClient) *nodemetrics.Source {
+	timeout := seconds(*args.MetricsTimeoutSeconds)
+	prometheus := nodemetrics.NewPrometheus(args.PrometheusURL, args.Queries, timeout)
+	interval := seconds(*args.MetricsIntervalSeconds)
+	if args.MetricsSource == config.MetricsFromEngine {
+		return nodemetrics.NewSource(interval, &nodemetrics.Engine{Client: engine, Timeout: timeout}, prometheus)
+	}
+	return nodemetrics.NewSource(interval, prometheus)
 }
 
 func newPlugin(args config.TD3ScoreArgs, engine enginev1.DecisionEngineClient, source *nodemetrics.Source) *TD3Score {

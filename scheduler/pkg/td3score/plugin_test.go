@@ -131,7 +131,7 @@ func newTestPlugin(t *testing.T, address string, edit func(*config.TD3ScoreArgs)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return newPlugin(args, enginev1.NewDecisionEngineClient(conn), nodemetrics.NewSource("http://127.0.0.1:1", nil, time.Hour, time.Second))
+	return newPlugin(args, enginev1.NewDecisionEngineClient(conn), nodemetrics.NewSource(time.Hour, nodemetrics.NewPrometheus("http://127.0.0.1:1", nil, time.Second)))
 }
 
 // cycle runs PreScore, Score and NormalizeScore as the framework does and returns node -> score.
@@ -494,3 +494,17 @@ func TestSignPodSignsWhatTheEngineReads(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+func TestMetricsComeFromTheEngineThenPrometheus(t *testing.T) {
+	for source, want := range map[string][]string{"": {"engine", "prometheus"}, "prometheus": {"prometheus"}} {
+		args := config.TD3ScoreArgs{MetricsSource: source}
+		config.SetDefaults(&args)
+		var got []string
+		for _, r := range metricsSource(args, nil).Readers {
+			got = append(got, r.Name())
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("metricsSource %q: readers %v, want %v", source, got, want)
+		}
+	}
+}

@@ -78,6 +78,19 @@ def score_nodes_reply(names, scores_0_100: list[int], stale, excluded, action, m
                                          action_valid_s=action_valid_s)
 
 
+def node_metrics_reply(snap, known_taken_at_s: float, refresh_failed: bool,
+                       refresh_error: str) -> engine_pb2.GetNodeMetricsResponse:
+    """GetNodeMetrics' reply: the snapshot's nodes with their observed usage, capacities and sample times
+    as flat arrays, or ``unchanged`` alone when the caller holds this snapshot already."""
+    common = {"taken_at_s": float(snap.taken_at_s), "refresh_failed": bool(refresh_failed),
+              "refresh_error": refresh_error if refresh_failed else ""}
+    if known_taken_at_s and known_taken_at_s == snap.taken_at_s:
+        return engine_pb2.GetNodeMetricsResponse(unchanged=True, **common)
+    return engine_pb2.GetNodeMetricsResponse(nodes=snap.names, observed=snap.observed.ravel().tolist(),
+                                             capacity=snap.capacity_usage.ravel().tolist(),
+                                             sample_time_s=snap.scraped_at_s.tolist(), **common)
+
+
 def invalid_message(exc: Exception) -> str:
     """What an INVALID_ARGUMENT says: the ValueError's message, or the unknown node a KeyError names."""
     return f"node: unknown node {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
@@ -171,6 +184,19 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
                                                dimensions=list(getattr(actor, "dimensions", ())),
                                                action_hold_s=float(getattr(actor, "action_hold_s", 0.0)), **common)
         return self._guard("get_model", context, run)
+
+    def GetNodeMetrics(self, request, context):
+        """The metrics source's last snapshot, packed (node_metrics_reply); UNAVAILABLE before the first."""
+        def run():
+            known = request.known_taken_at_s
+            if not math.isfinite(known):
+                raise ValueError(f"known_taken_at_s={known!r}: expected a finite time, or 0 for none")
+            state = self.service.engine.state
+            snap = state.metrics
+            if snap is None:
+                raise NotReady("no node metrics yet: the engine's metrics source has not published a snapshot")
+            return node_metrics_reply(snap, known, state.last_refresh_failed, state.last_error)
+        return self._guard("get_node_metrics", context, run)
 
 
 class GrpcFrontDoor:

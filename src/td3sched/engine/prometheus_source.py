@@ -128,8 +128,7 @@ class PrometheusSource:
             self.state.publish(snap)
             ok = True
         except (PrometheusError, KeyError, ValueError, IndexError) as exc:
-            self.state.refresh_errors += 1
-            self.state.last_error = str(exc)
+            self.state.refresh_failed(str(exc))
             ok = False
         if self.on_refresh is not None:
             self.on_refresh(ok)

@@ -219,6 +219,8 @@ class ShadowState:
         self.refreshes = 0
         self.refresh_errors = 0
         self.last_error = ""
+        self.last_refresh_failed = False
+        """Whether the metrics source's last refresh failed (the snapshot is then its last good one)."""
 
     @property
     def snapshot(self) -> NodeSnapshot:
@@ -235,6 +237,12 @@ class ShadowState:
     def inventory(self) -> NodeInventory | None:
         return self._inventory
 
+    @property
+    def metrics(self) -> NodeSnapshot | None:
+        """The metrics source's last snapshot as it published it (not joined with the inventory or the
+        pods' requests; the assign cache not applied); None before the first."""
+        return self._metrics
+
     def publish(self, snap: NodeSnapshot) -> None:
         """Swap in a metrics source's new snapshot (joined with the node inventory, if any); bindings
         held for nodes that still exist are kept."""
@@ -242,6 +250,14 @@ class ShadowState:
             self._metrics = snap
             self._swap(joined(snap, self._inventory, self._requested))
             self.refreshes += 1
+            self.last_refresh_failed = False
+
+    def refresh_failed(self, error: str) -> None:
+        """The metrics source could not refresh: the last snapshot stays, the error is kept."""
+        with self._lock:
+            self.refresh_errors += 1
+            self.last_error = error
+            self.last_refresh_failed = True
 
     def set_inventory(self, inventory: NodeInventory) -> None:
         """The API server's node set and allocatable (the node watch): from now on the state's nodes."""

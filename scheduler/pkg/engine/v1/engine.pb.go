@@ -1005,6 +1005,158 @@ func (x *GetModelResponse) GetOomKillsRecent() float64 {
 	return 0
 }
 
+// The node metrics the engine's shadow state holds, as its metrics source took them (before its assign
+// cache), for a scheduler that would otherwise query the same Prometheus itself (the td3score plugin's
+// metricsSource: engine): one reader of Prometheus per cluster, and the plugin's safety filter and the
+// engine's decisions read the same numbers.
+type GetNodeMetricsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KnownTakenAtS float64                `protobuf:"fixed64,1,opt,name=known_taken_at_s,json=knownTakenAtS,proto3" json:"known_taken_at_s,omitempty"` // the taken_at_s the caller holds (0: none); that snapshot is not resent
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNodeMetricsRequest) Reset() {
+	*x = GetNodeMetricsRequest{}
+	mi := &file_td3sched_engine_v1_engine_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNodeMetricsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNodeMetricsRequest) ProtoMessage() {}
+
+func (x *GetNodeMetricsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_td3sched_engine_v1_engine_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNodeMetricsRequest.ProtoReflect.Descriptor instead.
+func (*GetNodeMetricsRequest) Descriptor() ([]byte, []int) {
+	return file_td3sched_engine_v1_engine_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetNodeMetricsRequest) GetKnownTakenAtS() float64 {
+	if x != nil {
+		return x.KnownTakenAtS
+	}
+	return 0
+}
+
+type GetNodeMetricsResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TakenAtS  float64                `protobuf:"fixed64,1,opt,name=taken_at_s,json=takenAtS,proto3" json:"taken_at_s,omitempty"` // when the engine's source took the snapshot, Unix seconds
+	Unchanged bool                   `protobuf:"varint,2,opt,name=unchanged,proto3" json:"unchanged,omitempty"`                  // taken_at_s == known_taken_at_s: no nodes are sent
+	// Whether the engine's last refresh of its metrics failed (its Prometheus unreachable, say): the
+	// snapshot is then its last good one, and a caller may rather ask Prometheus itself.
+	RefreshFailed bool     `protobuf:"varint,3,opt,name=refresh_failed,json=refreshFailed,proto3" json:"refresh_failed,omitempty"`
+	RefreshError  string   `protobuf:"bytes,4,opt,name=refresh_error,json=refreshError,proto3" json:"refresh_error,omitempty"` // the failed refresh's error
+	Nodes         []string `protobuf:"bytes,5,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// Row-major, 4 per node, in the order of nodes: CPU busy milli-cores, memory used MiB, disk busy
+	// share, network Mbit/s; NaN where a metric is missing.
+	Observed      []float64 `protobuf:"fixed64,6,rep,packed,name=observed,proto3" json:"observed,omitempty"`
+	Capacity      []float64 `protobuf:"fixed64,7,rep,packed,name=capacity,proto3" json:"capacity,omitempty"`                            // 4 per node: CPU milli-cores, memory MiB, 1, NIC Mbit/s
+	SampleTimeS   []float64 `protobuf:"fixed64,8,rep,packed,name=sample_time_s,json=sampleTimeS,proto3" json:"sample_time_s,omitempty"` // 1 per node: its newest sample, Unix seconds; -Inf: never
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNodeMetricsResponse) Reset() {
+	*x = GetNodeMetricsResponse{}
+	mi := &file_td3sched_engine_v1_engine_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNodeMetricsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNodeMetricsResponse) ProtoMessage() {}
+
+func (x *GetNodeMetricsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_td3sched_engine_v1_engine_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNodeMetricsResponse.ProtoReflect.Descriptor instead.
+func (*GetNodeMetricsResponse) Descriptor() ([]byte, []int) {
+	return file_td3sched_engine_v1_engine_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetNodeMetricsResponse) GetTakenAtS() float64 {
+	if x != nil {
+		return x.TakenAtS
+	}
+	return 0
+}
+
+func (x *GetNodeMetricsResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
+}
+
+func (x *GetNodeMetricsResponse) GetRefreshFailed() bool {
+	if x != nil {
+		return x.RefreshFailed
+	}
+	return false
+}
+
+func (x *GetNodeMetricsResponse) GetRefreshError() string {
+	if x != nil {
+		return x.RefreshError
+	}
+	return ""
+}
+
+func (x *GetNodeMetricsResponse) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *GetNodeMetricsResponse) GetObserved() []float64 {
+	if x != nil {
+		return x.Observed
+	}
+	return nil
+}
+
+func (x *GetNodeMetricsResponse) GetCapacity() []float64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
+func (x *GetNodeMetricsResponse) GetSampleTimeS() []float64 {
+	if x != nil {
+		return x.SampleTimeS
+	}
+	return nil
+}
+
 var File_td3sched_engine_v1_engine_proto protoreflect.FileDescriptor
 
 const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
@@ -1090,19 +1242,32 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\badvisory\x18\a \x01(\bR\badvisory\x12\x1f\n" +
 	"\vfail_closed\x18\b \x01(\bR\n" +
 	"failClosed\x12(\n" +
-	"\x10oom_kills_recent\x18\t \x01(\x01R\x0eoomKillsRecent*s\n" +
+	"\x10oom_kills_recent\x18\t \x01(\x01R\x0eoomKillsRecent\"@\n" +
+	"\x15GetNodeMetricsRequest\x12'\n" +
+	"\x10known_taken_at_s\x18\x01 \x01(\x01R\rknownTakenAtS\"\x92\x02\n" +
+	"\x16GetNodeMetricsResponse\x12\x1c\n" +
+	"\n" +
+	"taken_at_s\x18\x01 \x01(\x01R\btakenAtS\x12\x1c\n" +
+	"\tunchanged\x18\x02 \x01(\bR\tunchanged\x12%\n" +
+	"\x0erefresh_failed\x18\x03 \x01(\bR\rrefreshFailed\x12#\n" +
+	"\rrefresh_error\x18\x04 \x01(\tR\frefreshError\x12\x14\n" +
+	"\x05nodes\x18\x05 \x03(\tR\x05nodes\x12\x1a\n" +
+	"\bobserved\x18\x06 \x03(\x01R\bobserved\x12\x1a\n" +
+	"\bcapacity\x18\a \x03(\x01R\bcapacity\x12\"\n" +
+	"\rsample_time_s\x18\b \x03(\x01R\vsampleTimeS*s\n" +
 	"\bQosClass\x12\x19\n" +
 	"\x15QOS_CLASS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14QOS_CLASS_GUARANTEED\x10\x01\x12\x17\n" +
 	"\x13QOS_CLASS_BURSTABLE\x10\x02\x12\x19\n" +
-	"\x15QOS_CLASS_BEST_EFFORT\x10\x032\x8e\x04\n" +
+	"\x15QOS_CLASS_BEST_EFFORT\x10\x032\xf7\x04\n" +
 	"\x0eDecisionEngine\x12[\n" +
 	"\n" +
 	"ScoreNodes\x12%.td3sched.engine.v1.ScoreNodesRequest\x1a&.td3sched.engine.v1.ScoreNodesResponse\x12y\n" +
 	"\x14GetSchedulingWeights\x12/.td3sched.engine.v1.GetSchedulingWeightsRequest\x1a0.td3sched.engine.v1.GetSchedulingWeightsResponse\x12d\n" +
 	"\rReportBinding\x12(.td3sched.engine.v1.ReportBindingRequest\x1a).td3sched.engine.v1.ReportBindingResponse\x12g\n" +
 	"\x0eReportBindings\x12).td3sched.engine.v1.ReportBindingsRequest\x1a*.td3sched.engine.v1.ReportBindingsResponse\x12U\n" +
-	"\bGetModel\x12#.td3sched.engine.v1.GetModelRequest\x1a$.td3sched.engine.v1.GetModelResponseB0Z.td3-scheduler/scheduler/pkg/engine/v1;enginev1b\x06proto3"
+	"\bGetModel\x12#.td3sched.engine.v1.GetModelRequest\x1a$.td3sched.engine.v1.GetModelResponse\x12g\n" +
+	"\x0eGetNodeMetrics\x12).td3sched.engine.v1.GetNodeMetricsRequest\x1a*.td3sched.engine.v1.GetNodeMetricsResponseB0Z.td3-scheduler/scheduler/pkg/engine/v1;enginev1b\x06proto3"
 
 var (
 	file_td3sched_engine_v1_engine_proto_rawDescOnce sync.Once
@@ -1117,7 +1282,7 @@ func file_td3sched_engine_v1_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_td3sched_engine_v1_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_td3sched_engine_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_td3sched_engine_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_td3sched_engine_v1_engine_proto_goTypes = []any{
 	(QosClass)(0),                        // 0: td3sched.engine.v1.QosClass
 	(*Pod)(nil),                          // 1: td3sched.engine.v1.Pod
@@ -1133,6 +1298,8 @@ var file_td3sched_engine_v1_engine_proto_goTypes = []any{
 	(*ReportBindingsResponse)(nil),       // 11: td3sched.engine.v1.ReportBindingsResponse
 	(*GetModelRequest)(nil),              // 12: td3sched.engine.v1.GetModelRequest
 	(*GetModelResponse)(nil),             // 13: td3sched.engine.v1.GetModelResponse
+	(*GetNodeMetricsRequest)(nil),        // 14: td3sched.engine.v1.GetNodeMetricsRequest
+	(*GetNodeMetricsResponse)(nil),       // 15: td3sched.engine.v1.GetNodeMetricsResponse
 }
 var file_td3sched_engine_v1_engine_proto_depIdxs = []int32{
 	0,  // 0: td3sched.engine.v1.Pod.qos:type_name -> td3sched.engine.v1.QosClass
@@ -1148,13 +1315,15 @@ var file_td3sched_engine_v1_engine_proto_depIdxs = []int32{
 	8,  // 10: td3sched.engine.v1.DecisionEngine.ReportBinding:input_type -> td3sched.engine.v1.ReportBindingRequest
 	10, // 11: td3sched.engine.v1.DecisionEngine.ReportBindings:input_type -> td3sched.engine.v1.ReportBindingsRequest
 	12, // 12: td3sched.engine.v1.DecisionEngine.GetModel:input_type -> td3sched.engine.v1.GetModelRequest
-	5,  // 13: td3sched.engine.v1.DecisionEngine.ScoreNodes:output_type -> td3sched.engine.v1.ScoreNodesResponse
-	7,  // 14: td3sched.engine.v1.DecisionEngine.GetSchedulingWeights:output_type -> td3sched.engine.v1.GetSchedulingWeightsResponse
-	9,  // 15: td3sched.engine.v1.DecisionEngine.ReportBinding:output_type -> td3sched.engine.v1.ReportBindingResponse
-	11, // 16: td3sched.engine.v1.DecisionEngine.ReportBindings:output_type -> td3sched.engine.v1.ReportBindingsResponse
-	13, // 17: td3sched.engine.v1.DecisionEngine.GetModel:output_type -> td3sched.engine.v1.GetModelResponse
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
+	14, // 13: td3sched.engine.v1.DecisionEngine.GetNodeMetrics:input_type -> td3sched.engine.v1.GetNodeMetricsRequest
+	5,  // 14: td3sched.engine.v1.DecisionEngine.ScoreNodes:output_type -> td3sched.engine.v1.ScoreNodesResponse
+	7,  // 15: td3sched.engine.v1.DecisionEngine.GetSchedulingWeights:output_type -> td3sched.engine.v1.GetSchedulingWeightsResponse
+	9,  // 16: td3sched.engine.v1.DecisionEngine.ReportBinding:output_type -> td3sched.engine.v1.ReportBindingResponse
+	11, // 17: td3sched.engine.v1.DecisionEngine.ReportBindings:output_type -> td3sched.engine.v1.ReportBindingsResponse
+	13, // 18: td3sched.engine.v1.DecisionEngine.GetModel:output_type -> td3sched.engine.v1.GetModelResponse
+	15, // 19: td3sched.engine.v1.DecisionEngine.GetNodeMetrics:output_type -> td3sched.engine.v1.GetNodeMetricsResponse
+	14, // [14:20] is the sub-list for method output_type
+	8,  // [8:14] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name
@@ -1171,7 +1340,7 @@ func file_td3sched_engine_v1_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_td3sched_engine_v1_engine_proto_rawDesc), len(file_td3sched_engine_v1_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	DecisionEngine_ReportBinding_FullMethodName        = "/td3sched.engine.v1.DecisionEngine/ReportBinding"
 	DecisionEngine_ReportBindings_FullMethodName       = "/td3sched.engine.v1.DecisionEngine/ReportBindings"
 	DecisionEngine_GetModel_FullMethodName             = "/td3sched.engine.v1.DecisionEngine/GetModel"
+	DecisionEngine_GetNodeMetrics_FullMethodName       = "/td3sched.engine.v1.DecisionEngine/GetNodeMetrics"
 )
 
 // DecisionEngineClient is the client API for DecisionEngine service.
@@ -38,6 +39,7 @@ type DecisionEngineClient interface {
 	ReportBinding(ctx context.Context, in *ReportBindingRequest, opts ...grpc.CallOption) (*ReportBindingResponse, error)
 	ReportBindings(ctx context.Context, in *ReportBindingsRequest, opts ...grpc.CallOption) (*ReportBindingsResponse, error)
 	GetModel(ctx context.Context, in *GetModelRequest, opts ...grpc.CallOption) (*GetModelResponse, error)
+	GetNodeMetrics(ctx context.Context, in *GetNodeMetricsRequest, opts ...grpc.CallOption) (*GetNodeMetricsResponse, error)
 }
 
 type decisionEngineClient struct {
@@ -98,6 +100,16 @@ func (c *decisionEngineClient) GetModel(ctx context.Context, in *GetModelRequest
 	return out, nil
 }
 
+func (c *decisionEngineClient) GetNodeMetrics(ctx context.Context, in *GetNodeMetricsRequest, opts ...grpc.CallOption) (*GetNodeMetricsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetNodeMetricsResponse)
+	err := c.cc.Invoke(ctx, DecisionEngine_GetNodeMetrics_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DecisionEngineServer is the server API for DecisionEngine service.
 // All implementations must embed UnimplementedDecisionEngineServer
 // for forward compatibility.
@@ -107,6 +119,7 @@ type DecisionEngineServer interface {
 	ReportBinding(context.Context, *ReportBindingRequest) (*ReportBindingResponse, error)
 	ReportBindings(context.Context, *ReportBindingsRequest) (*ReportBindingsResponse, error)
 	GetModel(context.Context, *GetModelRequest) (*GetModelResponse, error)
+	GetNodeMetrics(context.Context, *GetNodeMetricsRequest) (*GetNodeMetricsResponse, error)
 	mustEmbedUnimplementedDecisionEngineServer()
 }
 
@@ -131,6 +144,9 @@ func (UnimplementedDecisionEngineServer) ReportBindings(context.Context, *Report
 }
 func (UnimplementedDecisionEngineServer) GetModel(context.Context, *GetModelRequest) (*GetModelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetModel not implemented")
+}
+func (UnimplementedDecisionEngineServer) GetNodeMetrics(context.Context, *GetNodeMetricsRequest) (*GetNodeMetricsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetNodeMetrics not implemented")
 }
 func (UnimplementedDecisionEngineServer) mustEmbedUnimplementedDecisionEngineServer() {}
 func (UnimplementedDecisionEngineServer) testEmbeddedByValue()                        {}
@@ -243,6 +259,24 @@ func _DecisionEngine_GetModel_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DecisionEngine_GetNodeMetrics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetNodeMetricsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DecisionEngineServer).GetNodeMetrics(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DecisionEngine_GetNodeMetrics_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DecisionEngineServer).GetNodeMetrics(ctx, req.(*GetNodeMetricsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DecisionEngine_ServiceDesc is the grpc.ServiceDesc for DecisionEngine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -269,6 +303,10 @@ var DecisionEngine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetModel",
 			Handler:    _DecisionEngine_GetModel_Handler,
+		},
+		{
+			MethodName: "GetNodeMetrics",
+			Handler:    _DecisionEngine_GetNodeMetrics_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
