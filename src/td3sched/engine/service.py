@@ -49,8 +49,9 @@ def _finite_list(x) -> list | None:
 
 
 def _pod_record(pod: PodSpec) -> dict:
-    """The pod as JSON: a limit of inf (none) is written null."""
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in dataclasses.asdict(pod).items()}
+    """The pod as JSON: a limit of inf (none) is written null. Its fields are scalars, so they are read as
+    they are (``dataclasses.asdict`` deep-copies each, half of a binding's cost in the engine)."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in vars(pod).items()}
 
 
 class EngineService:
