@@ -163,7 +163,7 @@ func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, err
 		}
 	}
 	// The first refresh before the scheduler starts, so that its first pods already meet the safety
-	// filter; bounded by one query's timeout, and a failure only logged (fail-open, like a stale node).
+	// filter; bounded by one timeout per reader, and a failure only logged (fail-open, like a stale node).
 	first, cancel := context.WithTimeout(ctx, time.Duration(len(source.Readers))*seconds(*args.MetricsTimeoutSeconds))
 	if err := source.Refresh(first); err != nil {
 		klog.FromContext(ctx).Info("td3score: no node metrics yet; Filter lets every node through until they come",
