@@ -520,6 +520,12 @@ def train(
                                                      "(TD3Config.branch_imitation; default 0: off)."),
     branch_workers: int = typer.Option(2, help="Branches simulated at once (processes; the result does not "
                                                "depend on it)."),
+    env_workers: Optional[int] = typer.Option(None, help="Copies of the env stepped at once, each in its own "
+                                              "process drawing its own windows (default 1). With a held action "
+                                              "the simulator is nearly all of a step: 2 copies on two cores "
+                                              "collect nearly twice the steps a second. The run depends on it; "
+                                              "--steps and --checkpoint-every must be multiples of it. "
+                                              "docs/td3.md."),
     span: Optional[str] = typer.Option(None, help=_span_help(LEARN_SPAN, "Span whose windows are the episodes")),
     episode_hours: Optional[float] = typer.Option(None, help="Episode window in simulated hours (default: 24)."),
     warmup_h: Optional[float] = typer.Option(None, help="Start each episode from the cluster --warmup-score leaves "
@@ -555,7 +561,8 @@ def train(
     except ImportError as exc:
         _fail(f"training needs the rl extra ({exc}): pip install 'td3sched[rl]'")
     given = {"scenario": scenario, "seed": seed, "span": span, "episode_hours": episode_hours, "action_mode": action,
-             "action_hold_s": action_hold, "warmup_hours": warmup_h, "warmup_score": warmup_score}
+             "action_hold_s": action_hold, "warmup_hours": warmup_h, "warmup_score": warmup_score,
+             "env_workers": env_workers}
     learner = {"algo": algo, "learning_starts": learning_starts, "gamma_per_hour": gamma_per_hour,
                "preactivation_penalty": preactivation_penalty, "branch_every": branch_every,
                "branch_horizon_s": branch_horizon, "branch_imitation": branch_imitation, "anchor": anchor,
@@ -617,7 +624,9 @@ def train(
 
     hold = f" held {settings.action_hold_s:g} s" if settings.action_hold_s else ""
     console.print(f"train: {settings.scenario}/{settings.span}, {settings.episode_hours:g} h windows, seed "
-                  f"{settings.seed}, {config.algo}, action {design_of(settings.action_mode)}{hold} -> {escape(str(out_dir))}"
+                  f"{settings.seed}, {config.algo}, action {design_of(settings.action_mode)}{hold}"
+                  + (f", {settings.env_workers} env workers" if settings.env_workers > 1 else "")
+                  + f" -> {escape(str(out_dir))}"
                   + (" (resumed)" if resume else ""))
 
     def run(on_log=None):

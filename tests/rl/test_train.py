@@ -41,7 +41,7 @@ def test_checkpoint_resume_and_reload_give_identical_actions(tmp_path):
     for key, value in a["agent"]["buffer"].items():
         assert (torch.equal(value, b["agent"]["buffer"][key]) if isinstance(value, torch.Tensor)
                 else value == b["agent"]["buffer"][key]), key
-    assert a["agent"]["normalizer"] == b["agent"]["normalizer"] and a["env"] == b["env"]
+    assert a["agent"]["normalizer"] == b["agent"]["normalizer"] and a["envs"] == b["envs"]
     assert a["loop"]["episodes"] == b["loop"]["episodes"] > 0
     assert a["loop"]["recent_returns"] == b["loop"]["recent_returns"]
 

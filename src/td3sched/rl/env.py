@@ -246,9 +246,16 @@ class ClusterSchedulingEnv(gym.Env):
     # --- Gymnasium API -------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Start an episode. ``seed`` seeds the window draws and selects the world (built once per
-        seed); ``options={"episode": {...}}`` replays a given ``Episode`` instead of drawing one."""
+        seed); ``options={"episode": {...}}`` replays a given ``Episode`` instead of drawing one, and
+        ``options={"stream": i}`` (with ``seed``) draws the windows from the i-th child of the seed's
+        sequence instead of the seed's own (the env copies of ``rl.workers``; 0: the seed's own)."""
         self._abandon()
         super().reset(seed=seed)
+        stream = (options or {}).get("stream", 0)
+        if isinstance(stream, (bool, np.bool_)) or not isinstance(stream, (int, np.integer)) or stream < 0:
+            raise ValueError(f"stream {stream!r}: expected an integer >= 0 (0: the seed's own draws)")
+        if stream and seed is not None:
+            self._np_random = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(int(stream),))))
         if options and "episode" in options:
             episode = Episode(**options["episode"])
             obs = self._start(episode)

@@ -33,7 +33,7 @@ from td3sched.rl.model import write_atomic
 from td3sched.rl.td3 import TD3, TD3Config
 
 CHECKPOINT_FILE = "checkpoint.pt"
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2
 RECENT_EPISODES = 10
 """Episode returns kept for the running mean shown while training."""
 
@@ -58,8 +58,13 @@ class TrainSettings:
     """Hours before each episode's window simulated under ``warmup_score`` (``rl.env``; 0: none)."""
     warmup_score: str | None = None
     """The static-weights spec that places the warm-up's pods."""
+    env_workers: int = 1
+    """Copies of the env stepped at once, each drawing its own windows (``rl.workers``; 1: the learner's
+    env alone). The run depends on it."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.env_workers, bool) or not isinstance(self.env_workers, int) or self.env_workers < 1:
+            raise ValueError(f"env_workers {self.env_workers!r}: expected an integer >= 1 (1: the learner's env alone)")
         if self.warmup_hours or self.warmup_score is not None:
             from td3sched.rl.env import check_warmup
 
@@ -89,12 +94,12 @@ class TrainSettings:
 
 @dataclass
 class LoopState:
-    """Where the loop is: the next step, the current observation and episode."""
+    """Where the loop is: the next step, and per env copy its current observation and episode."""
 
     global_step: int = 0
-    obs: np.ndarray | None = None
-    episode_actions: list[np.ndarray] = field(default_factory=list)
-    episode_reward: float = 0.0
+    obs: list[np.ndarray] = field(default_factory=list)
+    episode_actions: list[list[np.ndarray]] = field(default_factory=list)
+    episode_reward: list[float] = field(default_factory=list)
     episodes: int = 0
     recent_returns: list[float] = field(default_factory=list)
     wall_s: float = 0.0
@@ -123,20 +128,48 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
     ``branch_workers``: simulator processes running counterfactual branches at once
     (``TD3Config.branch_every``; the results do not depend on it).
     ``settings`` (recorded in checkpoints and the model card) default to the env's, with the agent's
-    seed; the first episode is drawn with ``settings.seed``."""
+    seed; the first episode is drawn with ``settings.seed``. With ``settings.env_workers`` N > 1, ``env``
+    is copy 0 of N stepped at once (``rl.workers``): each iteration takes N steps, so ``total_steps``
+    and ``checkpoint_every`` must be multiples of N."""
     cfg = agent.config
     out = Path(out) if out is not None else None
     settings = settings or TrainSettings.of_env(env, agent.seed)
+    n = settings.env_workers
     if agent.action_mode != env.unwrapped.action_mode:
         raise ValueError(f"the agent's action mode {agent.action_mode!r} differs from the env's "
                          f"{env.unwrapped.action_mode!r}")
-    if resume:
-        if out is None:
-            raise ValueError("resume needs the run folder (out) holding the checkpoint")
-        loop = resume_from(out / CHECKPOINT_FILE, agent, env, settings)
-    else:
-        loop = LoopState()
-        loop.obs, _ = env.reset(seed=settings.seed)
+    if n > 1 and (total_steps % n or checkpoint_every % n):
+        raise ValueError(f"steps {total_steps} and checkpoint every {checkpoint_every}: expected multiples of the "
+                         f"{n} env workers (each iteration steps every copy once)")
+    if n > 1 and cfg.branch_every:
+        raise ValueError(f"counterfactual branches (branch_every {cfg.branch_every}) fork the learner's own env: "
+                         f"expected 1 env worker, not {n}")
+    if resume and out is None:
+        raise ValueError("resume needs the run folder (out) holding the checkpoint")
+    from td3sched.rl.workers import EnvWorker, LocalCopy
+
+    copies: list = [LocalCopy(env)]
+    try:
+        remote = [EnvWorker(settings, i) for i in range(1, n)]
+        copies += remote
+        for worker in remote:  # started together, they build their worlds at once
+            worker.wait_ready()
+        if resume:
+            loop = resume_from(out / CHECKPOINT_FILE, agent, copies, settings)
+        else:
+            first = [env.reset(seed=settings.seed)[0]] + [w.reset(settings.seed, w.index) for w in remote]
+            loop = LoopState(obs=first, episode_actions=[[] for _ in copies], episode_reward=[0.0] * n)
+        return _loop(agent, env, copies, loop, total_steps, out, checkpoint_every, resume, settings, on_log,
+                     callback, branch_workers)
+    finally:
+        for copy in copies:
+            copy.close()
+
+
+def _loop(agent: TD3, env, copies: list, loop: LoopState, total_steps: int, out: Path | None, checkpoint_every: int,
+          resume: bool, settings: TrainSettings, on_log, callback, branch_workers: int) -> LearnResult:
+    """``learn``'s loop over its env copies, from ``loop``."""
+    cfg, n = agent.config, len(copies)
     writer = None
     if out is not None:
         from torch.utils.tensorboard import SummaryWriter
@@ -147,56 +180,67 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
                 f"|{k}|{v}|" for k, v in {**settings.to_json(), **cfg.to_json()}.items()))
 
     first_step, started = loop.global_step, time.perf_counter()
-    obs, saved_at = loop.obs, None
+    saved_at = None
     try:
-        for global_step in range(loop.global_step, total_steps):
-            # Act: the warm-up's action (uniformly random, or the anchor's plus noise), then the actor plus
-            # exploration noise.
-            agent.normalizer.update(obs)
-            warming = global_step < cfg.learning_starts and not cfg.warmup_actor
-            action = agent.warmup_action() if warming else agent.explore(obs)
-            if cfg.branch_every and global_step >= cfg.learning_starts and global_step % cfg.branch_every == 0:
-                branch(agent, env, obs, action, branch_workers)
-            next_obs, reward, terminated, truncated, info = env.step_logits(action)
-            if not truncated:  # a truncated step has no next decision to bootstrap from: not stored
-                agent.buffer.add(obs, action, reward, next_obs, terminated, info.get("elapsed_s", 0.0))
-            loop.episode_actions.append(action)
-            loop.episode_reward += reward
-            obs = next_obs
-            if terminated or truncated:
-                loop.episodes += 1
-                loop.recent_returns = (loop.recent_returns + [loop.episode_reward])[-RECENT_EPISODES:]
-                if writer:
-                    writer.add_scalar("charts/episodic_return", loop.episode_reward, global_step)
-                    writer.add_scalar("charts/episodic_length", len(loop.episode_actions), global_step)
-                loop.episode_actions, loop.episode_reward = [], 0.0
-                obs, _ = env.reset()
+        while loop.global_step < total_steps:
+            step0 = loop.global_step
+            # Act, copy by copy: the warm-up's action (uniformly random, or the anchor's plus noise), then the
+            # actor plus exploration noise.
+            actions = []
+            for k in range(n):
+                agent.normalizer.update(loop.obs[k])
+                warming = step0 + k < cfg.learning_starts and not cfg.warmup_actor
+                action = agent.warmup_action() if warming else agent.explore(loop.obs[k])
+                if cfg.branch_every and step0 >= cfg.learning_starts and step0 % cfg.branch_every == 0:
+                    branch(agent, env, loop.obs[k], action, branch_workers)  # one copy (learn checks)
+                actions.append(action)
+            for copy, action in reversed(list(zip(copies, actions))):  # the remote copies first: they run
+                copy.send_step(action)                                 # while the learner's own steps
+            results = [copy.receive_step() for copy in copies]
 
-            # Learn: one gradient step per environment step after the warm-up.
-            logged = agent.train_step(global_step) if global_step >= cfg.learning_starts else None
-            if global_step % cfg.log_every == 0:
-                sps = (global_step + 1 - first_step) / (time.perf_counter() - started)
-                logged = {**(logged or {}), "SPS": sps}
-                if writer:
-                    for key, value in logged.items():
-                        writer.add_scalar(("charts/" if key == "SPS" else "losses/") + key, value, global_step)
-                if on_log:
-                    on_log({"step": global_step + 1, "episodes": loop.episodes,
-                            "episode_reward": np.mean(loop.recent_returns) if loop.recent_returns else float("nan"),
-                            **logged})
+            for k, (action, (next_obs, reward, terminated, truncated, elapsed_s, first)) in enumerate(
+                    zip(actions, results)):
+                global_step = step0 + k
+                if not truncated:  # a truncated step has no next decision to bootstrap from: not stored
+                    agent.buffer.add(loop.obs[k], action, reward, next_obs, terminated, elapsed_s)
+                loop.episode_actions[k].append(action)
+                loop.episode_reward[k] += reward
+                loop.obs[k] = next_obs
+                if terminated or truncated:
+                    loop.episodes += 1
+                    loop.recent_returns = (loop.recent_returns + [loop.episode_reward[k]])[-RECENT_EPISODES:]
+                    if writer:
+                        writer.add_scalar("charts/episodic_return", loop.episode_reward[k], global_step)
+                        writer.add_scalar("charts/episodic_length", len(loop.episode_actions[k]), global_step)
+                    loop.episode_actions[k], loop.episode_reward[k] = [], 0.0
+                    loop.obs[k] = first
 
-            loop.global_step, loop.obs = global_step + 1, obs
-            if out is not None and checkpoint_every and loop.global_step % checkpoint_every == 0:
-                save_checkpoint(out, agent, env, loop, settings, loop.wall_s + time.perf_counter() - started)
-                saved_at = loop.global_step
-            if callback:
-                callback(loop.global_step, agent)
+                # Learn: one gradient step per environment step after the warm-up.
+                logged = agent.train_step(global_step) if global_step >= cfg.learning_starts else None
+                if global_step % cfg.log_every == 0:
+                    sps = (global_step + 1 - first_step) / (time.perf_counter() - started)
+                    logged = {**(logged or {}), "SPS": sps}
+                    if writer:
+                        for key, value in logged.items():
+                            writer.add_scalar(("charts/" if key == "SPS" else "losses/") + key, value, global_step)
+                    if on_log:
+                        on_log({"step": global_step + 1, "episodes": loop.episodes,
+                                "episode_reward": np.mean(loop.recent_returns) if loop.recent_returns
+                                else float("nan"), **logged})
+
+                loop.global_step = global_step + 1
+                if (k == n - 1 and out is not None and checkpoint_every
+                        and loop.global_step % checkpoint_every == 0):
+                    save_checkpoint(out, agent, copies, loop, settings, loop.wall_s + time.perf_counter() - started)
+                    saved_at = loop.global_step
+                if callback:
+                    callback(loop.global_step, agent)
     finally:
         if writer:
             writer.close()
     wall_s = loop.wall_s + time.perf_counter() - started
     if out is not None and saved_at != loop.global_step:
-        save_checkpoint(out, agent, env, loop, settings, wall_s)
+        save_checkpoint(out, agent, copies, loop, settings, wall_s)
     steps_run = loop.global_step - first_step
     return LearnResult(loop.global_step, loop.episodes, wall_s,
                        steps_run / max(time.perf_counter() - started, 1e-9), list(loop.recent_returns))
@@ -213,25 +257,28 @@ def branch(agent: TD3, env, obs: np.ndarray, action: np.ndarray, workers: int) -
     agent.branch_buffer.add(obs, actions, [b.discounted(cfg.gamma, cfg.gamma_per_hour) for b in branches])
 
 
-def save_checkpoint(out: Path, agent: TD3, env, loop: LoopState, settings: TrainSettings, wall_s: float) -> None:
-    """Write the checkpoint, then the model (each atomically)."""
-    actions = np.array(loop.episode_actions, dtype=np.float32).reshape(-1, agent.buffer.actions.shape[1])
+def save_checkpoint(out: Path, agent: TD3, copies: list, loop: LoopState, settings: TrainSettings,
+                    wall_s: float) -> None:
+    """Write the checkpoint, then the model (each atomically). ``copies``: the env copies (``rl.workers``)."""
+    width = agent.buffer.actions.shape[1]
     state = {
         "format": CHECKPOINT_FORMAT,
         "settings": settings.to_json(),
         "config": agent.config.to_json(),
         "agent": agent.state_dict(),
-        "env": env.unwrapped.state_dict(),
-        "episode_actions": torch.from_numpy(actions),
-        "loop": {"global_step": loop.global_step, "obs": torch.from_numpy(np.asarray(loop.obs, dtype=np.float32)),
-                 "episode_reward": loop.episode_reward, "episodes": loop.episodes,
+        "envs": [copy.state_dict() for copy in copies],
+        "episode_actions": [torch.from_numpy(np.array(a, dtype=np.float32).reshape(-1, width))
+                            for a in loop.episode_actions],
+        "loop": {"global_step": loop.global_step,
+                 "obs": torch.from_numpy(np.asarray(loop.obs, dtype=np.float32)),
+                 "episode_reward": list(loop.episode_reward), "episodes": loop.episodes,
                  "recent_returns": list(loop.recent_returns), "wall_s": wall_s},
     }
     buf = io.BytesIO()
     torch.save(state, buf)
     write_atomic(out / CHECKPOINT_FILE, buf.getvalue())
     agent.save(out, {**settings.to_json(), "training": {
-        "steps": loop.global_step, "episodes": loop.episodes, "wall_s": wall_s,
+        "steps": loop.global_step, "episodes": loop.episodes, "wall_s": wall_s, "env_workers": settings.env_workers,
         "algo": agent.config.algo, "recent_returns": list(loop.recent_returns),
         "preactivation_saturation": saturation_summary(agent.saturation_log)}})
 
@@ -248,20 +295,26 @@ def saturation_summary(log: list[list[float]], points: int = 50) -> dict:
 
 
 def read_checkpoint(path: Path) -> dict:
-    """The checkpoint at ``path``, read with ``weights_only=True``; a CheckpointError otherwise."""
+    """The checkpoint at ``path``, read with ``weights_only=True``, in the current format (a format-1
+    checkpoint, written before env copies, holds one copy); a CheckpointError otherwise."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no checkpoint to resume from") from None
     except Exception as exc:
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path}: not a td3sched checkpoint of format {CHECKPOINT_FORMAT}")
+    if not isinstance(state, dict) or state.get("format") not in (1, CHECKPOINT_FORMAT):
+        raise CheckpointError(f"{path}: not a td3sched checkpoint of format 1 or {CHECKPOINT_FORMAT}")
+    if state["format"] == 1:
+        loop = state["loop"]
+        state = {**state, "format": CHECKPOINT_FORMAT, "envs": [state.pop("env")],
+                 "episode_actions": [state["episode_actions"]],
+                 "loop": {**loop, "obs": loop["obs"][None], "episode_reward": [loop["episode_reward"]]}}
     return state
 
 
-def resume_from(path: Path, agent: TD3, env, settings: TrainSettings) -> LoopState:
-    """Load the checkpoint into ``agent``, bring ``env`` back to its step; the loop's state."""
+def resume_from(path: Path, agent: TD3, copies: list, settings: TrainSettings) -> LoopState:
+    """Load the checkpoint into ``agent``, bring each env copy back to its step; the loop's state."""
     state = read_checkpoint(path)
     try:  # a checkpoint written before a config field existed reads with the value it was trained with
         have_config = TD3Config.from_json(state["config"]).to_json()
@@ -275,19 +328,17 @@ def resume_from(path: Path, agent: TD3, env, settings: TrainSettings) -> LoopSta
             raise CheckpointError(f"{path}: {name} differ from this run's (checkpoint, now): {diff}")
     agent.load_state_dict(state["agent"])
     loop_state = state["loop"]
-    obs = env.unwrapped.restore(state["env"])
-    actions = state["episode_actions"].numpy()
-    for action in actions:  # replay the episode so far: the simulator is deterministic
-        obs, _, terminated, truncated, _ = env.step_logits(action)
-        if terminated or truncated:
-            break
     saved = loop_state["obs"].numpy()
-    if not np.array_equal(obs, saved):
-        raise CheckpointError(f"{path}: replaying the running episode's {len(actions)} actions did not reach the "
-                              "saved observation: the code or the scenario changed since the checkpoint")
-    return LoopState(int(loop_state["global_step"]), saved, list(actions), float(loop_state["episode_reward"]),
-                     int(loop_state["episodes"]), [float(r) for r in loop_state["recent_returns"]],
-                     float(loop_state["wall_s"]))
+    actions = [a.numpy() for a in state["episode_actions"]]
+    for copy, env_state, copy_actions, copy_obs in zip(copies, state["envs"], actions, saved, strict=True):
+        obs = copy.replay(env_state, copy_actions)  # the simulator is deterministic
+        if not np.array_equal(obs, copy_obs):
+            raise CheckpointError(f"{path}: replaying env copy {copy.index}'s running episode ({len(copy_actions)} "
+                                  "actions) did not reach the saved observation: the code or the scenario changed "
+                                  "since the checkpoint")
+    return LoopState(int(loop_state["global_step"]), list(saved), [list(a) for a in actions],
+                     [float(r) for r in loop_state["episode_reward"]], int(loop_state["episodes"]),
+                     [float(r) for r in loop_state["recent_returns"]], float(loop_state["wall_s"]))
 
 
 def checkpoint_settings(out: Path) -> tuple[TrainSettings, TD3Config, int]:
