@@ -487,7 +487,7 @@ def search_static(
     console.print(f"wrote {escape(str(path))}")
 
 
-@app.command()
+@app.command(cls=_OptionalRayAddress)
 def train(
     steps: int = typer.Option(..., help="Environment steps (scheduling decisions, or held actions with --action-hold) to train for, in total."),
     out_dir: Path = typer.Option(..., "--out", help="Run folder, e.g. runs/NAME/: checkpoint, model (then "
@@ -526,6 +526,10 @@ def train(
                                               "collect nearly twice the steps a second. The run depends on it; "
                                               "--steps and --checkpoint-every must be multiples of it. "
                                               "docs/td3.md."),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS]",
+                                      help="With --env-workers N: run copies 2..N as Ray actors, the same run: "
+                                           "alone, a new local instance; with an address (auto, "
+                                           "ray://host:10001), that cluster. Needs pip install 'td3sched\\[ray]'."),
     span: Optional[str] = typer.Option(None, help=_span_help(LEARN_SPAN, "Span whose windows are the episodes")),
     episode_hours: Optional[float] = typer.Option(None, help="Episode window in simulated hours (default: 24)."),
     warmup_h: Optional[float] = typer.Option(None, help="Start each episode from the cluster --warmup-score leaves "
@@ -558,6 +562,7 @@ def train(
         from td3sched.rl.td3 import TD3Config
         from td3sched.rl.train import CHECKPOINT_FILE, CheckpointError, TrainSettings, checkpoint_settings
         from td3sched.rl.train import train as run_training
+        from td3sched.rl.workers import EnvWorkerError
     except ImportError as exc:
         _fail(f"training needs the rl extra ({exc}): pip install 'td3sched[rl]'")
     given = {"scenario": scenario, "seed": seed, "span": span, "episode_hours": episode_hours, "action_mode": action,
@@ -588,6 +593,9 @@ def train(
             raise ValueError(f"--steps {steps}, --checkpoint-every {checkpoint_every}, --threads {threads}, "
                              f"--branch-workers {branch_workers}: expected steps >= 1, checkpoint-every >= 0 (0: only "
                              "at the end), threads >= 1, branch-workers >= 1")
+        if ray is not None and (env_workers or 1) < 2 and not resume:
+            raise ValueError(f"--ray {ray}: Ray runs the env copies 2..N of --env-workers N: expected "
+                             "--env-workers 2 or more")
         if resume:
             settings, config, done = checkpoint_settings(out_dir)
             clash = {k: (v, getattr(settings, k)) for k, v in given.items()
@@ -631,7 +639,7 @@ def train(
 
     def run(on_log=None):
         return run_training(out_dir, steps, settings, config, checkpoint_every=checkpoint_every, resume=resume,
-                            on_log=on_log, branch_workers=branch_workers)
+                            on_log=on_log, branch_workers=branch_workers, ray_address=ray)
 
     try:
         if progress:
@@ -655,7 +663,7 @@ def train(
                 result = run(on_log)
         else:
             result = run()
-    except (ValueError, FileNotFoundError, CheckpointError, ModelError) as exc:
+    except (ValueError, FileNotFoundError, CheckpointError, ModelError, EnvWorkerError) as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
         checkpoint = out_dir / CHECKPOINT_FILE

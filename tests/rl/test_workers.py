@@ -110,6 +110,9 @@ def test_train_command_takes_env_workers(tmp_path):
     assert odd.exit_code == 2 and "multiples of the 2 env workers" in " ".join(odd.output.split())
     clash = runner.invoke(app, ["train", "--steps", "60", "--out", str(out), "--resume", "--env-workers", "1"])
     assert clash.exit_code == 2 and "'env_workers': (1, 2)" in " ".join(clash.output.split())
+    alone = runner.invoke(app, ["train", "--steps", "40", "--out", str(tmp_path / "alone"), "--ray"])
+    assert alone.exit_code == 2 and "--ray local: Ray runs the env copies 2..N of --env-workers N: expected " \
+        "--env-workers 2 or more" in " ".join(alone.output.split())
 
 
 def test_a_checkpoint_written_before_env_copies_resumes_as_one_copy(tmp_path):
@@ -129,3 +132,83 @@ def test_a_checkpoint_written_before_env_copies_resumes_as_one_copy(tmp_path):
     for key, value in a["agent"]["actor"].items():
         assert torch.equal(value, b["agent"]["actor"][key]), key
     assert a["envs"] == b["envs"] and b["format"] == 2
+
+
+def test_copies_as_ray_actors_give_the_same_run(tmp_path):
+    """``--ray``: copies 1..N-1 as Ray actors on a local instance the run starts and stops."""
+    ray = pytest.importorskip("ray")
+    processes, actors = tmp_path / "processes", tmp_path / "actors"
+    train(processes, 60, TWO, SMALL)
+    train(actors, 60, TWO, SMALL, ray_address="local")
+    assert not ray.is_initialized()  # the run shut down the instance it started
+    a, b = read_checkpoint(processes / CHECKPOINT_FILE), read_checkpoint(actors / CHECKPOINT_FILE)
+    for key, value in a["agent"]["critic"].items():
+        assert torch.equal(value, b["agent"]["critic"][key]), key
+    assert a["envs"] == b["envs"] and a["loop"]["recent_returns"] == b["loop"]["recent_returns"]
+    with pytest.raises(ValueError, match="expected 2 env workers or more, not 1"):
+        train(tmp_path / "one", 60, TrainSettings("tiny", seed=3, episode_hours=2.0), SMALL, ray_address="local")
+
+
+def test_a_ray_copy_s_error_and_death_reach_the_learner_naming_the_copy():
+    pytest.importorskip("ray")
+    from td3sched.ray_session import RaySession
+    from td3sched.rl.workers import RayEnvWorker
+
+    with RaySession("local", 1) as ray:
+        worker = RayEnvWorker(TWO, 1)
+        worker.wait_ready()
+        assert worker.reset(3, 1).shape == (35,)
+        worker.send_step(np.zeros(3, dtype=np.float32))
+        with pytest.raises(EnvWorkerError, match=r"env worker 1 \(Ray actor\): ValueError: action \[0.0, 0.0, 0.0\]"):
+            worker.receive_step()
+        worker.send_step(np.zeros(5, dtype=np.float32))  # still serving after an error
+        assert worker.receive_step()[0].shape == (35,)
+        ray.kill(worker._actor)
+        with pytest.raises(EnvWorkerError, match=r"env worker 1 \(Ray actor\) died"):
+            worker.state_dict()
+        worker.close()
+
+
+def test_a_worker_exits_when_the_learner_is_killed(tmp_path):
+    """A learner killed with SIGKILL takes its workers with it at once, not at their next message: here
+    the worker is building dlrm's world for its first episode (about a minute), and is gone well before
+    it would have built it."""
+    import subprocess
+    import sys
+    import time
+
+    script = ("import threading, time\n"
+              "from td3sched.rl.train import TrainSettings\n"
+              "from td3sched.rl.workers import EnvWorker\n"
+              "if __name__ == '__main__':\n"
+              "    worker = EnvWorker(TrainSettings('dlrm', seed=3), 1)\n"
+              "    worker.wait_ready()\n"
+              "    threading.Thread(target=worker.reset, args=(3, 1), daemon=True).start()  # builds the world\n"
+              "    time.sleep(1)\n"
+              "    print(worker._process.pid, flush=True)\n"
+              "    time.sleep(600)\n")
+    path = tmp_path / "learner.py"
+    path.write_text(script)
+    learner = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(learner.stdout.readline())
+        os.kill(pid, 0)  # the worker runs
+        learner.kill()
+        learner.wait()
+        deadline = time.monotonic() + 10  # building the world takes 25 s or more
+        while time.monotonic() < deadline and _running(pid):
+            time.sleep(0.1)
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"env worker {pid} outlived its learner by 10 s")
+    finally:
+        learner.kill()
+
+
+def _running(pid: int) -> bool:
+    """The process exists and has not exited (an exited one its new parent has not reaped yet is a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -10,44 +10,32 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
-import socket
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable
 
+from td3sched import ray_session
 from td3sched.evaluate.grid import GridError, GridSpec, Task, execute, failure
 
 Started = Callable[[Task], None]
 Finished = Callable[[Task, dict], None]
 
-RAY_EXTRA = "pip install 'td3sched[ray]'"
-
 
 def import_ray():
     """The ``ray`` module, or a GridError naming the extra that installs it."""
     try:
-        import ray
-    except ImportError as exc:
-        raise GridError(f"--ray needs Ray, which is not installed ({exc}): {RAY_EXTRA}") from None
-    return ray
+        return ray_session.import_ray()
+    except ray_session.RayUnavailable as exc:
+        raise GridError(str(exc)) from None
 
 
 def check_ray_address(address: str | None, timeout_s: float = 5.0) -> None:
-    """Fail fast (GridError) when a ``host:port`` or ``ray://host:port`` address does not answer:
-    ``ray.init`` itself would wait for minutes. ``auto`` and a local instance are not checked here."""
-    if address in (None, "", "local", "auto"):
-        return
-    rest = address.split("://", 1)[1] if "://" in address else address
-    host, sep, port = rest.rstrip("/").rpartition(":")
-    if not sep or not port.isdigit():
-        raise GridError(f"--ray {address!r}: expected host:port, ray://host:port, auto, or no address "
-                        "(a new local instance)")
+    """``ray_session.check_ray_address``, failing with a GridError."""
     try:
-        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s):
-            pass
-    except OSError as exc:
-        raise GridError(f"--ray {address!r}: no Ray cluster answers there ({exc})") from None
+        ray_session.check_ray_address(address, timeout_s)
+    except ray_session.RayUnavailable as exc:
+        raise GridError(str(exc)) from None
 
 
 def _ignore_sigint() -> None:
@@ -135,32 +123,19 @@ class RayBackend:
     def __init__(self, workers: int, address: str | None):
         self.workers = workers
         self.address = address
-        self.owned = False
         self.capacity = workers
 
     def __enter__(self):
-        import logging
-
-        ray = import_ray()
-        self.ray = ray
-        if not ray.is_initialized():
-            local = self.address in (None, "", "local")
-            try:
-                if local:
-                    ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False,
-                             logging_level=logging.WARNING)
-                else:
-                    ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
-            except Exception as exc:  # noqa: BLE001 - Ray raises many kinds here; all mean "no cluster"
-                where = "start a local Ray instance" if local else f"connect to Ray at {self.address!r}"
-                raise GridError(f"--ray: could not {where}: {type(exc).__name__}: {exc}") from exc
-            self.owned = True
+        self.session = ray_session.RaySession(self.address, self.workers)
+        try:
+            self.ray = ray = self.session.__enter__()
+        except ray_session.RayUnavailable as exc:
+            raise GridError(str(exc)) from exc
         self.capacity = max(1, int(ray.cluster_resources().get("CPU", self.workers)))
         return self
 
     def __exit__(self, *exc):
-        if self.owned:
-            self.ray.shutdown()
+        self.session.__exit__(*exc)
         return False
 
     def run(self, tasks: list[Task], started: Started, finished: Finished) -> None:

@@ -118,7 +118,8 @@ class LearnResult:
 def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpoint_every: int = 0,
           resume: bool = False, settings: TrainSettings | None = None,
           on_log: Callable[[dict], None] | None = None,
-          callback: Callable[[int, TD3], None] | None = None, branch_workers: int = 2) -> LearnResult:
+          callback: Callable[[int, TD3], None] | None = None, branch_workers: int = 2,
+          ray_address: str | None = None) -> LearnResult:
     """Train ``agent`` on ``env`` until ``total_steps`` steps. With ``out``: TensorBoard logs, a
     checkpoint every ``checkpoint_every`` steps and at the end, and the model at each checkpoint.
     ``resume`` goes on from ``out``'s checkpoint. ``on_log`` receives the logged values.
@@ -130,7 +131,8 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
     ``settings`` (recorded in checkpoints and the model card) default to the env's, with the agent's
     seed; the first episode is drawn with ``settings.seed``. With ``settings.env_workers`` N > 1, ``env``
     is copy 0 of N stepped at once (``rl.workers``): each iteration takes N steps, so ``total_steps``
-    and ``checkpoint_every`` must be multiples of N."""
+    and ``checkpoint_every`` must be multiples of N. ``ray_address`` (None: local processes) runs copies
+    1..N-1 as Ray actors (``ray_session``: "local" starts a local instance); the run is the same."""
     cfg = agent.config
     out = Path(out) if out is not None else None
     settings = settings or TrainSettings.of_env(env, agent.seed)
@@ -146,24 +148,28 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
                          f"expected 1 env worker, not {n}")
     if resume and out is None:
         raise ValueError("resume needs the run folder (out) holding the checkpoint")
-    from td3sched.rl.workers import EnvWorker, LocalCopy
+    if ray_address is not None and n < 2:
+        raise ValueError(f"Ray runs env copies 1..N-1 as actors: expected 2 env workers or more, not {n}")
+    from td3sched.rl.workers import LocalCopy, remote_copies
 
     copies: list = [LocalCopy(env)]
-    try:
-        remote = [EnvWorker(settings, i) for i in range(1, n)]
-        copies += remote
-        for worker in remote:  # started together, they build their worlds at once
-            worker.wait_ready()
-        if resume:
-            loop = resume_from(out / CHECKPOINT_FILE, agent, copies, settings)
-        else:
-            first = [env.reset(seed=settings.seed)[0]] + [w.reset(settings.seed, w.index) for w in remote]
-            loop = LoopState(obs=first, episode_actions=[[] for _ in copies], episode_reward=[0.0] * n)
-        return _loop(agent, env, copies, loop, total_steps, out, checkpoint_every, resume, settings, on_log,
-                     callback, branch_workers)
-    finally:
-        for copy in copies:
-            copy.close()
+    with remote_copies(ray_address, n - 1) as make_copy:
+        try:
+            for i in range(1, n):
+                copies.append(make_copy(settings, i))
+            remote = copies[1:]
+            for worker in remote:  # started together, they build their worlds at once
+                worker.wait_ready()
+            if resume:
+                loop = resume_from(out / CHECKPOINT_FILE, agent, copies, settings)
+            else:
+                first = [env.reset(seed=settings.seed)[0]] + [w.reset(settings.seed, w.index) for w in remote]
+                loop = LoopState(obs=first, episode_actions=[[] for _ in copies], episode_reward=[0.0] * n)
+            return _loop(agent, env, copies, loop, total_steps, out, checkpoint_every, resume, settings, on_log,
+                         callback, branch_workers)
+        finally:
+            for copy in copies:
+                copy.close()
 
 
 def _loop(agent: TD3, env, copies: list, loop: LoopState, total_steps: int, out: Path | None, checkpoint_every: int,
@@ -353,7 +359,8 @@ def checkpoint_settings(out: Path) -> tuple[TrainSettings, TD3Config, int]:
 
 
 def train(out: Path, total_steps: int, settings: TrainSettings, config: TD3Config, *, checkpoint_every: int = 0,
-          resume: bool = False, on_log: Callable[[dict], None] | None = None, branch_workers: int = 2) -> LearnResult:
+          resume: bool = False, on_log: Callable[[dict], None] | None = None, branch_workers: int = 2,
+          ray_address: str | None = None) -> LearnResult:
     """Build the env and the agent of ``settings`` and ``config``, then ``learn`` into run folder ``out``."""
     from td3sched.rl.observation import OBSERVATION_SIZE
 
@@ -361,6 +368,6 @@ def train(out: Path, total_steps: int, settings: TrainSettings, config: TD3Confi
     try:
         agent = TD3(OBSERVATION_SIZE, config, settings.seed, settings.action_mode)
         return learn(agent, env, total_steps, out=out, checkpoint_every=checkpoint_every, resume=resume,
-                     settings=settings, on_log=on_log, branch_workers=branch_workers)
+                     settings=settings, on_log=on_log, branch_workers=branch_workers, ray_address=ray_address)
     finally:
         env.close()

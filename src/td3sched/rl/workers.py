@@ -18,14 +18,22 @@ the child ``SeedSequence(seed, spawn_key=(i,))`` of the run's seed (``ClusterSch
 Errors cross the pipe as text: a remote copy that fails raises ``EnvWorkerError`` naming the copy and
 the simulator's error in the learner; a copy whose process dies (killed, out of memory) raises it with
 the exit code. Workers ignore SIGINT: Ctrl-C is the learner's, which closes them.
+
+With ``ray_address`` (``train --env-workers N --ray [ADDRESS]``, the convention of ``evaluate --ray``,
+``ray_session``) copies 1..N-1 are Ray actors (``RayEnvWorker``) instead of local processes: the same
+calls and the same steps, so the same run.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
+import os
 import signal
+import threading
 import traceback
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -58,8 +66,10 @@ def step_copy(env, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, f
 
 
 def _serve(conn, settings_json: dict) -> None:
-    """A worker process: build the env, then answer the learner's commands until ``close``."""
+    """A worker process: build the env, then answer the learner's commands until ``close``. It exits as
+    soon as the learner's process is gone (killed mid-step or mid-build), not at its next message."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, daemon=True, name="td3sched-env-worker-parent").start()
     from td3sched.rl.train import TrainSettings
 
     try:
@@ -94,6 +104,13 @@ def _serve(conn, settings_json: dict) -> None:
             conn.send(("ok", reply))
     finally:
         env.close()
+
+
+def _exit_with_parent() -> None:
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
 
 
 def _describe(exc: BaseException) -> str:
@@ -195,3 +212,92 @@ class EnvWorker:
                 self._process.terminate()
                 self._process.join(10)
         self._conn.close()
+
+
+class _RayCopy:
+    """The Ray actor behind ``RayEnvWorker``: the env and the same commands as ``_serve``'s."""
+
+    def __init__(self, settings_json: dict):
+        from td3sched.rl.train import TrainSettings
+
+        self.env = TrainSettings.from_json(settings_json).make_env()
+
+    def ready(self) -> bool:
+        return True
+
+    def reset(self, seed: int, stream: int) -> np.ndarray:
+        return self.env.reset(seed=seed, options={"stream": stream})[0]
+
+    def step(self, action: np.ndarray):
+        return step_copy(self.env, action)
+
+    def state(self) -> dict:
+        return self.env.unwrapped.state_dict()
+
+    def replay(self, state: dict, actions) -> np.ndarray:
+        return replay_episode(self.env, state, actions)
+
+
+class RayEnvWorker:
+    """Copy ``index`` as a Ray actor of one CPU (``train --env-workers N --ray``): ``EnvWorker``'s calls,
+    on a Ray instance the caller has initialised (``ray_session.RaySession``). On a cluster, every node
+    needs td3sched installed and the traces where ``$TD3SCHED_TRACES`` points."""
+
+    def __init__(self, settings, index: int):
+        import ray
+
+        self.index = index
+        self._ray = ray
+        self._actor = ray.remote(num_cpus=1, max_restarts=0)(_RayCopy).remote(settings.to_json())
+        self._pending = None
+
+    def _get(self, ref, timeout_s: float | None = None):
+        exceptions = self._ray.exceptions
+        try:
+            return self._ray.get(ref, timeout=timeout_s)
+        except exceptions.GetTimeoutError:
+            raise EnvWorkerError(f"env worker {self.index} (Ray actor): no answer after {timeout_s:g} s") from None
+        except exceptions.RayTaskError as exc:  # the env raised: name its error first
+            cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+            raise EnvWorkerError(f"env worker {self.index} (Ray actor): {type(cause).__name__}: {cause}") from None
+        except exceptions.RayActorError as exc:
+            raise EnvWorkerError(f"env worker {self.index} (Ray actor) died: {exc}") from None
+
+    def wait_ready(self, timeout_s: float = WORKER_START_TIMEOUT_S) -> None:
+        self._get(self._actor.ready.remote(), timeout_s)
+
+    def reset(self, seed: int, stream: int) -> np.ndarray:
+        return self._get(self._actor.reset.remote(seed, stream))
+
+    def send_step(self, action: np.ndarray) -> None:
+        self._pending = self._actor.step.remote(np.asarray(action, dtype=np.float32))
+
+    def receive_step(self) -> tuple[np.ndarray, float, bool, bool, float, np.ndarray | None]:
+        ref, self._pending = self._pending, None
+        return self._get(ref)
+
+    def state_dict(self) -> dict:
+        return self._get(self._actor.state.remote())
+
+    def replay(self, state: dict, actions) -> np.ndarray:
+        return self._get(self._actor.replay.remote(state, np.asarray(actions, dtype=np.float32)))
+
+    def close(self) -> None:
+        try:
+            self._ray.kill(self._actor)
+        except Exception:  # noqa: BLE001 - already gone, or Ray shut down: nothing left to stop
+            pass
+
+
+@contextmanager
+def remote_copies(ray_address: str | None, count: int) -> Iterator[type]:
+    """What makes the remote copies, ``make(settings, index)``: local processes (``EnvWorker``), or with
+    ``ray_address`` Ray actors (``RayEnvWorker``) on the Ray instance of ``ray_session.RaySession``
+    (``count`` CPUs if it starts a local one), held for the block."""
+    if ray_address is None:
+        yield EnvWorker
+        return
+    from td3sched.ray_session import RaySession
+
+    with RaySession(ray_address, max(1, count)):
+        yield RayEnvWorker
