@@ -163,7 +163,8 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
             if resume:
                 loop = resume_from(out / CHECKPOINT_FILE, agent, copies, settings)
             else:
-                first = [env.reset(seed=settings.seed)[0]] + [w.reset(settings.seed, w.index) for w in remote]
+                pending = [w.start_reset(settings.seed, w.index) for w in remote]  # their worlds build meanwhile
+                first = [env.reset(seed=settings.seed)[0]] + [answer() for answer in pending]
                 loop = LoopState(obs=first, episode_actions=[[] for _ in copies], episode_reward=[0.0] * n)
             return _loop(agent, env, copies, loop, total_steps, out, checkpoint_every, resume, settings, on_log,
                          callback, branch_workers)
@@ -336,8 +337,12 @@ def resume_from(path: Path, agent: TD3, copies: list, settings: TrainSettings) -
     loop_state = state["loop"]
     saved = loop_state["obs"].numpy()
     actions = [a.numpy() for a in state["episode_actions"]]
-    for copy, env_state, copy_actions, copy_obs in zip(copies, state["envs"], actions, saved, strict=True):
-        obs = copy.replay(env_state, copy_actions)  # the simulator is deterministic
+    if len(state["envs"]) != len(copies):
+        raise CheckpointError(f"{path}: {len(state['envs'])} env copies: expected {len(copies)}")
+    pending = [copy.start_replay(env_state, copy_actions)  # the simulator is deterministic
+               for copy, env_state, copy_actions in zip(copies, state["envs"], actions)]
+    for copy, answer, copy_actions, copy_obs in zip(copies, pending, actions, saved):
+        obs = answer()
         if not np.array_equal(obs, copy_obs):
             raise CheckpointError(f"{path}: replaying env copy {copy.index}'s running episode ({len(copy_actions)} "
                                   "actions) did not reach the saved observation: the code or the scenario changed "

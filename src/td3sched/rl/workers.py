@@ -33,7 +33,7 @@ import signal
 import threading
 import traceback
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -138,17 +138,18 @@ class LocalCopy:
     def state_dict(self) -> dict:
         return self.env.unwrapped.state_dict()
 
-    def replay(self, state: dict, actions) -> np.ndarray:
-        return replay_episode(self.env, state, actions)
+    def start_replay(self, state: dict, actions) -> Callable[[], np.ndarray]:
+        """The replay runs when its answer is asked for: after the remote copies have theirs sent."""
+        return lambda: replay_episode(self.env, state, actions)
 
     def close(self) -> None:
         """The learner's env is its caller's to close."""
 
 
 class EnvWorker:
-    """One copy of the env in its own process: the env API the training loop uses (``reset``,
-    ``step_logits``, ``state_dict``, ``replay``), with ``send_step``/``receive_step`` to overlap the
-    copy's step with the learner's work."""
+    """One copy of the env in its own process, behind the calls the training loop makes: ``start_reset``,
+    ``send_step``/``receive_step``, ``state_dict``, ``start_replay``; each ``start_``/``send_`` call returns at
+    once, so that the copies work at the same time as the learner's own."""
 
     def __init__(self, settings, index: int):
         self.index = index
@@ -181,9 +182,14 @@ class EnvWorker:
         self._conn.send(command)
         return self._receive()
 
+    def start_reset(self, seed: int, stream: int) -> Callable[[], np.ndarray]:
+        """Seed the copy (the world of ``seed``, the windows of ``stream``) and start its first episode;
+        the returned call waits for its first observation (copies build their worlds at once)."""
+        self._conn.send(("reset", seed, stream))
+        return self._receive
+
     def reset(self, seed: int, stream: int) -> np.ndarray:
-        """Seed the copy (the world of ``seed``, the windows of ``stream``) and start its first episode."""
-        return self._call("reset", seed, stream)
+        return self.start_reset(seed, stream)()
 
     def send_step(self, action: np.ndarray) -> None:
         self._conn.send(("step", np.asarray(action, dtype=np.float32)))
@@ -197,8 +203,10 @@ class EnvWorker:
     def state_dict(self) -> dict:
         return self._call("state")
 
-    def replay(self, state: dict, actions) -> np.ndarray:
-        return self._call("replay", state, np.asarray(actions, dtype=np.float32))
+    def start_replay(self, state: dict, actions) -> Callable[[], np.ndarray]:
+        """``replay_episode`` in the copy; the returned call waits for the observation it reaches."""
+        self._conn.send(("replay", state, np.asarray(actions, dtype=np.float32)))
+        return self._receive
 
     def close(self) -> None:
         if self._process.is_alive():
@@ -266,8 +274,12 @@ class RayEnvWorker:
     def wait_ready(self, timeout_s: float = WORKER_START_TIMEOUT_S) -> None:
         self._get(self._actor.ready.remote(), timeout_s)
 
+    def start_reset(self, seed: int, stream: int) -> Callable[[], np.ndarray]:
+        ref = self._actor.reset.remote(seed, stream)
+        return lambda: self._get(ref)
+
     def reset(self, seed: int, stream: int) -> np.ndarray:
-        return self._get(self._actor.reset.remote(seed, stream))
+        return self.start_reset(seed, stream)()
 
     def send_step(self, action: np.ndarray) -> None:
         self._pending = self._actor.step.remote(np.asarray(action, dtype=np.float32))
@@ -279,8 +291,9 @@ class RayEnvWorker:
     def state_dict(self) -> dict:
         return self._get(self._actor.state.remote())
 
-    def replay(self, state: dict, actions) -> np.ndarray:
-        return self._get(self._actor.replay.remote(state, np.asarray(actions, dtype=np.float32)))
+    def start_replay(self, state: dict, actions) -> Callable[[], np.ndarray]:
+        ref = self._actor.replay.remote(state, np.asarray(actions, dtype=np.float32))
+        return lambda: self._get(ref)
 
     def close(self) -> None:
         try:
