@@ -54,6 +54,7 @@ bench: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_sim.py
 	$(PY) benchmarks/bench_queue.py
 	$(PY) benchmarks/bench_train.py
+	$(PY) benchmarks/bench_env_workers.py
 
 # The Kubernetes control plane of the end-to-end tests (tests/k8s) and the td3-scheduler, built from
 # scheduler/go.mod's dependency graph into build/k8s/<k8s.io/kubernetes version>/: the upstream
