@@ -987,6 +987,8 @@ def online_rl_cmd(
     warmup_h: float = typer.Option(0.0, min=0.0, help="Start each episode from the cluster --warmup-score leaves "
                                    "after this many simulated hours (as train's)."),
     warmup_score: Optional[str] = typer.Option(None, help="The static-weights spec of the warm-up's placements."),
+    env_workers: int = typer.Option(1, min=1, help="Env copies stepped at once, each in its own process (as "
+                                    "train's; --steps a multiple of it)."),
     threads: int = typer.Option(1, min=1, help="torch threads."),
 ) -> None:
     """Online TD3 from an offline TD3+BC model, the behaviour term decayed (docs/lifecycle.md)."""
@@ -1000,7 +1002,7 @@ def online_rl_cmd(
         check_folder(out_dir, "--out")
         result = online_after_offline(model, history, out_dir, steps, None if naive else decay_steps, scenario,
                                       episode_hours, eval_every, seed=seed, action_hold_s=action_hold,
-                                      warmup_hours=warmup_h, warmup_score=warmup_score,
+                                      warmup_hours=warmup_h, warmup_score=warmup_score, env_workers=env_workers,
                                       progress=lambda line: console.print(escape(line)))
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))

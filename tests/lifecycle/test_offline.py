@@ -112,7 +112,9 @@ def test_online_after_offline_holds_actions_and_warms_episodes_up_when_told(hist
     offline_td3bc(folder, tmp_path / "offline", 20, alpha=2.5)
     spec = "static-weights:w=1/0/0/0:tau=0.4"
     result = online_after_offline(tmp_path / "offline", folder, tmp_path / "online", 12, 6, episode_hours=2.0,
-                                  eval_every=6, action_hold_s=600.0, warmup_hours=1.0, warmup_score=spec)
+                                  eval_every=6, action_hold_s=600.0, warmup_hours=1.0, warmup_score=spec,
+                                  env_workers=2)
     assert [s for s, _ in result["returns"]] == [0, 6, 12]
     card = json.loads((tmp_path / "online" / "model.json").read_text())
     assert card["action_hold_s"] == 600.0 and card["warmup_hours"] == 1.0 and card["warmup_score"] == spec
+    assert card["training"]["env_workers"] == 2

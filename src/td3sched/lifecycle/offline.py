@@ -156,7 +156,8 @@ def agent_card(folder) -> dict:
 def online_after_offline(model, history, out, steps: int, decay_steps: int | None, scenario: str = "tiny",
                          episode_hours: float = 12.0, eval_every: int = 500, eval_episode: dict | None = None,
                          seed: int = 1, action_hold_s: float = 0.0, warmup_hours: float = 0.0,
-                         warmup_score: str | None = None, progress: Callable[[str], None] | None = None) -> dict:
+                         warmup_score: str | None = None, env_workers: int = 1,
+                         progress: Callable[[str], None] | None = None) -> dict:
     """Online TD3 on the simulator from an offline TD3+BC model (``offline_td3bc``'s): the replay buffer
     starts with the history's transitions, the behaviour term's weight decays linearly to 0 over
     ``decay_steps`` (None: it is dropped at once, the naive switch), ``learning_starts`` is 0 (the
@@ -165,7 +166,8 @@ def online_after_offline(model, history, out, steps: int, decay_steps: int | Non
     measured; the returns are in the result, with the model written to ``out``. ``action_hold_s``,
     ``warmup_hours`` and ``warmup_score``: the online episodes' (and the evaluation's) action hold and
     warm-up, as ``rl.train.TrainSettings`` (the history's transitions stay one a decision: a semi-MDP
-    step of any length, discounted by its elapsed time)."""
+    step of any length, discounted by its elapsed time). ``env_workers``: env copies stepped at once
+    (``rl.workers``; ``steps`` a multiple of it)."""
     import dataclasses
 
     from td3sched.rl.env import ClusterSchedulingEnv, episode_return
@@ -184,7 +186,7 @@ def online_after_offline(model, history, out, steps: int, decay_steps: int | Non
                          float(data.elapsed_s[i]))
     settings = TrainSettings(scenario=scenario, seed=seed, span="train", episode_hours=episode_hours,
                              action_mode=agent.action_mode, action_hold_s=action_hold_s, warmup_hours=warmup_hours,
-                             warmup_score=warmup_score)
+                             warmup_score=warmup_score, env_workers=env_workers)
     env = settings.make_env()
     eval_env = ClusterSchedulingEnv(scenario, "train", episode_hours, agent.action_mode, action_hold_s=action_hold_s,
                                     warmup_hours=warmup_hours, warmup_score=warmup_score)
@@ -202,6 +204,7 @@ def online_after_offline(model, history, out, steps: int, decay_steps: int | Non
     result = learn(agent, env, steps, settings=settings, callback=evaluate)
     agent.save(Path(out), {**settings.to_json(), "training": {
         "kind": "td3+bc-online", "parent": agent_card(model)["version"], "steps": steps, "decay_steps": decay_steps,
+        "env_workers": env_workers,
         "history_transitions": len(data), "evaluation_returns": returns, "eval_episode": eval_episode}})
     env.close()
     eval_env.close()
