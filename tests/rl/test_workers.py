@@ -60,6 +60,8 @@ def test_each_copy_draws_its_own_windows_and_copy_zero_the_seeds_own():
         assert {w.world_seed for w in own + one + two} == {3}  # one world, other windows
         with pytest.raises(ValueError, match="stream -1: expected an integer >= 0"):
             env.reset(seed=3, options={"stream": -1})
+        with pytest.raises(ValueError, match="stream 1 without a seed"):
+            env.reset(options={"stream": 1})
     finally:
         env.close()
 

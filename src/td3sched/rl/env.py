@@ -254,7 +254,9 @@ class ClusterSchedulingEnv(gym.Env):
         stream = (options or {}).get("stream", 0)
         if isinstance(stream, (bool, np.bool_)) or not isinstance(stream, (int, np.integer)) or stream < 0:
             raise ValueError(f"stream {stream!r}: expected an integer >= 0 (0: the seed's own draws)")
-        if stream and seed is not None:
+        if stream and seed is None:
+            raise ValueError(f"stream {stream!r} without a seed: a copy's stream is a child of the seed's sequence")
+        if stream:
             self._np_random = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(int(stream),))))
         if options and "episode" in options:
             episode = Episode(**options["episode"])

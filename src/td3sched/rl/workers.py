@@ -17,7 +17,9 @@ the child ``SeedSequence(seed, spawn_key=(i,))`` of the run's seed (``ClusterSch
 
 Errors cross the pipe as text: a remote copy that fails raises ``EnvWorkerError`` naming the copy and
 the simulator's error in the learner; a copy whose process dies (killed, out of memory) raises it with
-the exit code. Workers ignore SIGINT: Ctrl-C is the learner's, which closes them.
+the exit code. Workers ignore SIGINT: Ctrl-C is the learner's, which closes them. As with any spawned
+process, a script that trains with copies needs the ``if __name__ == "__main__":`` guard (the
+``td3sched`` command has it; without it the copy fails to start and the learner says so).
 
 With ``ray_address`` (``train --env-workers N --ray [ADDRESS]``, the convention of ``evaluate --ray``,
 ``ray_session``) copies 1..N-1 are Ray actors (``RayEnvWorker``) instead of local processes: the same
