@@ -9,10 +9,11 @@ A run folder holds
                           pre-activations at the bound), charts/SPS, charts/episodic_return
 
 A checkpoint holds the networks, optimisers, replay buffer, normaliser, step counter, the agent's
-and torch's RNG states, the env's draw generator, the running episode (its window and seeds) and
-the actions taken in it so far. ``resume`` restarts that episode and replays those actions, which
-brings the simulator back to the same state, so a resumed run takes the same steps as an
-uninterrupted one (bit for bit on the same machine and torch build).
+and torch's RNG states and, for each env copy (``rl.workers``; one unless ``env_workers`` says more),
+its draw generator, its running episode (window and seeds) and the actions taken in it so far.
+``resume`` restarts each copy's episode and replays those actions, which brings the simulator back to
+the same state, so a resumed run takes the same steps as an uninterrupted one (bit for bit on the same
+machine and torch build).
 
 The last step of an episode (the window's end, ``truncated``) is stored as not done: its value is
 bootstrapped from the last observation, since the cluster would go on.
