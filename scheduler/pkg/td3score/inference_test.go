@@ -349,3 +349,20 @@ func BenchmarkInferScores(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkObserve(b *testing.B) {
+	candidates := make([]Candidate, 420)
+	for i := range candidates {
+		c := &candidates[i]
+		c.Allocatable = [4]float64{16000, 65536, 100, 100}
+		for r := range 4 {
+			c.Utilisation[r] = 0.05 + 0.8*float64((i*37+r*11)%100)/100
+		}
+	}
+	obs := make([]float32, ObservationSize)
+	var scratch []float64
+	b.ReportAllocs()
+	for b.Loop() {
+		scratch = Observe([4]float64{500, 512, 1, 0}, 1, candidates, 1000, 0, 1.7e9, obs, scratch)
+	}
+}

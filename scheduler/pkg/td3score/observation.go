@@ -62,8 +62,12 @@ func Observe(request [4]float64, qos int, candidates []Candidate, knownNodes int
 	scratch = slices.Grow(scratch[:0], k)[:k]
 	for r := range 4 {
 		total := 0.0
+		lowest, highest := math.Inf(1), math.Inf(-1)
 		for i := range candidates {
-			total += candidates[i].Utilisation[r]
+			u := candidates[i].Utilisation[r]
+			total += u
+			scratch[i] = u
+			lowest, highest = min(lowest, u), max(highest, u)
 		}
 		mean := total / float64(k)
 		squares := 0.0
@@ -71,17 +75,17 @@ func Observe(request [4]float64, qos int, candidates []Candidate, knownNodes int
 			d := candidates[i].Utilisation[r] - mean
 			squares += d * d
 		}
-		for i := range candidates {
-			scratch[i] = candidates[i].Utilisation[r]
-		}
-		slices.Sort(scratch)
 		o := 7 + 6*r
 		out[o] = float32(mean)
 		out[o+1] = float32(math.Sqrt(squares / float64(k)))
-		out[o+2] = float32(scratch[0])
-		out[o+3] = float32(scratch[k-1])
-		out[o+4] = float32(linearQuantile(scratch, 0.1))
-		out[o+5] = float32(linearQuantile(scratch, 0.9))
+		out[o+2] = float32(lowest)
+		out[o+3] = float32(highest)
+		quantile := selectQuantile
+		if slices.IsSorted(scratch) { // in node order already (or all equal): read, not select
+			quantile = linearQuantile
+		}
+		out[o+4] = float32(quantile(scratch, 0.1))
+		out[o+5] = float32(quantile(scratch, 0.9))
 	}
 	out[31] = float32(float64(k) / float64(max(knownNodes, 1)))
 	out[32] = float32(math.Log1p(oomKills))
@@ -100,13 +104,75 @@ func linearQuantile(sorted []float64, q float64) float64 {
 		return sorted[k-1]
 	}
 	below := int(math.Floor(virtual))
-	gamma := virtual - float64(below)
-	a, b := sorted[below], sorted[below+1]
+	return lerp(sorted[below], sorted[below+1], virtual-float64(below))
+}
+
+// selectQuantile is linearQuantile of x without sorting it: the two order statistics it reads are
+// selected (nthElement, then the smallest above), in O(len(x)). It reorders x.
+func selectQuantile(x []float64, q float64) float64 {
+	k := len(x)
+	virtual := float64(k-1) * q
+	below := int(math.Floor(virtual))
+	if virtual >= float64(k-1) {
+		below = k - 1
+	}
+	a := nthElement(x, below)
+	if below == k-1 {
+		return a
+	}
+	return lerp(a, slices.Min(x[below+1:]), virtual-float64(below))
+}
+
+// lerp is NumPy's _lerp from a to b by gamma: from the lower end below a half, from the upper one above.
+func lerp(a, b, gamma float64) float64 {
 	diff := b - a
 	if gamma < 0.5 {
 		return a + diff*gamma
 	}
 	return b - diff*(1.0-gamma)
+}
+
+// nthElement reorders x so that x[n] is the value sorting would put there, with no greater value before
+// it and no smaller one after (quickselect, Hoare's partition around the median of three); it returns
+// x[n]. x must hold no NaN.
+func nthElement(x []float64, n int) float64 {
+	lo, hi := 0, len(x)-1
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if x[mid] < x[lo] {
+			x[mid], x[lo] = x[lo], x[mid]
+		}
+		if x[hi] < x[lo] {
+			x[hi], x[lo] = x[lo], x[hi]
+		}
+		if x[hi] < x[mid] {
+			x[hi], x[mid] = x[mid], x[hi]
+		}
+		pivot := x[mid]
+		i, j := lo, hi
+		for i <= j {
+			for x[i] < pivot {
+				i++
+			}
+			for x[j] > pivot {
+				j--
+			}
+			if i <= j {
+				x[i], x[j] = x[j], x[i]
+				i++
+				j--
+			}
+		}
+		switch { // x[lo..j] <= pivot <= x[i..hi], and any between equal the pivot
+		case n <= j:
+			hi = j
+		case n >= i:
+			lo = i
+		default:
+			return x[n]
+		}
+	}
+	return x[n]
 }
 
 // pyMod is Python's float modulo (the result has the divisor's sign).
