@@ -67,15 +67,43 @@ def step_copy(env, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, f
     return obs, reward, terminated, truncated, info.get("elapsed_s", 0.0), first
 
 
+class CopyCommands:
+    """A remote copy's side: its env and the commands the learner sends it, served alike by an
+    ``EnvWorker`` process (``_serve``) and a Ray actor (``RayEnvWorker``)."""
+
+    COMMANDS = ("ready", "reset", "step", "state", "replay")
+
+    def __init__(self, settings_json: dict):
+        from td3sched.rl.train import TrainSettings
+
+        self.env = TrainSettings.from_json(settings_json).make_env()
+
+    def ready(self) -> bool:
+        return True
+
+    def reset(self, seed: int, stream: int) -> np.ndarray:
+        return self.env.reset(seed=seed, options={"stream": stream})[0]
+
+    def step(self, action: np.ndarray):
+        return step_copy(self.env, action)
+
+    def state(self) -> dict:
+        return self.env.unwrapped.state_dict()
+
+    def replay(self, state: dict, actions) -> np.ndarray:
+        return replay_episode(self.env, state, actions)
+
+    def close(self) -> None:
+        self.env.close()
+
+
 def _serve(conn, settings_json: dict) -> None:
     """A worker process: build the env, then answer the learner's commands until ``close``. It exits as
     soon as the learner's process is gone (killed mid-step or mid-build), not at its next message."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, daemon=True, name="td3sched-env-worker-parent").start()
-    from td3sched.rl.train import TrainSettings
-
     try:
-        env = TrainSettings.from_json(settings_json).make_env()
+        copy = CopyCommands(settings_json)
     except BaseException as exc:  # noqa: BLE001 (reported to the learner, which raises it)
         conn.send(("error", _describe(exc)))
         return
@@ -89,23 +117,15 @@ def _serve(conn, settings_json: dict) -> None:
             if command == "close":
                 return
             try:
-                if command == "reset":
-                    seed, stream = args
-                    reply = env.reset(seed=seed, options={"stream": stream})[0]
-                elif command == "step":
-                    reply = step_copy(env, args[0])
-                elif command == "state":
-                    reply = env.unwrapped.state_dict()
-                elif command == "replay":
-                    reply = replay_episode(env, *args)
-                else:
-                    raise ValueError(f"unknown command {command!r}")
+                if command not in CopyCommands.COMMANDS:
+                    raise ValueError(f"unknown command {command!r}: expected one of {CopyCommands.COMMANDS}")
+                reply = getattr(copy, command)(*args)
             except BaseException as exc:  # noqa: BLE001
                 conn.send(("error", _describe(exc)))
                 continue
             conn.send(("ok", reply))
     finally:
-        env.close()
+        copy.close()
 
 
 def _exit_with_parent() -> None:
@@ -224,30 +244,6 @@ class EnvWorker:
         self._conn.close()
 
 
-class _RayCopy:
-    """The Ray actor behind ``RayEnvWorker``: the env and the same commands as ``_serve``'s."""
-
-    def __init__(self, settings_json: dict):
-        from td3sched.rl.train import TrainSettings
-
-        self.env = TrainSettings.from_json(settings_json).make_env()
-
-    def ready(self) -> bool:
-        return True
-
-    def reset(self, seed: int, stream: int) -> np.ndarray:
-        return self.env.reset(seed=seed, options={"stream": stream})[0]
-
-    def step(self, action: np.ndarray):
-        return step_copy(self.env, action)
-
-    def state(self) -> dict:
-        return self.env.unwrapped.state_dict()
-
-    def replay(self, state: dict, actions) -> np.ndarray:
-        return replay_episode(self.env, state, actions)
-
-
 class RayEnvWorker:
     """Copy ``index`` as a Ray actor of one CPU (``train --env-workers N --ray``): ``EnvWorker``'s calls,
     on a Ray instance the caller has initialised (``ray_session.RaySession``). On a cluster, every node
@@ -258,7 +254,7 @@ class RayEnvWorker:
 
         self.index = index
         self._ray = ray
-        self._actor = ray.remote(num_cpus=1, max_restarts=0)(_RayCopy).remote(settings.to_json())
+        self._actor = ray.remote(num_cpus=1, max_restarts=0)(CopyCommands).remote(settings.to_json())
         self._pending = None
 
     def _get(self, ref, timeout_s: float | None = None):
