@@ -2,8 +2,9 @@
 a report (``td3sched evaluate``).
 
 ``prepare`` validates the arguments, ``run_grid`` runs what is not already on disk (local processes
-or Ray, resumable), ``write_reports`` writes summary.md/.csv, vs-default.md, plots/ and
-report.md/.html from the run records.
+or Ray, resumable), ``write_reports`` writes summary.md/.csv, vs-default.md, head-to-head.md
+(each learned policy against every other, when the grid has one), plots/ and report.md/.html from the
+run records.
 """
 
 from td3sched.evaluate.grid import GridError, GridResult, GridSpec, Task, prepare, run_grid

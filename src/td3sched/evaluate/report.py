@@ -448,6 +448,90 @@ def vs_default_doc(a: Analysis) -> Doc:
     return doc
 
 
+LEARNED_FAMILIES = ("td3",)
+"""Policy families whose spec names a trained model: the head-to-head table is theirs."""
+SAFETY_METRICS = ("latency_p99_ms", "oom_per_week", "overload_node_frac", "pending_p99_s")
+"""Shown beside the objective in the head-to-head table: what a cheaper cluster may have paid with."""
+
+
+def objective_metric(a: Analysis) -> str | None:
+    """The metric policies are ranked by: the cost (node-hours) when the records have it, else the
+    episode reward; None when they have neither."""
+    for m in ("cost_node_hours", "episode_reward"):
+        if m in a.metrics:
+            return m
+    return None
+
+
+def _paired_cell(a: Analysis, base: str, other: str, metric: str) -> tuple[str, Summary]:
+    """``other - base`` on ``metric``, paired by seed, as ``+x ± half`` (or ``+x ± n/a``)."""
+    diff = paired_difference(a.values[base][metric], a.values[other][metric])
+    if diff.mean is None:
+        return "n/a", diff
+    return fmt_signed(diff.mean) + (f" ± {fmt(diff.half)}" if diff.half is not None else " ± n/a"), diff
+
+
+def head_to_head_doc(a: Analysis) -> Doc | None:
+    """head-to-head.md: each learned policy against every other policy of the grid on the objective,
+    paired by seed, with the safety metrics beside it, and whether it beats them all. None when the
+    grid has no learned policy or its records no objective."""
+    from td3sched.policy import REFERENCE_POLICIES
+
+    learned = [p for p in a.policies if p.partition(":")[0] in LEARNED_FAMILIES]
+    objective = objective_metric(a)
+    if not learned or objective is None:
+        return None
+    spec = a.result.spec
+    arrow = "↑" if DIRECTION[objective] == "higher" else "↓"
+    doc = Doc(f"The learned policies against every other policy: {spec.scenario} / {spec.span}")
+    doc.p(f"Each learned policy minus each other policy, paired by seed (the same seed gives both the same "
+          f"workload), ± the half-width of its {CONFIDENCE:.0%} interval, on the objective `{objective}` {arrow} "
+          f"and on the safety metrics. *wins*/*loses*: the objective's interval excludes 0 in the learned "
+          f"policy's favour/against it; *level*: it includes 0; no verdict without intervals (one seed). A "
+          f"hindsight bound (`oracle`) is shown for scale, not competed with.")
+    safety = [m for m in SAFETY_METRICS if m in a.metrics]
+    for p in learned:
+        others = [o for o in a.policies if o != p]
+        rows, verdicts = [], {}
+        for o in others:
+            cell, diff = _paired_cell(a, o, p, objective)
+            excl = diff.excludes_zero()
+            if excl is None:
+                verdict = ""
+            elif not excl:
+                verdict = "level"
+            else:
+                verdict = "wins" if (diff.mean > 0) == (DIRECTION[objective] == "higher") else "loses"
+            bound = o.partition(":")[0] in REFERENCE_POLICIES
+            if not bound:
+                verdicts[o] = verdict
+            base = a.stats[o][objective].mean
+            pct = f"{100.0 * diff.mean / abs(base):+.1f}%" if diff.mean is not None and base else "n/a"
+            rows.append([f"`{o}`" + (" (bound)" if bound else ""), fmt_ci(a.stats[o][objective]), cell, pct,
+                         verdict, *(_paired_cell(a, o, p, m)[0] for m in safety)])
+        doc.h3(f"`{p}`")
+        competitors = list(verdicts)
+        if not competitors:
+            doc.p("No other competing policy in the grid.")
+        elif any(v == "" for v in verdicts.values()):
+            doc.p(f"Beats every other policy on `{objective}` with an interval that excludes 0: not decided (one "
+                  f"seed gives no interval).")
+        else:
+            short = lambda v: ", ".join(f"`{o}`" for o in competitors if verdicts[o] == v)  # noqa: E731
+            if all(v == "wins" for v in verdicts.values()):
+                answer = f"**yes**, all {len(competitors)}"
+            else:
+                parts = [f"loses to {short('loses')}" if short("loses") else "",
+                         f"level with {short('level')}" if short("level") else "",
+                         f"wins against {short('wins')}" if short("wins") else ""]
+                answer = "**no**: " + "; ".join(x for x in parts if x)
+            doc.p(f"Beats every other policy on `{objective}` with an interval that excludes 0: {answer}.")
+        header = ["against", f"its `{objective}`", f"Δ `{objective}`", "Δ%", "verdict",
+                  *(f"Δ `{m}`" for m in safety)]
+        doc.table(Table(header, rows, ["l", "r", "r", "r", "l"] + ["r"] * len(safety)))
+    return doc
+
+
 ATTEMPT_METRICS = ("pods_arrived", "decisions", "binds", "attempts_per_pod", "unschedulable")
 
 
@@ -484,6 +568,8 @@ class ReportFiles:
     report_html: Path
     plots: list[Path]
     notes: list[str]
+    head_to_head_md: Path | None = None
+    """None: the grid has no learned policy."""
 
 
 def make_plots(a: Analysis, out: Path):
@@ -543,7 +629,7 @@ def make_plots(a: Analysis, out: Path):
     return result
 
 
-def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path) -> Doc:
+def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path, head_to_head: Doc | None = None) -> Doc:
     r = a.result
     spec = r.spec
     doc = Doc(f"Evaluation report: {spec.scenario} / {spec.span}")
@@ -584,6 +670,8 @@ def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path) -> 
         doc.bullets([f"`{p}` seed {s}: {e}" for (p, s), e in sorted(r.failures.items())])
         doc.p("Their tracebacks are in `runs/*.error.txt`; rerunning the same command retries only them.")
     doc.extend(vs_default)
+    if head_to_head is not None:
+        doc.extend(head_to_head)
     attempts = attempts_doc(a)
     if attempts is not None:
         doc.extend(attempts)
@@ -598,6 +686,8 @@ def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path) -> 
                  "`runs/<policy>__seed<k>.json`: one record per run (what `td3sched simulate --out` writes)",
                  "`summary.md`, `summary.csv`: every metric per policy, mean and interval",
                  "`vs-default.md`: the case-study table against the default kube-scheduler",
+                 *(["`head-to-head.md`: each learned policy against every other, on the objective"]
+                   if head_to_head is not None else []),
                  "`plots/*.png`: the figures above (inlined in `report.html`, which stands alone)"])
     return doc
 
@@ -619,13 +709,17 @@ def write_reports(result: GridResult) -> ReportFiles:
     a = analyse(result)
     summary, summary_csv = summary_doc(a)
     vs = vs_default_doc(a)
+    h2h = head_to_head_doc(a)
     plots = make_plots(a, out)
-    report = report_doc(a, summary, vs, plots, out)
+    report = report_doc(a, summary, vs, plots, out, h2h)
     files = ReportFiles(out / "summary.md", out / "summary.csv", out / "vs-default.md", out / "report.md",
-                        out / "report.html", [p.path for p in plots.items], plots.notes)
+                        out / "report.html", [p.path for p in plots.items], plots.notes,
+                        out / "head-to-head.md" if h2h is not None else None)
     write_text_atomic(files.summary_md, summary.markdown())
     write_text_atomic(files.summary_csv, summary_csv)
     write_text_atomic(files.vs_default_md, vs.markdown())
+    if h2h is not None:
+        write_text_atomic(files.head_to_head_md, h2h.markdown())
     write_text_atomic(files.report_md, report.markdown())
     write_text_atomic(files.report_html, report.html(out))
     return files
