@@ -214,7 +214,7 @@ def test_a_requests_share_scores_cpu_and_memory_by_requests():
     assert ceiling.score(pod, nodes[:1], c) == pytest.approx([0.75])
 
 
-@pytest.mark.parametrize("key, attribute", [("req", "requests"), ("bal", "balance")])
+@pytest.mark.parametrize("key, attribute", [("req", "requests"), ("bal", "balance"), ("frag", "fragmentation")])
 def test_a_share_rounds_trips_its_spec_and_refuses_a_bad_one(key, attribute):
     p = make_policy(f"static-weights:w=0.5/0.5/0/0:tau=0:{key}=0.75")
     assert getattr(p, attribute) == 0.75 and make_policy(p.spec).spec == p.spec and p.spec.endswith(f":{key}=0.75")
@@ -315,3 +315,34 @@ def test_requests_only_ranks_nodes_as_kube_schedulers_least_allocated():
     start, end = scenario.span("test")
     Simulation(scenario.build(1), Checking([0.5, 0.5, 0.0, 0.0], 0.0, requests=1.0), 1, start, end).run()
     assert len(checked) > 200 and max(checked) <= 1 and np.mean(np.equal(checked, 0)) > 0.9
+
+
+def test_the_fragmentation_share_blends_the_score_with_fgds_each_scaled_over_the_candidates():
+    from td3sched.policy.static_weights import blend_fragmentation, minmax
+
+    scores, gradient = np.array([0.2, 0.6, 0.4]), np.array([-30.0, -10.0, 10.0])   # fgd: higher grows less
+    assert minmax(scores) == pytest.approx([0.0, 1.0, 0.5]) and minmax(gradient) == pytest.approx([0.0, 0.5, 1.0])
+    assert blend_fragmentation(scores, gradient, 0.25) == pytest.approx([0.0, 0.75 + 0.125, 0.375 + 0.25])
+    assert blend_fragmentation(scores, gradient, 0.0) is scores                      # no share: the score itself
+    assert minmax(np.array([3.0, 3.0])).tolist() == [0.0, 0.0] and minmax(np.array([])).size == 0
+
+
+def test_a_fragmentation_share_of_one_places_as_fgd_and_a_share_between_differs_from_both():
+    """Scaling keeps FGD's order and ties, so the share 1 is fgd's run to the last digit; the product's
+    score with a share of 0.5 is a third policy."""
+    from td3sched.run import run_simulation
+
+    def cost(spec):
+        return run_simulation("tiny", spec, 1, span="test")["metrics"]["cost_node_hours"]
+
+    fgd = cost("fgd")
+    assert cost("static-weights:w=1/0/0/0:tau=0.4:frag=1") == fgd
+    half = cost("static-weights:w=1/0/0/0:tau=0.4:frag=0.5")
+    assert half != fgd and half != cost("static-weights:w=1/0/0/0:tau=0.4")
+
+
+def test_a_fragmentation_share_cannot_anchor_an_actor():
+    from td3sched.rl.actions import static_score_args
+
+    with pytest.raises(ValueError, match="fragmentation share"):
+        static_score_args("static-weights:w=1/0/0/0:tau=0.4:frag=0.25", "full")

@@ -26,13 +26,22 @@ so where it goes does not change how alike the nodes' requests fill.
 
 (``product_score``, the one implementation the simulator, the engine and behaviour cloning score with.)
 
+**Fragmentation share** (optional, ``frag``): the score blended with FGD's (``policy.fgd``: how little
+placing the pod on the node grows the pool's fragmentation for its typical pods, GPUs included), each
+scaled to [0, 1] over the pod's candidates since the two are in different units
+(``blend_fragmentation``). The product's own terms read CPU, memory, disk IO and network and no GPU;
+on dlrm-small FGD is the best baseline for what packing the GPU pods saves, and a blend beats both
+(docs/td3.md, *A fragmentation term*). With a share of 0 the score is the product's, bit for bit.
+
+    score_n = (1 - frag) x minmax(score_n) + frag x minmax(fgd_n)
+
 **As served** (the simulator's ``served_score_levels``): a front door answers a scheduler whole numbers,
 0-100 from ScoreNodes (``rounded_scores``), and kube-scheduler breaks their ties at random; with the
 setting at 100 the simulator scores this policy so too.
 
-Spec: ``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5[:ceiling=0.75][:req=0.5][:bal=0.5]``. Defaults: equal
-weights, tau = 0 (the reference design's idle-weighted score), no ceiling, requests share 0 (usage only),
-balance share 0 (no balance term). The older form ``w=0.4,0.3,0.2,0.1;tau=0.5`` is still read, but its
+Spec: ``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5[:ceiling=0.75][:req=0.5][:bal=0.5][:frag=0.25]``.
+Defaults: equal weights, tau = 0 (the reference design's idle-weighted score), no ceiling, requests share 0
+(usage only), balance share 0 (no balance term), fragmentation share 0 (no FGD term). The older form ``w=0.4,0.3,0.2,0.1;tau=0.5`` is still read, but its
 ``;`` ends a shell command unless quoted (see ``parse_args``).
 """
 
@@ -92,6 +101,25 @@ def product_score(u: np.ndarray, r: np.ndarray | None, weights: np.ndarray, tau:
     if balance:
         s = (1.0 - balance) * s + balance * balanced(u)
     return s
+
+
+def minmax(scores: np.ndarray) -> np.ndarray:
+    """``scores`` scaled to [0, 1] over one pod's candidates (all 0 when they are equal)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if not len(scores):
+        return scores
+    low = scores.min()
+    span = scores.max() - low
+    return (scores - low) / span if span > 0 else np.zeros_like(scores)
+
+
+def blend_fragmentation(scores: np.ndarray, gradient: np.ndarray, share: float) -> np.ndarray:
+    """``(1 - share) x minmax(scores) + share x minmax(gradient)``: the product's score of one pod's
+    candidates blended with FGD's (``gradient``, higher: fragmentation grows less). Scaling keeps each
+    one's order and ties, so a share of 1 ranks as FGD does; a share of 0 returns ``scores`` unscaled."""
+    if share == 0:
+        return scores
+    return (1.0 - share) * minmax(scores) + share * minmax(gradient)
 
 
 ARG_SEPARATOR = ":"
@@ -163,10 +191,15 @@ def validate_balance(share) -> float:
     return _share(share, "bal", "a balance share in [0, 1] (0: no balance term, 1: balance only)")
 
 
+def validate_fragmentation(share) -> float:
+    """A fragmentation share in [0, 1] (``blend_fragmentation``) as a float, or a ValueError naming it."""
+    return _share(share, "frag", "a fragmentation share in [0, 1] (0: no FGD term, 1: FGD's order only)")
+
+
 def static_weights_spec(weights, tau: float, ceiling: float | None = None, requests: float = 0.0,
-                        balance: float = 0.0) -> str:
+                        balance: float = 0.0, fragmentation: float = 0.0) -> str:
     """The canonical spec, safe to paste into a shell unquoted: ``static-weights:w=a/b/c/d:tau=t``
-    (``:ceiling=c`` when there is one, ``:req=r`` and ``:bal=b`` when those shares are not 0). Twelve
+    (``:ceiling=c`` when there is one, ``:req=r``, ``:bal=b`` and ``:frag=f`` when those shares are not 0). Twelve
     significant digits: the weights read back still sum to 1 within ``SIMPLEX_TOLERANCE``."""
     spec = (f"static-weights{ARG_SEPARATOR}w={LIST_SEPARATOR.join(f'{x:.12g}' for x in weights)}"
             f"{ARG_SEPARATOR}tau={tau:.12g}")
@@ -174,18 +207,27 @@ def static_weights_spec(weights, tau: float, ceiling: float | None = None, reque
         spec += f"{ARG_SEPARATOR}ceiling={ceiling:.12g}"
     if requests != 0:
         spec += f"{ARG_SEPARATOR}req={requests:.12g}"
-    return spec if balance == 0 else f"{spec}{ARG_SEPARATOR}bal={balance:.12g}"
+    if balance != 0:
+        spec += f"{ARG_SEPARATOR}bal={balance:.12g}"
+    return spec if fragmentation == 0 else f"{spec}{ARG_SEPARATOR}frag={fragmentation:.12g}"
 
 
 class StaticWeights(Policy):
     name = "static-weights"
 
     def __init__(self, weights=(0.25, 0.25, 0.25, 0.25), tau: float = 0.0, ceiling: float | None = None,
-                 requests: float = 0.0, balance: float = 0.0):
+                 requests: float = 0.0, balance: float = 0.0, fragmentation: float = 0.0):
         self.weights, self.tau = validate_weights(weights, tau)
         self.ceiling = validate_ceiling(ceiling)
         self.requests = validate_requests(requests)
         self.balance = validate_balance(balance)
+        self.fragmentation = validate_fragmentation(fragmentation)
+        self.fgd = None
+        """FGD's score, for the fragmentation share (None without one)."""
+        if self.fragmentation:
+            from td3sched.policy.fgd import FGD  # fgd reads this module's spec syntax (policy.spec)
+
+            self.fgd = FGD()
         self.cache: AssignCache | None = None
         self.levels = 0
         """The whole-number scale the scores reach the scheduler on (``PolicyContext.score_levels``; 0: unrounded)."""
@@ -195,29 +237,33 @@ class StaticWeights(Policy):
     @classmethod
     def from_spec(cls, args: str) -> "StaticWeights":
         kw = parse_args(args)
-        unknown = set(kw) - {"w", "tau", "ceiling", "req", "bal"}
+        unknown = set(kw) - {"w", "tau", "ceiling", "req", "bal", "frag"}
         if unknown:
-            raise ValueError(f"static-weights: unknown argument(s) {sorted(unknown)}: expected w, tau, ceiling, req "
-                             "and bal")
+            raise ValueError(f"static-weights: unknown argument(s) {sorted(unknown)}: expected w, tau, ceiling, req, "
+                             "bal and frag")
         try:
             weights = [float(x) for x in parse_list(kw["w"])] if "w" in kw else (0.25,) * 4
             tau = float(kw.get("tau", 0.0))
             ceiling = float(kw["ceiling"]) if "ceiling" in kw else None
             requests = float(kw.get("req", 0.0))
             balance = float(kw.get("bal", 0.0))
+            fragmentation = float(kw.get("frag", 0.0))
         except ValueError:
-            raise ValueError(f"static-weights:{args}: expected w=a/b/c/d:tau=x:ceiling=c:req=r:bal=b with "
+            raise ValueError(f"static-weights:{args}: expected w=a/b/c/d:tau=x:ceiling=c:req=r:bal=b:frag=f with "
                              "numbers") from None
-        return cls(weights, tau, ceiling, requests, balance)
+        return cls(weights, tau, ceiling, requests, balance, fragmentation)
 
     @property
     def spec(self) -> str:
-        return static_weights_spec(self.weights, self.tau, self.ceiling, self.requests, self.balance)
+        return static_weights_spec(self.weights, self.tau, self.ceiling, self.requests, self.balance,
+                                   self.fragmentation)
 
     def attach(self, context) -> None:
         super().attach(context)
         self.cache = AssignCache(context.cluster.size, horizon_s=context.window_s + context.scrape_s)
         self.levels = context.score_levels
+        if self.fgd is not None:
+            self.fgd.attach(context)
 
     def utilisation(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
         """[k, 4] utilisation of the feasible ``nodes`` with the pod on them, observed usage corrected
@@ -227,10 +273,12 @@ class StaticWeights(Policy):
 
     def score_nodes(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster, u: np.ndarray) -> np.ndarray:
         """Scores of ``nodes`` of utilisation ``u`` (``utilisation``): ``product_score`` with this policy's
-        weights, tau and shares (the balance share as ``pod_balance`` gives it for the pod), rounded as
-        served when the run says so (``levels``)."""
+        weights, tau and shares (the balance share as ``pod_balance`` gives it for the pod), blended with
+        FGD's by the fragmentation share, rounded as served when the run says so (``levels``)."""
         r = requested_utilisation(pod, nodes, cluster) if self.requests else None
         s = product_score(u, r, self.weights, self.tau, self.requests, pod_balance(self.balance, pod.qos))
+        if self.fgd is not None:
+            s = blend_fragmentation(s, self.fgd.score(pod, nodes, cluster), self.fragmentation)
         return rounded_scores(s, self.levels) if self.levels else s
 
     def filter(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray | None:

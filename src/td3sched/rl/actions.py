@@ -190,13 +190,16 @@ ANCHOR_BOUND = 0.8 * LOGIT_LIMIT
 def static_score_args(spec: str, mode: str | None = "full") -> ScoreArgs:
     """The score arguments of a ``static-weights`` spec, for an actor of action mode ``mode`` (None:
     the spec alone is checked); a ValueError names a spec of another policy, or a ceiling, tau, requests
-    share or balance share the mode cannot express."""
+    share or balance share the mode cannot express, or a fragmentation share (no mode has it)."""
     from td3sched.policy.static_weights import StaticWeights
 
     name, _, args = spec.partition(":")
     if name != StaticWeights.name:
         raise ValueError(f"static score {spec!r}: expected a static-weights spec, e.g. static-weights:w=1/0/0/0:tau=0.4")
     policy = StaticWeights.from_spec(args)
+    if policy.fragmentation:
+        raise ValueError(f"static score {spec!r}: a fragmentation share (frag) is no action dimension: no actor "
+                         "can hold it, so it cannot anchor or warm one")
     args = ScoreArgs(np.asarray(policy.weights, dtype=np.float64), float(policy.tau), policy.ceiling,
                      policy.requests, policy.balance)
     if mode is None:
