@@ -517,14 +517,15 @@ def head_to_head_doc(a: Analysis) -> Doc | None:
             doc.p(f"Beats every other policy on `{objective}` with an interval that excludes 0: not decided (one "
                   f"seed gives no interval).")
         else:
-            short = lambda v: ", ".join(f"`{o}`" for o in competitors if verdicts[o] == v)  # noqa: E731
             if all(v == "wins" for v in verdicts.values()):
                 answer = f"**yes**, all {len(competitors)}"
             else:
-                parts = [f"loses to {short('loses')}" if short("loses") else "",
-                         f"level with {short('level')}" if short("level") else "",
-                         f"wins against {short('wins')}" if short("wins") else ""]
-                answer = "**no**: " + "; ".join(x for x in parts if x)
+                parts = []
+                for verdict, words in (("loses", "loses to"), ("level", "level with"), ("wins", "wins against")):
+                    names = [f"`{o}`" for o in competitors if verdicts[o] == verdict]
+                    if names:
+                        parts.append(f"{words} {', '.join(names)}")
+                answer = "**no**: " + "; ".join(parts)
             doc.p(f"Beats every other policy on `{objective}` with an interval that excludes 0: {answer}.")
         header = ["against", f"its `{objective}`", f"Δ `{objective}`", "Δ%", "verdict",
                   *(f"Δ `{m}`" for m in safety)]
