@@ -341,8 +341,12 @@ def test_a_fragmentation_share_of_one_places_as_fgd_and_a_share_between_differs_
     assert half != fgd and half != cost("static-weights:w=1/0/0/0:tau=0.4")
 
 
-def test_a_fragmentation_share_cannot_anchor_an_actor():
-    from td3sched.rl.actions import static_score_args
+def test_a_fragmentation_share_anchors_only_an_actor_of_the_fragmentation_mode():
+    from td3sched.rl.actions import decode, encode, static_score_args
 
-    with pytest.raises(ValueError, match="fragmentation share"):
-        static_score_args("static-weights:w=1/0/0/0:tau=0.4:frag=0.25", "full")
+    spec = "static-weights:w=1/0/0/0:tau=0.4:frag=0.25"
+    with pytest.raises(ValueError, match="needs the action mode 'fragmentation'"):
+        static_score_args(spec, "full")
+    args = static_score_args(spec, "fragmentation")
+    assert args.fragmentation == 0.25
+    assert decode(encode(args, "fragmentation"), "fragmentation").fragmentation == pytest.approx(0.25)

@@ -16,7 +16,7 @@ def numpy_decode(action, mode):
     a = np.clip(np.asarray(action, dtype=np.float64), -LOGIT_LIMIT, LOGIT_LIMIT)
     e = np.exp(a[:4] - a[:4].max())
     tau = 0.0 if mode == "seed" else 1.0 / (1.0 + np.exp(-a[4]))
-    ceiling, requests, balance = None, 0.0, 0.0
+    ceiling, requests, balance, fragmentation = None, 0.0, 0.0, 0.0
     if mode == "ceiling":
         lo, hi = CEILING_RANGE
         ceiling = lo + (hi - lo) / (1.0 + np.exp(-a[5]))
@@ -24,10 +24,12 @@ def numpy_decode(action, mode):
         requests = 1.0 / (1.0 + np.exp(-a[5]))
     if mode == "balance":
         balance = 1.0 / (1.0 + np.exp(-a[6]))
-    return e / e.sum(), tau, ceiling, requests, balance
+    if mode == "fragmentation":
+        fragmentation = 1.0 / (1.0 + np.exp(-a[5]))
+    return e / e.sum(), tau, ceiling, requests, balance, fragmentation
 
 
-MODES = {"seed": 5, "full": 5, "ceiling": 6, "requests": 6, "balance": 7}
+MODES = {"seed": 5, "full": 5, "ceiling": 6, "requests": 6, "balance": 7, "fragmentation": 6}
 
 
 @settings(max_examples=500, deadline=None)
@@ -35,7 +37,7 @@ MODES = {"seed": 5, "full": 5, "ceiling": 6, "requests": 6, "balance": 7}
 def test_decode_is_the_softmax_and_sigmoids(mode, data):
     action = data.draw(st.lists(st.floats(-50, 50, allow_subnormal=True), min_size=MODES[mode], max_size=MODES[mode]))
     args = decode(np.array(action, dtype=np.float32).astype(np.float64), mode)
-    weights, tau, ceiling, requests, balance = numpy_decode(np.array(action, dtype=np.float32).astype(np.float64), mode)
+    weights, tau, ceiling, requests, balance, fragmentation = numpy_decode(np.array(action, dtype=np.float32).astype(np.float64), mode)
     np.testing.assert_allclose(args.weights, weights, rtol=1e-14, atol=0)
     assert args.weights.dtype == np.float64 and args.weights.shape == (4,)
     # the sum of 4 exponentials rounds 3 times and each weight once: within about 4 half-ulps (2 eps) of 1,
@@ -47,6 +49,7 @@ def test_decode_is_the_softmax_and_sigmoids(mode, data):
         assert args.ceiling == pytest.approx(ceiling, rel=1e-14)
     assert args.requests == pytest.approx(requests, rel=1e-14, abs=0)
     assert args.balance == pytest.approx(balance, rel=1e-14, abs=0)
+    assert args.fragmentation == pytest.approx(fragmentation, rel=1e-14, abs=0)
 
 
 def test_clipping_to_the_box():
@@ -72,10 +75,12 @@ def test_encode_is_decodes_inverse_within_the_anchor_bound(w, tau, ceiling, requ
     from td3sched.rl.actions import ANCHOR_BOUND, ScoreArgs, encode
 
     weights = np.array(w) / sum(w)
-    for mode in ("full", "ceiling", "requests", "balance"):
+    for mode in ("full", "ceiling", "requests", "balance", "fragmentation"):
         reads = mode in ("requests", "balance")
+        share = balance  # any share in (0, 1): the fragmentation share's too
         action = encode(ScoreArgs(weights, tau, ceiling if mode == "ceiling" else None,
-                                  requests if reads else 0.0, balance if mode == "balance" else 0.0), mode)
+                                  requests if reads else 0.0, balance if mode == "balance" else 0.0,
+                                  share if mode == "fragmentation" else 0.0), mode)
         assert np.abs(action).max() <= ANCHOR_BOUND + 1e-6
         back = decode(action, mode)
         np.testing.assert_allclose(back.weights, weights, rtol=1e-5)
@@ -84,6 +89,7 @@ def test_encode_is_decodes_inverse_within_the_anchor_bound(w, tau, ceiling, requ
             assert back.ceiling == pytest.approx(ceiling, rel=1e-5)
         assert back.requests == (pytest.approx(requests, rel=1e-5) if reads else 0.0)
         assert back.balance == (pytest.approx(balance, rel=1e-5) if mode == "balance" else 0.0)
+        assert back.fragmentation == (pytest.approx(share, rel=1e-5) if mode == "fragmentation" else 0.0)
 
 
 def test_a_static_score_becomes_the_anchors_action_and_a_bad_one_is_refused():

@@ -175,10 +175,25 @@ class Decision:
         return quantize(self.scores, 100).tolist()
 
 
+UNSERVABLE_DIMENSIONS = {"frag": "the fragmentation share scores with each pool's typical pods and each node's "
+                                 "GPUs, which the engine's shadow state does not hold"}
+"""Action dimensions a model may declare (``rl.actions``) that the engine cannot score with, and why."""
+
+
+def check_servable(actor) -> None:
+    """A ValueError naming the model and the dimension when its card declares one the engine cannot serve."""
+    for dim in getattr(actor, "dimensions", ()):
+        if dim in UNSERVABLE_DIMENSIONS:
+            raise ValueError(f"model {actor.folder}: declares the action dimension {dim!r}, which the engine cannot "
+                             f"serve: {UNSERVABLE_DIMENSIONS[dim]}")
+
+
 class ModelSlot:
     """The served actor, swapped atomically on reload."""
 
     def __init__(self, actor=None):
+        if actor is not None:
+            check_servable(actor)
         self.actor = actor
         self._lock = threading.Lock()
 
@@ -189,6 +204,7 @@ class ModelSlot:
 
     def swap(self, actor) -> None:
         """Validate ``actor`` on a neutral observation, then serve it (a ValueError leaves the old one)."""
+        check_servable(actor)
         probe = actor.act(np.zeros(OBSERVATION_SIZE, dtype=np.float32))
         if probe.shape != (actor.action_size,) or not np.all(np.isfinite(probe)):
             raise ValueError(f"model {actor.folder}: gives {probe.tolist()} on a zero observation: expected "

@@ -41,8 +41,9 @@ setting at 100 the simulator scores this policy so too.
 
 Spec: ``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5[:ceiling=0.75][:req=0.5][:bal=0.5][:frag=0.25]``.
 Defaults: equal weights, tau = 0 (the reference design's idle-weighted score), no ceiling, requests share 0
-(usage only), balance share 0 (no balance term), fragmentation share 0 (no FGD term). The older form ``w=0.4,0.3,0.2,0.1;tau=0.5`` is still read, but its
-``;`` ends a shell command unless quoted (see ``parse_args``).
+(usage only), balance share 0 (no balance term), fragmentation share 0 (no FGD term). The older form
+``w=0.4,0.3,0.2,0.1;tau=0.5`` is still read, but its ``;`` ends a shell command unless quoted (see
+``parse_args``).
 """
 
 from __future__ import annotations
@@ -199,8 +200,8 @@ def validate_fragmentation(share) -> float:
 def static_weights_spec(weights, tau: float, ceiling: float | None = None, requests: float = 0.0,
                         balance: float = 0.0, fragmentation: float = 0.0) -> str:
     """The canonical spec, safe to paste into a shell unquoted: ``static-weights:w=a/b/c/d:tau=t``
-    (``:ceiling=c`` when there is one, ``:req=r``, ``:bal=b`` and ``:frag=f`` when those shares are not 0). Twelve
-    significant digits: the weights read back still sum to 1 within ``SIMPLEX_TOLERANCE``."""
+    (``:ceiling=c`` when there is one, ``:req=r``, ``:bal=b`` and ``:frag=f`` when those shares are not
+    0). Twelve significant digits: the weights read back still sum to 1 within ``SIMPLEX_TOLERANCE``."""
     spec = (f"static-weights{ARG_SEPARATOR}w={LIST_SEPARATOR.join(f'{x:.12g}' for x in weights)}"
             f"{ARG_SEPARATOR}tau={tau:.12g}")
     if ceiling is not None:
@@ -277,7 +278,7 @@ class StaticWeights(Policy):
         FGD's by the fragmentation share, rounded as served when the run says so (``levels``)."""
         r = requested_utilisation(pod, nodes, cluster) if self.requests else None
         s = product_score(u, r, self.weights, self.tau, self.requests, pod_balance(self.balance, pod.qos))
-        if self.fgd is not None:
+        if self.fgd is not None and self.fragmentation:
             s = blend_fragmentation(s, self.fgd.score(pod, nodes, cluster), self.fragmentation)
         return rounded_scores(s, self.levels) if self.levels else s
 

@@ -8,6 +8,7 @@ pre-activations, so that exploration and target-smoothing noise are added before
     ceiling                     = lo + (hi - lo) * sigmoid(action[5])         hold-back ceiling (mode "ceiling")
     requests share              = sigmoid(action[5])                          (modes "requests", "balance")
     balance share               = sigmoid(action[6])                          (mode "balance")
+    fragmentation share         = sigmoid(action[5])                          (mode "fragmentation")
 
 The action designs (``td3sched train --action``), each an action mode recorded in the model card:
 
@@ -17,6 +18,7 @@ The action designs (``td3sched train --action``), each an action mode recorded i
     weights+tau+ceiling            ceiling   w_cpu, w_mem, w_io, w_net, tau, ceiling
     weights+tau+requests           requests  w_cpu, w_mem, w_io, w_net, tau, requests
     weights+tau+requests+balance   balance   w_cpu, w_mem, w_io, w_net, tau, requests, balance
+    weights+tau+frag               fragmentation  w_cpu, w_mem, w_io, w_net, tau, frag
 
 The seed mode's actor outputs a fifth number which the decoding ignores (the shipped seed models do).
 The ceiling is ``static-weights``' hold-back ceiling (``policy.static_weights``): nodes whose CPU
@@ -29,7 +31,10 @@ capacity idle. The requests share (``policy.features.with_requests``) blends the
 reads between observed usage (0) and requests (1): kube-scheduler scores requests, so a policy cloned
 from its history needs it (docs/lifecycle.md). The balance share (``policy.static_weights.product_score``)
 blends the score with how alike the node's CPU and memory fill, kube-scheduler's BalancedAllocation: with
-both shares the product's score can say what kube-scheduler's default scoring says. The model card declares the dimensions
+both shares the product's score can say what kube-scheduler's default scoring says. The fragmentation share
+(``policy.static_weights.blend_fragmentation``) blends the score with fgd's, which reads each pool's
+typical pods and the nodes' GPUs: the simulator's policies can score with it, the decision engine cannot
+(its shadow state has neither), so it refuses a model that declares it. The model card declares the dimensions
 (``card_action_dimensions``); cards written before it are read as their mode's.
 """
 
@@ -59,12 +64,14 @@ ACTION_DIMENSIONS: dict[str, tuple[str, ...]] = {
     "ceiling": (*WEIGHT_DIMENSIONS, "tau", "ceiling"),
     "requests": (*WEIGHT_DIMENSIONS, "tau", "requests"),
     "balance": (*WEIGHT_DIMENSIONS, "tau", "requests", "balance"),
+    "fragmentation": (*WEIGHT_DIMENSIONS, "tau", "frag"),
 }
 """The numbers an actor of each mode outputs, in order: a served model's output width and its card's
 declared dimensions are checked against them."""
 ACTION_MODES = tuple(ACTION_DIMENSIONS)
 ACTION_DESIGNS = {"weights": "seed", "weights+tau": "full", "weights+tau+ceiling": "ceiling",
-                  "weights+tau+requests": "requests", "weights+tau+requests+balance": "balance"}
+                  "weights+tau+requests": "requests", "weights+tau+requests+balance": "balance",
+                  "weights+tau+frag": "fragmentation"}
 """``td3sched train --action`` names -> action mode (the mode names are accepted too)."""
 DEFAULT_ACTION_DESIGN = "weights+tau"
 ACTION_SIZES = {mode: len(dims) for mode, dims in ACTION_DIMENSIONS.items()}
@@ -139,13 +146,15 @@ def card_action_hold(card: dict) -> float:
 @dataclass(frozen=True)
 class ScoreArgs:
     """What an action stands for: the score's weights and tau, the hold-back ceiling (None: none), the
-    requests share (0: usage only) and the balance share (0: no balance term)."""
+    requests share (0: usage only), the balance share (0: no balance term) and the fragmentation share
+    (0: no fgd term)."""
 
     weights: np.ndarray
     tau: float
     ceiling: float | None = None
     requests: float = 0.0
     balance: float = 0.0
+    fragmentation: float = 0.0
 
 
 def _sigmoid(x: float) -> float:
@@ -178,7 +187,8 @@ def decode(action, mode: str = "full") -> ScoreArgs:
     tau = 0.0 if mode == "seed" else _sigmoid(values[4])
     return ScoreArgs(weights, tau, ceiling_of(values[5]) if mode == "ceiling" else None,
                      _sigmoid(values[5]) if mode in REQUESTS_MODES else 0.0,
-                     _sigmoid(values[6]) if mode == "balance" else 0.0)
+                     _sigmoid(values[6]) if mode == "balance" else 0.0,
+                     _sigmoid(values[5]) if mode == "fragmentation" else 0.0)
 
 
 ANCHOR_BOUND = 0.8 * LOGIT_LIMIT
@@ -190,18 +200,15 @@ ANCHOR_BOUND = 0.8 * LOGIT_LIMIT
 def static_score_args(spec: str, mode: str | None = "full") -> ScoreArgs:
     """The score arguments of a ``static-weights`` spec, for an actor of action mode ``mode`` (None:
     the spec alone is checked); a ValueError names a spec of another policy, or a ceiling, tau, requests
-    share or balance share the mode cannot express, or a fragmentation share (no mode has it)."""
+    share, balance share or fragmentation share the mode cannot express."""
     from td3sched.policy.static_weights import StaticWeights
 
     name, _, args = spec.partition(":")
     if name != StaticWeights.name:
         raise ValueError(f"static score {spec!r}: expected a static-weights spec, e.g. static-weights:w=1/0/0/0:tau=0.4")
     policy = StaticWeights.from_spec(args)
-    if policy.fragmentation:
-        raise ValueError(f"static score {spec!r}: a fragmentation share (frag) is no action dimension: no actor "
-                         "can hold it, so it cannot anchor or warm one")
     args = ScoreArgs(np.asarray(policy.weights, dtype=np.float64), float(policy.tau), policy.ceiling,
-                     policy.requests, policy.balance)
+                     policy.requests, policy.balance, policy.fragmentation)
     if mode is None:
         return args
     mode = check_action_mode(mode)
@@ -216,6 +223,9 @@ def static_score_args(spec: str, mode: str | None = "full") -> ScoreArgs:
     if policy.balance and mode != "balance":
         raise ValueError(f"static score {spec!r}: a balance share needs the action mode 'balance' "
                          f"(weights+tau+requests+balance), this one is {mode!r}")
+    if policy.fragmentation and mode != "fragmentation":
+        raise ValueError(f"static score {spec!r}: a fragmentation share needs the action mode 'fragmentation' "
+                         f"(weights+tau+frag), this one is {mode!r}")
     return args
 
 
@@ -229,7 +239,7 @@ def encode(args: ScoreArgs, mode: str = "full", bound: float = ANCHOR_BOUND) -> 
     the weights' logs centred between the largest and the smallest, a smallest more than ``2 x bound``
     below the largest (a weight of 0) counting as that far, and clipped there; tau's and the ceiling's
     logits clipped to ``[-bound, bound]`` (a ceiling without one in the ceiling mode: the top of the box),
-    the requests and balance shares' likewise in the modes that have them.
+    the requests, balance and fragmentation shares' likewise in the modes that have them.
     Weights within ``e^(2 x bound)`` of each other come back exactly, and near the middle of the box, where
     an actor reaches them easily."""
     mode = check_action_mode(mode)
@@ -245,6 +255,8 @@ def encode(args: ScoreArgs, mode: str = "full", bound: float = ANCHOR_BOUND) -> 
         out.append(_logit(args.requests, bound))
         if mode == "balance":
             out.append(_logit(args.balance, bound))
+    elif mode == "fragmentation":
+        out.append(_logit(args.fragmentation, bound))
     return np.array(out, dtype=np.float32)
 
 

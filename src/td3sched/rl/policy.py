@@ -52,6 +52,10 @@ class ActionPolicy(StaticWeights):
         self.oom_window = OomWindow()
         self._decided: PodRequest | None = None
         """The pod whose action the Filter took (ceiling mode): its Score uses that action."""
+        if self.action_mode == "fragmentation":
+            from td3sched.policy.fgd import FGD
+
+            self.fgd = FGD()  # static-weights' blend, with the share each action sets
 
     def attach(self, context) -> None:
         super().attach(context)
@@ -83,6 +87,7 @@ class ActionPolicy(StaticWeights):
     def set_score_args(self, args: ScoreArgs) -> None:
         """Score the next decisions with ``args``: its weights, tau and shares, and its ceiling if it has one."""
         self.weights, self.tau, self.requests, self.balance = args.weights, args.tau, args.requests, args.balance
+        self.fragmentation = args.fragmentation
         if args.ceiling is not None:
             self.ceiling = args.ceiling
 
