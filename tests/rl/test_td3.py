@@ -220,3 +220,25 @@ def test_a_bad_anchor_is_refused_by_name():
         TD3(OBS, TD3Config(anchor="static-weights:w=1/0/0/0:tau=0.4:ceiling=0.9"), action_mode="full")
     assert TD3Config.from_json({k: v for k, v in TD3Config().to_json().items()
                                 if k not in ("anchor", "anchor_fit_steps")}).anchor is None  # older cards
+
+
+@pytest.mark.parametrize("mode", __import__("td3sched.rl.actions", fromlist=["ACTION_MODES"]).ACTION_MODES)
+def test_every_action_mode_is_squashed_for_the_critics_as_decode_reads_it(mode):
+    """The critics read an action through torch's squashing (``score_arguments``): for every mode it must
+    be ``decode``'s arguments, one number per dimension, so that an action mode cannot be added to
+    ``rl.actions`` without it (a fragmentation-mode critic once read five of its six numbers)."""
+    from td3sched.rl.actions import action_size, decode
+    from td3sched.rl.networks import score_arguments
+
+    raw = np.linspace(-2.0, 2.5, action_size(mode))
+    args = decode(raw, mode)
+    expected = [*args.weights, args.tau]
+    expected += [x for x in (args.ceiling, args.requests or None, args.balance or None, args.fragmentation or None)
+                 if x is not None]
+    got = score_arguments(torch.tensor(raw, dtype=torch.float64), mode).numpy()
+    if mode == "seed":  # the fifth number is unused: tau 0
+        assert got[4] == 0.0
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    agent = TD3(OBS, TD3Config(**SMALL), seed=1, action_mode=mode)
+    q1, q2 = agent.critic(torch.zeros(3, OBS), torch.zeros(3, action_size(mode)))
+    assert q1.shape == q2.shape == (3, 1)

@@ -57,13 +57,14 @@ def squash(pre_activations: torch.Tensor, seed_mode: bool = False) -> tuple[torc
 
 def score_arguments(pre_activations: torch.Tensor, mode: str) -> torch.Tensor:
     """[..., action_size(mode)]: weights, tau and, in the ceiling mode, the ceiling, in the requests mode
-    the requests share, in the balance mode the requests and balance shares (``rl.actions.decode``)."""
+    the requests share, in the balance mode the requests and balance shares, in the fragmentation mode the
+    fragmentation share (``rl.actions.decode``)."""
     weights, tau = squash(pre_activations, mode == "seed")
     parts = [weights, tau.unsqueeze(-1)]
     if mode == "ceiling":
         lo, hi = CEILING_RANGE
         parts.append((lo + (hi - lo) * torch.sigmoid(pre_activations[..., 5])).unsqueeze(-1))
-    elif mode in REQUESTS_MODES:
+    elif mode in REQUESTS_MODES or mode == "fragmentation":  # shares: sigmoids
         parts.append(torch.sigmoid(pre_activations[..., 5:]))
     return torch.cat(parts, dim=-1)
 
