@@ -224,16 +224,20 @@ class StaticWeights(Policy):
         self.balance = validate_balance(balance)
         self.fragmentation = validate_fragmentation(fragmentation)
         self.fgd = None
-        """FGD's score, for the fragmentation share (None without one)."""
+        """FGD's score, for the fragmentation share (None without one: ``score_fragmentation``)."""
         if self.fragmentation:
-            from td3sched.policy.fgd import FGD  # fgd reads this module's spec syntax (policy.spec)
-
-            self.fgd = FGD()
+            self.score_fragmentation()
         self.cache: AssignCache | None = None
         self.levels = 0
         """The whole-number scale the scores reach the scheduler on (``PolicyContext.score_levels``; 0: unrounded)."""
         self._held: tuple | None = None
         """(pod, nodes kept, their utilisation) of the cycle the ceiling just filtered, for Score."""
+
+    def score_fragmentation(self) -> None:
+        """Keep FGD's score beside this one, for a fragmentation share (attached with the policy)."""
+        from td3sched.policy.fgd import FGD  # fgd reads this module's spec syntax (policy.spec)
+
+        self.fgd = FGD()
 
     @classmethod
     def from_spec(cls, args: str) -> "StaticWeights":

@@ -53,9 +53,7 @@ class ActionPolicy(StaticWeights):
         self._decided: PodRequest | None = None
         """The pod whose action the Filter took (ceiling mode): its Score uses that action."""
         if self.action_mode == "fragmentation":
-            from td3sched.policy.fgd import FGD
-
-            self.fgd = FGD()  # static-weights' blend, with the share each action sets
+            self.score_fragmentation()  # static-weights' blend, with the share each action sets
 
     def attach(self, context) -> None:
         super().attach(context)
