@@ -549,6 +549,15 @@ def train(
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     checkpoint_every: int = typer.Option(10_000, help="Write a checkpoint and the model every this many steps "
                                                       "(and at the end)."),
+    select_span: Optional[str] = typer.Option(None, help="Model selection on held-out days: at every checkpoint "
+                                              "and at the end, run the actor on this span (one that does not "
+                                              "overlap --span, e.g. --set spans.validation=[18,21]) and keep the "
+                                              "candidate with the lowest mean cost as --out/best (then --policy "
+                                              "td3:FOLDER/best); selection.json holds every candidate's figures. "
+                                              "Default: none. docs/td3.md."),
+    select_seeds: int = typer.Option(2, help="With --select-span: seeds 1..N each candidate runs (paired)."),
+    select_workers: int = typer.Option(2, help="With --select-span: validation runs at once (processes; "
+                                               "training waits meanwhile; the result does not depend on it)."),
     resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
     threads: int = typer.Option(1, help="torch threads. One leaves a core to the simulator's thread; more can be "
                                         "far slower on a busy machine."),
@@ -621,11 +630,25 @@ def train(
                     raise ValueError(f"--anchor: {exc}") from None
             config = TD3Config(**{k: v for k, v in learner.items() if v is not None})
         from td3sched.outputs import check_folder
+        from td3sched.rl.select import SELECTION_FILE, SelectionConfig, check_held_out
         from td3sched.scenario import load_scenario
 
-        load_scenario(settings.scenario, list(settings.overrides)).span(settings.span)  # before the first step
+        scenario_ = load_scenario(settings.scenario, list(settings.overrides))
+        scenario_.span(settings.span)  # before the first step
         check_folder(out_dir, "--out")
-    except (ValueError, FileNotFoundError) as exc:
+        selection = None
+        if select_span is None and resume and (out_dir / SELECTION_FILE).exists():  # the run's own, as recorded
+            saved = json.loads((out_dir / SELECTION_FILE).read_text())["selection"]
+            selection = SelectionConfig(saved["span"], tuple(saved["seeds"]), select_workers)
+        elif select_span is not None:
+            if select_seeds < 1:
+                raise ValueError(f"--select-seeds {select_seeds}: expected at least 1 seed")
+            if not checkpoint_every:
+                raise ValueError("--select-span validates every checkpoint: expected --checkpoint-every > 0")
+            selection = SelectionConfig(select_span, tuple(range(1, select_seeds + 1)), select_workers)
+        if selection is not None:
+            check_held_out(scenario_, settings.span, selection.span)
+    except (ValueError, FileNotFoundError, KeyError) as exc:
         _fail(str(exc))
     torch.set_num_threads(threads)
     from td3sched.rl.actions import design_of
@@ -637,9 +660,14 @@ def train(
                   + f" -> {escape(str(out_dir))}"
                   + (" (resumed)" if resume else ""))
 
+    if selection is not None:
+        console.print(f"selection: every {checkpoint_every:,} steps and at the end, on span {selection.span}, seeds "
+                      f"{', '.join(map(str, selection.seeds))} -> {escape(str(out_dir / 'best'))}")
+
     def run(on_log=None):
         return run_training(out_dir, steps, settings, config, checkpoint_every=checkpoint_every, resume=resume,
-                            on_log=on_log, branch_workers=branch_workers, ray_address=ray)
+                            on_log=on_log, branch_workers=branch_workers, ray_address=ray, selection=selection,
+                            say=lambda line: console.print(escape(line)))
 
     try:
         if progress:
@@ -682,6 +710,10 @@ def train(
     if last is not None:
         console.print(f"actor pre-activations at the bound (> 90%) on the last logged batch: {last:.1%}")
     console.print(f"model: {escape(str(out_dir))} (use --policy td3:{escape(str(out_dir))})")
+    if selection is not None:
+        best = json.loads((out_dir / SELECTION_FILE).read_text())["best"]
+        console.print(f"selected: step {best['step']:,} of {result.steps:,}, the lowest validation cost on "
+                      f"{selection.span} (use --policy td3:{escape(str(out_dir / 'best'))})")
 
 
 @app.command()

@@ -8,14 +8,13 @@ worker that dies (killed process, lost Ray node) is turned into a failed outcome
 
 from __future__ import annotations
 
-import multiprocessing
-import signal
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable
 
 from td3sched import ray_session
+from td3sched.processes import spawn_pool, stop_pool
 from td3sched.evaluate.grid import GridError, GridSpec, Task, execute, failure
 
 Started = Callable[[Task], None]
@@ -38,30 +37,6 @@ def check_ray_address(address: str | None, timeout_s: float = 5.0) -> None:
         raise GridError(str(exc)) from None
 
 
-def _ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C is the parent's to handle (it stops the workers itself), so a
-    worker never prints a KeyboardInterrupt traceback of its own."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Stop ``pool`` now: cancel the runs not started, terminate the workers running the others, and
-    wait for the pool's manager thread to end.
-
-    ``shutdown(wait=False)`` alone leaves the running calls and the manager thread alive: the
-    interpreter then waits at exit for runs that may take minutes, and its exit hook races the
-    thread closing its wake-up pipe ("Exception ignored ... Bad file descriptor"). The executor has
-    no public way to stop a running call, hence its private ``_processes``.
-    """
-    workers = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in workers:
-        process.terminate()
-    for process in workers:
-        process.join()
-    pool.shutdown(wait=True)  # the manager thread sees the workers gone and ends
-
-
 class LocalBackend:
     """``workers`` local processes, spawned (no state forked from the parent's threads, such as the
     progress bar's). As with any spawned pool, a script that calls ``run_grid`` needs the usual
@@ -81,9 +56,8 @@ class LocalBackend:
 
     def run(self, tasks: list[Task], started: Started, finished: Finished) -> None:
         pending = deque(tasks)
-        ctx = multiprocessing.get_context("spawn")
         size = max(1, min(self.capacity, len(tasks)))
-        start = lambda: ProcessPoolExecutor(max_workers=size, mp_context=ctx, initializer=_ignore_sigint)  # noqa: E731
+        start = lambda: spawn_pool(size)  # noqa: E731
         pool = start()
         inflight: dict = {}
         try:

@@ -120,7 +120,7 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
           resume: bool = False, settings: TrainSettings | None = None,
           on_log: Callable[[dict], None] | None = None,
           callback: Callable[[int, TD3], None] | None = None, branch_workers: int = 2,
-          ray_address: str | None = None) -> LearnResult:
+          ray_address: str | None = None, on_resume: Callable[[int, TD3], None] | None = None) -> LearnResult:
     """Train ``agent`` on ``env`` until ``total_steps`` steps. With ``out``: TensorBoard logs, a
     checkpoint every ``checkpoint_every`` steps and at the end, and the model at each checkpoint.
     ``resume`` goes on from ``out``'s checkpoint. ``on_log`` receives the logged values.
@@ -133,7 +133,9 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
     seed; the first episode is drawn with ``settings.seed``. With ``settings.env_workers`` N > 1, ``env``
     is copy 0 of N stepped at once (``rl.workers``): each iteration takes N steps, so ``total_steps``
     and ``checkpoint_every`` must be multiples of N. ``ray_address`` (None: local processes) runs copies
-    1..N-1 as Ray actors (``ray_session``: "local" starts a local instance); the run is the same."""
+    1..N-1 as Ray actors (``ray_session``: "local" starts a local instance); the run is the same.
+    ``on_resume(steps_done, agent)`` runs once a resumed run has its checkpoint loaded and its env copies
+    back at their step, before the first new step (``rl.select`` validates a checkpoint it missed)."""
     cfg = agent.config
     out = Path(out) if out is not None else None
     settings = settings or TrainSettings.of_env(env, agent.seed)
@@ -163,6 +165,8 @@ def learn(agent: TD3, env, total_steps: int, *, out: Path | None = None, checkpo
                 worker.wait_ready()
             if resume:
                 loop = resume_from(out / CHECKPOINT_FILE, agent, copies, settings)
+                if on_resume:
+                    on_resume(loop.global_step, agent)
             else:
                 pending = [w.start_reset(settings.seed, w.index) for w in remote]  # their worlds build meanwhile
                 first = [env.reset(seed=settings.seed)[0]] + [answer() for answer in pending]
@@ -366,14 +370,26 @@ def checkpoint_settings(out: Path) -> tuple[TrainSettings, TD3Config, int]:
 
 def train(out: Path, total_steps: int, settings: TrainSettings, config: TD3Config, *, checkpoint_every: int = 0,
           resume: bool = False, on_log: Callable[[dict], None] | None = None, branch_workers: int = 2,
-          ray_address: str | None = None) -> LearnResult:
-    """Build the env and the agent of ``settings`` and ``config``, then ``learn`` into run folder ``out``."""
+          ray_address: str | None = None, selection=None, say: Callable[[str], None] | None = None) -> LearnResult:
+    """Build the env and the agent of ``settings`` and ``config``, then ``learn`` into run folder ``out``.
+    ``selection`` (an ``rl.select.SelectionConfig``): validate every checkpoint's actor on held-out days
+    and keep the best as ``out/best`` (``rl.select``); ``say`` receives a line per validated candidate."""
     from td3sched.rl.observation import OBSERVATION_SIZE
 
+    selector = None
+    if selection is not None:
+        from td3sched.rl.select import Selector, check_held_out
+        from td3sched.scenario import load_scenario
+
+        if not checkpoint_every:
+            raise ValueError("a selection span validates each checkpoint: expected checkpoint_every > 0")
+        check_held_out(load_scenario(settings.scenario, list(settings.overrides)), settings.span, selection.span)
+        selector = Selector(out, selection, settings, checkpoint_every, total_steps, say)
     env = settings.make_env()
     try:
         agent = TD3(OBSERVATION_SIZE, config, settings.seed, settings.action_mode)
         return learn(agent, env, total_steps, out=out, checkpoint_every=checkpoint_every, resume=resume,
-                     settings=settings, on_log=on_log, branch_workers=branch_workers, ray_address=ray_address)
+                     settings=settings, on_log=on_log, branch_workers=branch_workers, ray_address=ray_address,
+                     callback=selector, on_resume=selector.catch_up if selector else None)
     finally:
         env.close()
