@@ -131,9 +131,9 @@ class Selector:
             self.validate(step, agent)
 
     def catch_up(self, step: int, agent) -> None:
-        """On resume: validate the checkpoint's step if it is a selection point not yet in the table."""
-        if step and (step == self.last or (self.every and step % self.every == 0)) and \
-                all(c["step"] != step for c in self.table):
+        """On resume: validate the checkpoint's actor if the table lacks its step (a checkpoint is written
+        where a candidate is validated, so only an interruption between the two leaves one out)."""
+        if step and all(c["step"] != step for c in self.table):
             self.validate(step, agent)
 
     def validate(self, step: int, agent) -> dict:
@@ -171,7 +171,7 @@ class Selector:
             _point(self.out / BEST, Path(CANDIDATES) / f"step-{step}")
         self._write()
         shown = -entry["objective"] if name == "episode_reward" else entry["objective"]
-        self.say(f"step {step:,}: validation {name} {shown:,.4g} over seeds "
+        self.say(f"step {step:,}: validation {name} {shown:,.1f} over seeds "
                  f"{', '.join(map(str, self.config.seeds))} ({self.config.span}); best: step {best['step']:,}")
         return entry
 
