@@ -100,6 +100,54 @@ def metric_bars(out: Path, metric: str, label: str, policies: list[str], stats: 
     return Plot(path, metric, f"{label}: mean per policy with its 95% interval over seeds.")
 
 
+def pareto(out: Path, cost: tuple[str, str], others: list[tuple[str, str]], policies: list[str],
+           stats: dict[str, dict[str, Summary]], front: set[str], colours: dict[str, str] | None = None) -> Plot | None:
+    """One panel per metric of ``others`` against the ``cost`` metric (each a (name, label), lower is
+    better on both axes): each policy's means with their 95% intervals as error bars, the panel's own
+    Pareto front as a step line, and the policies on the front over every metric (``front``) drawn with
+    a black edge. None with fewer than two policies that have every metric."""
+    names = [cost[0], *(m for m, _ in others)]
+    present = [p for p in policies if all(stats.get(p, {}).get(m) and stats[p][m].mean is not None for m in names)]
+    if len(present) < 2 or not others:
+        return None
+    colours = colours or policy_colours(policies)
+    fig = _figure(4.2 * len(others), 4.4 + 0.25 * ((len(present) + 2) // 3))
+    axes = fig.subplots(1, len(others), squeeze=False)[0]
+    handles = {}
+
+    def err(s: Summary) -> list[float]:
+        return [s.mean - s.low, s.high - s.mean] if s.low is not None else [0.0, 0.0]
+
+    for ax, (metric, label) in zip(axes, others):
+        xs = np.array([stats[p][cost[0]].mean for p in present])
+        ys = np.array([stats[p][metric].mean for p in present])
+        for p, x, y in zip(present, xs, ys):
+            sx, sy = stats[p][cost[0]], stats[p][metric]
+            handles[p] = ax.errorbar([x], [y], xerr=np.array(err(sx))[:, None], yerr=np.array(err(sy))[:, None],
+                                     fmt="o", color=colours.get(p, "C9"), ecolor=colours.get(p, "C9"), alpha=0.9,
+                                     capsize=3, markeredgecolor="black" if p in front else colours.get(p, "C9"),
+                                     markersize=7)
+        order = np.lexsort((ys, xs))  # the panel's front: the running minimum of the metric by cost
+        fx, fy, best = [], [], np.inf
+        for i in order:
+            if ys[i] < best:
+                fx.append(xs[i])
+                fy.append(ys[i])
+                best = ys[i]
+        ax.step(fx, fy, where="post", color="black", linewidth=0.8, alpha=0.6)
+        ax.set_xlabel(cost[1])
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    fig.suptitle("Trade-offs: means with 95% intervals; lower is better on both axes")
+    fig.legend([handles[p] for p in present], [short_label(p, 48) + (" (front)" if p in front else "") for p in present],
+               loc="outside lower center", ncols=3, fontsize=8, frameon=False)
+    path = out / "pareto.png"
+    _save(fig, path)
+    return Plot(path, "Pareto front", f"Each policy's {cost[0]} against {', '.join(m for m, _ in others)} (means, 95% "
+                "intervals over seeds). The step line is each panel's Pareto front; a black edge marks a policy no "
+                "other beats on every one of these metrics at once.")
+
+
 def time_series(out: Path, series: dict[str, tuple[int, dict]], colours: dict[str, str] | None = None) -> Plot | None:
     """Cluster CPU utilisation and provisioned nodes per simulated hour, one line per policy."""
     usable = {p: (seed, s) for p, (seed, s) in series.items()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from td3sched.evaluate.grid import GridResult, check_versions, versions_of, write_text_atomic
 from td3sched.version import is_clean
-from td3sched.evaluate.stats import CONFIDENCE, Summary, paired_difference, summarize
+from td3sched.evaluate.stats import CONFIDENCE, Summary, dominators, paired_difference, summarize
 
 DEFAULT_POLICY = "k8s-default"
 
@@ -452,6 +452,9 @@ LEARNED_FAMILIES = ("td3",)
 """Policy families whose spec names a trained model: the head-to-head table is theirs."""
 SAFETY_METRICS = ("latency_p99_ms", "oom_per_week", "overload_node_frac", "pending_p99_s")
 """Shown beside the objective in the head-to-head table: what a cheaper cluster may have paid with."""
+PARETO_METRICS = ("node_hours", "latency_p99_ms", "oom_per_week", "fragmentation")
+"""The trade-off the case study's goals pull apart (every one lower is better): what the cluster costs
+against what its pods suffer and what it wastes. The first is the figure's x axis."""
 
 
 def objective_metric(a: Analysis) -> str | None:
@@ -601,6 +604,13 @@ def make_plots(a: Analysis, out: Path):
         result.items.append(plot)
     else:
         result.notes.append("CPU utilisation / nodes over time: skipped, no run record has `series_hourly`.")
+    front = {p for p, d in dominators(pareto_points(a)).items() if not d}
+    cost, *others = ((m, LABEL.get(m, m)) for m in PARETO_METRICS)
+    plot = P.pareto(plots_dir, cost, others, a.policies, a.stats, front, colours)
+    if plot:
+        result.items.append(plot)
+    else:
+        result.notes.append(f"Pareto front: skipped, fewer than two policies have {', '.join(PARETO_METRICS)}.")
     hists = {p: (seed, rec["latency_hist"]) for p, (seed, rec) in firsts.items() if rec.get("latency_hist")}
     plot = P.latency_cdf(plots_dir, hists, colours) if hists else None
     if plot:
@@ -628,6 +638,35 @@ def make_plots(a: Analysis, out: Path):
     elif best is not None:
         result.notes.append(f"Heatmap 'best' policy: `{best}` ({rule}).")
     return result
+
+
+def pareto_points(a: Analysis) -> dict[str, tuple[float, ...]]:
+    """Each policy's means of ``PARETO_METRICS`` (policies missing one are left out)."""
+    points = {}
+    for p in a.policies:
+        means = [a.stats[p][m].mean if m in a.stats[p] else None for m in PARETO_METRICS]
+        if all(x is not None for x in means):
+            points[p] = tuple(means)
+    return points
+
+
+def pareto_doc(a: Analysis) -> Doc | None:
+    """The policies on the Pareto front of ``PARETO_METRICS`` (means), and what dominates the others.
+    None when the records lack one of the metrics or fewer than two policies have them all."""
+    points = pareto_points(a)
+    if len(points) < 2:
+        return None
+    doms = dominators(points)
+    doc = Doc("Trade-offs")
+    doc.p(f"Which policies no other beats on {', '.join(f'`{m}`' for m in PARETO_METRICS)} at once (means over "
+          "seeds, every one lower is better): *front* is a policy on that Pareto front; otherwise the policies that "
+          "are no worse on all four and better on one. A goal a policy misses against the default is limited by "
+          "this front: to gain on one metric a policy on it gives up another. The means only: a point behind "
+          "another by less than their intervals is not shown to be behind (`summary.md` has the intervals).")
+    rows = [[f"`{p}`", *(fmt(x) for x in xs), "front" if not doms[p] else "behind " + ", ".join(f"`{d}`" for d in doms[p])]
+            for p, xs in points.items()]
+    doc.table(Table(["policy", *(f"`{m}`" for m in PARETO_METRICS), "Pareto"], rows, ["l"] + ["r"] * 4 + ["l"]))
+    return doc
 
 
 def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path, head_to_head: Doc | None = None) -> Doc:
@@ -673,6 +712,9 @@ def report_doc(a: Analysis, summary: Doc, vs_default: Doc, plots, out: Path, hea
     doc.extend(vs_default)
     if head_to_head is not None:
         doc.extend(head_to_head)
+    trade_offs = pareto_doc(a)
+    if trade_offs is not None:
+        doc.extend(trade_offs)
     attempts = attempts_doc(a)
     if attempts is not None:
         doc.extend(attempts)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats as sps
@@ -118,3 +118,13 @@ def paired_difference(base: Mapping[int, float], other: Mapping[int, float],
         if len(pair) == 2:
             diffs.append(pair[1] - pair[0])
     return summarize(diffs, confidence)
+
+
+def dominators(points: Mapping[str, Sequence[float]]) -> dict[str, list[str]]:
+    """For each named point (every coordinate lower is better), the names of the points that dominate it:
+    no worse in every coordinate and better in at least one. A point with none is on the Pareto front.
+    Names keep ``points``' order."""
+    items = [(name, tuple(float(x) for x in xs)) for name, xs in points.items()]
+    return {name: [other for other, ys in items
+                   if other != name and all(y <= x for x, y in zip(xs, ys)) and any(y < x for x, y in zip(xs, ys))]
+            for name, xs in items}
