@@ -92,8 +92,7 @@ def _validate_one(scenario: str, overrides: list[str], span: str, spec: str, see
     from td3sched.run import run_simulation
 
     record = run_simulation(scenario, spec, seed, span, overrides)
-    return {"metrics": record["metrics"], "wall_s": record["runtime"]["wall_s"],
-            "code_version": record["code_version"], "fingerprint": record["policy_fingerprint"]}
+    return {"metrics": record["metrics"], "wall_s": record["runtime"]["wall_s"], "code_version": record["code_version"]}
 
 
 class Selector:
