@@ -95,3 +95,14 @@ def test_the_objective_is_the_cost_else_the_reward_and_ties_go_to_the_earlier_st
     selector = Selector(tmp_path, SelectionConfig("validation"), settings=None, every=10, last=30)
     selector.table = [{"step": 20, "objective": 1.0}, {"step": 10, "objective": 1.0}, {"step": 30, "objective": 2.0}]
     assert selector.best["step"] == 10
+
+
+def test_a_warm_started_run_keeps_its_warm_start_as_a_candidate(tmp_path):
+    """With --anchor the actor fitted to the static score (right after the warm-up's steps) is validated
+    too, so a run that learns nothing better on the held-out days keeps its warm start."""
+    out = tmp_path / "anchored"
+    score = "static-weights:w=1/0/0/0:tau=0.4"
+    result = runner.invoke(app, ARGS + ["--steps", "30", "--anchor", score, "--bc-alpha", "2.5", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    steps = [c["step"] for c in _record(out)["candidates"]]
+    assert steps == [20, 21, 30]  # a checkpoint, the warm start (learning starts at step 20), the last step

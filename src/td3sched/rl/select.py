@@ -3,7 +3,8 @@
 One TD3 training run is not a result: the same command with another seed can end far from where the
 first one did (docs/td3.md, *A fragmentation term*). Stable-Baselines3's ``EvalCallback`` keeps the
 best model an evaluation env has seen; this module does that with the simulator: at every checkpoint
-(and at the last step) the actor is written as a candidate model and run by the harness
+(and at the last step, and for a run warm-started at a static score, ``TD3Config.anchor``, right after
+the actor is fitted to it) the actor is written as a candidate model and run by the harness
 (``run.run_simulation``, the path ``evaluate`` measures) on a span of days the training never drew
 its episodes from, for the same seeds each time (paired: the same workload and world per seed). The
 candidate with the lowest mean objective is the run's selected model.
@@ -97,13 +98,14 @@ def _validate_one(scenario: str, overrides: list[str], span: str, spec: str, see
 
 class Selector:
     """Validates candidates of a training run in ``out`` and keeps the best (module docstring).
-    ``__call__(step, agent)`` is ``learn``'s callback: it validates at every ``every`` steps and at
+    ``__call__(step, agent)`` is ``learn``'s callback: it validates at ``first`` (the warm start of an
+    anchored run, so that a run which learns nothing better keeps it), at every ``every`` steps and at
     ``last``. ``say`` receives one line per validated candidate."""
 
     def __init__(self, out: Path, config: SelectionConfig, settings, every: int, last: int,
-                 say: Callable[[str], None] | None = None):
+                 say: Callable[[str], None] | None = None, first: int | None = None):
         self.out, self.config, self.settings = Path(out), config, settings
-        self.every, self.last = every, last
+        self.every, self.last, self.first = every, last, first
         self.say = say or (lambda line: None)
         self.table: list[dict] = []
         path = self.out / SELECTION_FILE
@@ -126,7 +128,7 @@ class Selector:
         return min(self.table, key=lambda c: (c["objective"], c["step"])) if self.table else None
 
     def __call__(self, step: int, agent) -> None:
-        if step == self.last or (self.every and step % self.every == 0):
+        if step in (self.first, self.last) or (self.every and step % self.every == 0):
             self.validate(step, agent)
 
     def catch_up(self, step: int, agent) -> None:

@@ -384,7 +384,9 @@ def train(out: Path, total_steps: int, settings: TrainSettings, config: TD3Confi
         if not checkpoint_every:
             raise ValueError("a selection span validates each checkpoint: expected checkpoint_every > 0")
         check_held_out(load_scenario(settings.scenario, list(settings.overrides)), settings.span, selection.span)
-        selector = Selector(out, selection, settings, checkpoint_every, total_steps, say)
+        # a warm-started actor is a candidate once fitted to its anchor (the first gradient step's start)
+        warm_start = config.learning_starts + 1 if config.anchor is not None else None
+        selector = Selector(out, selection, settings, checkpoint_every, total_steps, say, first=warm_start)
     env = settings.make_env()
     try:
         agent = TD3(OBSERVATION_SIZE, config, settings.seed, settings.action_mode)
