@@ -105,6 +105,45 @@ def section_latency(served: ServedEngine, noop: ServedEngine, names, args) -> No
                    200 if n <= 100 else 10, args.trials, clock=time.thread_time)
         print(f"   handler CPU per call at {n} candidates (no transport): engine {1e6 * np.median(t[:, 0]):.0f} us, "
               f"no-op {1e6 * np.median(t[:, 1]):.0f} us: the decision adds {1e6 * np.median(t[:, 0] - t[:, 1]):.0f} us")
+    section_fragmentation_cost(names, args)
+
+
+def fragmentation_model(folder: Path) -> Path:
+    """A fragmentation-mode model of the default network size (as initialised: the cost, not the
+    choices, is measured) whose card carries the tiny scenario's typical pods (pools "cpu" and "gpu")."""
+    from td3sched.rl.td3 import TD3, TD3Config
+
+    TD3(OBSERVATION_SIZE, TD3Config(buffer_size=10, learning_starts=0), seed=1,
+        action_mode="fragmentation").save(folder, {"scenario": "tiny", "span": "train"})
+    return folder
+
+
+def section_fragmentation_cost(names, args) -> None:
+    """Handler CPU of a model with a fragmentation share against one without, both on a snapshot that
+    carries the nodes' allocation and pools: what fgd's term adds to a decision."""
+    import tempfile
+
+    from td3sched.engine.decision import DecisionEngine, ModelSlot
+    from td3sched.engine.grpc_server import DecisionEngineServicer
+    from td3sched.engine.service import EngineService
+    from td3sched.engine.state import ShadowState
+
+    state = ShadowState(lambda: 0.0)
+    state.publish(synthetic_snapshot(NODES, 0, now=0.0, allocation=True))
+    with tempfile.TemporaryDirectory() as tmp:
+        frag = load_actor(fragmentation_model(Path(tmp) / "frag"))
+    servicers = [DecisionEngineServicer(EngineService(DecisionEngine(state, ModelSlot(actor))))
+                 for actor in (frag, load_actor(args.model))]
+    for n in (100, 5000):
+        request = requests(names, n)[0]
+        reply = servicers[0].ScoreNodes(request, None)
+        assert not reply.fallback and reply.action.fragmentation > 0, reply.fallback_reason
+        t = blocks([lambda s=s: s.ScoreNodes(request, None) for s in servicers], 200 if n <= 100 else 10,
+                   args.trials, clock=time.thread_time)
+        print(f"   handler CPU per call at {n} candidates with a fragmentation share (tiny's typical pods: "
+              f"{sum(len(p) for p in frag.typical_pods[1].pools)} shapes in 2 pools): {1e6 * np.median(t[:, 0]):.0f} us "
+              f"against {1e6 * np.median(t[:, 1]):.0f} us without: fgd's term adds "
+              f"{1e6 * np.median(t[:, 0] - t[:, 1]):.0f} us")
 
 
 def blocks(fns, n: int, trials: int, clock=time.perf_counter) -> np.ndarray:

@@ -102,15 +102,20 @@ def test_a_held_action_reading_requests_is_not_handed_to_the_plugin(tmp_path):
     assert second.action_held and first.action_valid_s == second.action_valid_s == 0.0
 
 
+def _row(cpu: float, mem: float) -> np.ndarray:
+    """A pod's row of ``REQUESTED_COLUMNS`` asking ``cpu`` milli and ``mem`` MiB (non-zero as asked)."""
+    return np.array([cpu, mem, cpu, mem, 0.0, 0.0, 0.0])
+
+
 def test_the_state_keeps_each_nodes_requests_from_the_list_and_the_bindings():
     state = ShadowState(lambda: 0.0)
     names = ("a", "b", "c")
     state.set_inventory(NodeInventory(names, np.tile([16000.0, 65536.0, 100.0, 100.0], (3, 1)), np.zeros(3, int)))
     assert state.snapshot.nonzero_requested is None  # no pod list yet: not known
-    state.set_requested({"a": np.array([1000.0, 2048.0]), "ghost": np.array([5.0, 5.0])})
+    state.set_requested({"a": _row(1000.0, 2048.0), "ghost": _row(5.0, 5.0)})
     np.testing.assert_array_equal(state.snapshot.nonzero_requested, [[1000, 2048], [0, 0], [0, 0]])
-    state.add_requested("b", np.array([500.0, 256.0]))
-    state.add_requested("a", -np.array([1000.0, 2048.0]))
+    state.add_requested("b", _row(500.0, 256.0))
+    state.add_requested("a", -_row(1000.0, 2048.0))
     np.testing.assert_array_equal(state.snapshot.nonzero_requested, [[0, 0], [500, 256], [0, 0]])
     # a metrics refresh joins them again; a node the inventory gains starts with what the list said
     state.publish(snapshot(3))
@@ -120,6 +125,8 @@ def test_the_state_keeps_each_nodes_requests_from_the_list_and_the_bindings():
     np.testing.assert_array_equal(state.snapshot.nonzero_requested, [[500, 256], [5, 5]])
     with pytest.raises(ValueError, match="nonzero_requested: shape"):
         _with_requests(snapshot(3), np.zeros((2, 2)))
+    with pytest.raises(ValueError, match=r"a binding's requests: \[1.0, 2.0\]: expected 7 finite numbers"):
+        state.add_requested("b", np.array([1.0, 2.0]))
 
 
 def test_the_engine_scores_with_the_balance_share_but_not_for_a_best_effort_pod(balance_model):

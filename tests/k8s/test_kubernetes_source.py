@@ -250,6 +250,44 @@ def test_each_nodes_requests_follow_its_bound_pods(cluster, namespace):
         s.stop()
 
 
+def test_each_nodes_allocation_follows_its_bound_pods_gpus_and_pool_label(cluster, namespace, source):
+    """The allocation a model with a fragmentation share scores by: allocatable minus the bound pods'
+    requests, whole GPUs included, and the node's pool from its pool label, changed by each binding,
+    departure and relabelling."""
+    node = f"{node_prefix(namespace)}-gpu"
+    cluster.create_node(node, 16000, 65536, extra={"nvidia.com/gpu": "4"})
+    cluster.request("PATCH", f"/api/v1/nodes/{node}", {"metadata": {"labels": {"td3sched.io/pool": "gpu"}}},
+                    content_type="application/merge-patch+json")
+    state = source.state
+
+    def row(name: str):
+        snap = state.snapshot
+        i = snap.index.get(name)
+        a = snap.allocation
+        return None if i is None or a is None else (a.free[i].copy(), a.gpu_free[i].copy(), a.pool[i])
+
+    try:
+        assert wait_for(lambda: (r := row(node)) is not None and r[2] == "gpu", deadline_s=DEADLINE_S), \
+            f"the node's pool never reached the state: {row(node)}"
+        free, gpu_free, _ = row(node)
+        np.testing.assert_array_equal(free, [16000, 65536, 100, 100])
+        assert sorted(gpu_free.tolist(), reverse=True)[:4] == [1000] * 4 and gpu_free.sum() == 4000
+        cluster.create_pod(namespace, "trainer", NOBODY, "3", "8Gi", extra={"nvidia.com/gpu": "3"})
+        cluster.bind_pod(namespace, "trainer", node)
+        assert wait_for(lambda: row(node)[1].sum() == 1000, deadline_s=DEADLINE_S), \
+            f"a GPU binding did not reach the node's allocation: {row(node)}"
+        np.testing.assert_array_equal(row(node)[0], [13000, 57344, 100, 100])
+        cluster.request("PATCH", f"/api/v1/nodes/{node}", {"metadata": {"labels": {"td3sched.io/pool": "cpu"}}},
+                        content_type="application/merge-patch+json")
+        assert wait_for(lambda: row(node)[2] == "cpu", deadline_s=DEADLINE_S), "a relabelled pool never reached the state"
+        cluster.delete_pod(namespace, "trainer")
+        assert wait_for(lambda: row(node)[1].sum() == 4000, deadline_s=DEADLINE_S), \
+            f"a departure did not give the GPUs back: {row(node)}"
+        np.testing.assert_array_equal(row(node)[0], [16000, 65536, 100, 100])
+    finally:
+        cluster.delete_node(node)
+
+
 def _restarted(cluster, namespace: str, name: str, restarts: int, reason: str) -> None:
     """Set the pod's container status as a kubelet would after ``restarts`` restarts, the last for ``reason``."""
     cluster.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": {"containerStatuses": [{

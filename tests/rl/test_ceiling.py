@@ -114,18 +114,6 @@ def test_the_learned_fragmentation_share_is_static_weights_blend_with_that_share
     assert got != _run(world, StaticWeights(args.weights, args.tau), hours=2.0)
 
 
-def test_the_engine_refuses_a_model_that_declares_the_fragmentation_share():
-    from types import SimpleNamespace
-
-    from td3sched.engine.decision import ModelSlot
-
-    model = SimpleNamespace(folder="runs/frag", dimensions=("w_cpu", "w_mem", "w_io", "w_net", "tau", "frag"))
-    with pytest.raises(ValueError, match="runs/frag: declares the action dimension 'frag'"):
-        ModelSlot(model)
-    with pytest.raises(ValueError, match="cannot serve"):
-        ModelSlot().swap(model)
-
-
 def test_the_full_and_seed_modes_hold_nothing_back(world):
     for mode in ("full", "seed"):
         got = _run(world, _Constant([0.3, 0.1, -0.2, 0.0, 1.0], mode), hours=2.0)

@@ -98,12 +98,13 @@ type heldAction struct {
 }
 
 // holdFrom is the reply's action as a heldAction when the engine says it holds and it is a usable score
-// argument set that ActionScore can score (no requests or balance share), else nil (the next pod asks the engine).
+// argument set that ActionScore can score (no requests, balance or fragmentation share), else nil (the next pod
+// asks the engine).
 func holdFrom(reply *enginev1.ScoreNodesResponse, now time.Time) *heldAction {
 	valid := reply.GetActionValidS()
 	a := reply.GetAction()
 	if !(valid > 0) || math.IsInf(valid, 0) || reply.Fallback || reply.Advisory || len(a.GetWeights()) != 4 ||
-		a.GetRequests() != 0 || a.GetBalance() != 0 { // ActionScore reads usage alone: such an action is the engine's to score
+		a.GetRequests() != 0 || a.GetBalance() != 0 || a.GetFragmentation() != 0 { // ActionScore reads usage alone: such an action is the engine's to score
 		return nil
 	}
 	h := &heldAction{tau: a.GetTau(), ceiling: a.GetCeiling(), version: reply.ModelVersion,

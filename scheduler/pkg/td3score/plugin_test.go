@@ -327,6 +327,12 @@ func TestAnActionIsNotHeldWithoutAValidHold(t *testing.T) {
 				reply.Action.Balance = 0.5
 				return reply, nil
 			}},
+		{"a fragmentation share, which the plugin's score has no term for", nil,
+			func(req *enginev1.ScoreNodesRequest) (*enginev1.ScoreNodesResponse, error) {
+				reply, _ := heldBy(600, []float64{1, 0, 0, 0}, 0, 0, func(string) int64 { return 40 })(req)
+				reply.Action.Fragmentation = 0.25
+				return reply, nil
+			}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

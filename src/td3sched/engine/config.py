@@ -13,7 +13,8 @@ are refused; an error names the key (``grpc.port``) and what it allows. Every de
                  node_label: "", node_names: {}}
     decision_log: {path: decisions.jsonl, max_bytes: 67108864, keep: 5, fsync_interval_s: 1}
     kubernetes: {kubeconfig: kubeconfig, context: null, watch_timeout_s: 300, request_timeout_s: 10,
-                 backoff_initial_s: 0.5, backoff_max_s: 30}   # optional: pod and node watches
+                 backoff_initial_s: 0.5, backoff_max_s: 30,
+                 pool_label: td3sched.io/pool}       # optional: pod and node watches
     kubernetes: {in_cluster: true, service_account_dir: /var/run/secrets/kubernetes.io/serviceaccount}
                                       # ... or as the engine's pod, with its service account
     reload_interval_s: 5              # how often the model folder is checked for a new model
@@ -28,7 +29,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from td3sched.engine.kubernetes_objects import SERVICE_ACCOUNT_DIR
+from td3sched.engine.kubernetes_objects import DEFAULT_POOL_LABEL, SERVICE_ACCOUNT_DIR
 from td3sched.engine.prometheus_source import DEFAULT_QUERIES
 
 STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
@@ -132,6 +133,10 @@ class KubernetesSettings(BaseModel):
     backoff_initial_s: float = Field(0.5, gt=0)
     """First wait before reconnecting after an error; doubled after each failed attempt."""
     backoff_max_s: float = Field(30.0, gt=0)
+    pool_label: str = Field(DEFAULT_POOL_LABEL, min_length=1)
+    """The node label whose value names a node's pool: which of a model's typical pods (its card's, named
+    as its training scenario names its pools) measure the node's fragmentation, for a model with a
+    fragmentation share. A node without the label is of no known pool (fragmentation 0)."""
 
     @model_validator(mode="after")
     def _check(self):

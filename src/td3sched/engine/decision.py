@@ -31,6 +31,16 @@ held action reads usage only, so such an action is never handed to it (``action_
 blended with how alike each candidate's CPU and memory fill (``policy.features.balanced``); the plugin's
 own score has no such term, so such an action is not handed to it either.
 
+**Fragmentation share** (a card declaring the ``frag`` dimension, action mode ``fragmentation``): the
+score is blended with FGD's, as ``static-weights``' ``frag`` blends it (``blend_fragmentation``): how
+little placing the pod grows its node's fragmentation (``policy.fgd.fragmentation_decrease``), measured
+with the typical pods of the node's pool that the card carries (``typical_pods``, written by ``td3sched
+train``) over the snapshot's ``allocation`` (what the bound pods' requests leave free, GPUs included,
+and each node's pool; a pool the card does not name has no typical pods, so its nodes' fragmentation is
+0). A snapshot without an allocation cannot serve such a model: the decision falls back
+(``no_allocation``). Nor can the plugin's own score, so such an action is not handed to it. A card
+without typical pods is refused at load, naming the model.
+
 Candidates with stale or missing metrics (``state.Staleness``) are left out of the observation and
 get ``NEUTRAL_SCORE`` (fail-open) or are excluded (fail-closed). The safety filter
 (``simulator.filter.safety_ok``) removes nodes whose observed CPU is above the threshold.
@@ -44,6 +54,8 @@ arguments (default: the best-static weights and tau of the model's scenario), an
     out_of_range      an action value lies outside [-LOGIT_LIMIT, LOGIT_LIMIT] (beyond rounding)
     no_fresh_metrics  no candidate has fresh metrics: nothing to observe
     no_requests       the model scores by requests and the state does not know them (no pod watch)
+    no_allocation     the model has a fragmentation share and the state does not know the nodes'
+                      allocation (what the bound pods' requests leave free, and the nodes' pools)
 
 **Action hold** (a card's ``action_hold_s`` > 0, ``rl.policy.ActionPolicy``): the actor is asked at most
 once per hold, on the engine's clock; a decision within the hold of the last action the model took
@@ -66,20 +78,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from td3sched.metrics.fragmentation import PoolTypicalPods, TypicalPods
 from td3sched.policy.base import PodRequest
+from td3sched.policy.fgd import fragmentation_decrease
 from td3sched.policy.features import requested_utilisation, utilisation
-from td3sched.policy.static_weights import (pod_balance, product_score, rounded_scores, validate_weights,
-                                           within_ceiling)
+from td3sched.policy.static_weights import (blend_fragmentation, pod_balance, product_score, rounded_scores,
+                                           validate_weights, within_ceiling)
 from td3sched.rl.actions import LOGIT_LIMIT, ScoreArgs, decode, reads_requests
 from td3sched.rl.observation import OBSERVATION_SIZE, observe
 from td3sched.simulator.filter import safety_ok
-from td3sched.engine.state import NodeSnapshot, NotReady, ShadowState
+from td3sched.engine.state import Allocation, NodeSnapshot, NotReady, ShadowState
 
 NEUTRAL_SCORE = 0.5
 """Score in [0, 1] of a candidate with stale or missing metrics under fail-open (50 of 100)."""
 RANGE_SLACK = 1e-4
 """An action beyond LOGIT_LIMIT by more than this is out of range (the actor's tanh cannot reach it)."""
-FALLBACK_REASONS = ("no_model", "model_error", "nan", "out_of_range", "no_fresh_metrics", "no_requests")
+FALLBACK_REASONS = ("no_model", "model_error", "nan", "out_of_range", "no_fresh_metrics", "no_requests",
+                    "no_allocation")
 QOS_NAMES = ("Guaranteed", "Burstable", "BestEffort")
 """QoS classes, indexed like ``PodRequest.qos`` (workload.pods)."""
 
@@ -155,6 +170,8 @@ class Decision:
     """The action's requests share (0: the model declares none, or a fallback)."""
     balance: float = 0.0
     """The action's balance share (0: the model declares none, or a fallback)."""
+    fragmentation: float = 0.0
+    """The action's fragmentation share (0: the model declares none, or a fallback)."""
     requested: np.ndarray | None = None
     """[fresh, 2] requested CPU and memory utilisation of the fresh candidates, pod included (for the
     decision log); None when the snapshot does not know the requests."""
@@ -175,17 +192,40 @@ class Decision:
         return quantize(self.scores, 100).tolist()
 
 
-UNSERVABLE_DIMENSIONS = {"frag": "the fragmentation share scores with each pool's typical pods and each node's "
-                                 "GPUs, which the engine's shadow state does not hold"}
-"""Action dimensions a model may declare (``rl.actions``) that the engine cannot score with, and why."""
-
-
 def check_servable(actor) -> None:
-    """A ValueError naming the model and the dimension when its card declares one the engine cannot serve."""
-    for dim in getattr(actor, "dimensions", ()):
-        if dim in UNSERVABLE_DIMENSIONS:
-            raise ValueError(f"model {actor.folder}: declares the action dimension {dim!r}, which the engine cannot "
-                             f"serve: {UNSERVABLE_DIMENSIONS[dim]}")
+    """A ValueError naming the model when its card declares what the engine needs more to serve: a
+    fragmentation share without the typical pods it is measured with."""
+    if "frag" in getattr(actor, "dimensions", ()) and getattr(actor, "typical_pods", None) is None:
+        raise ValueError(f"model {actor.folder}: declares the action dimension 'frag' but its card has no "
+                         "typical_pods (the training scenario's typical pods per pool, which the share is scored "
+                         "with): retrain it with this version of td3sched train, which writes them")
+
+
+class FragmentationMeasure:
+    """A served model's fragmentation measure: the card's typical pods per pool, and an empty set for a
+    pool it does not name (those nodes' fragmentation is 0)."""
+
+    def __init__(self, pool_names: tuple[str, ...], typical: PoolTypicalPods):
+        self.index = {name: k for k, name in enumerate(pool_names)}
+        self.typical = PoolTypicalPods(tuple(typical.pools) + (TypicalPods.empty(),))
+
+    def decrease(self, request: PodRequest, nodes: np.ndarray, allocation: Allocation) -> np.ndarray:
+        """[k] how much placing the pod on each of ``nodes`` (snapshot rows) lowers its fragmentation."""
+        unknown = len(self.typical.pools) - 1
+        pool_of_code = np.fromiter((self.index.get(p, unknown) for p in allocation.pool_names), dtype=np.int64,
+                                   count=len(allocation.pool_names))
+        pool = pool_of_code[allocation.pool_code[nodes]]
+        free, gpu_free = allocation.free[nodes], allocation.gpu_free[nodes]
+        before = self.typical.node_fragmentation(free, gpu_free, pool)
+        return fragmentation_decrease(self.typical, request, free, gpu_free, pool, before)
+
+
+def fragmentation_measure(actor) -> FragmentationMeasure | None:
+    """The measure a served model's fragmentation share is scored with (None: it has no such share)."""
+    typical = getattr(actor, "typical_pods", None)
+    if typical is None or "frag" not in getattr(actor, "dimensions", ()):
+        return None
+    return FragmentationMeasure(*typical)
 
 
 class ModelSlot:
@@ -194,8 +234,17 @@ class ModelSlot:
     def __init__(self, actor=None):
         if actor is not None:
             check_servable(actor)
-        self.actor = actor
+        self.served = (actor, fragmentation_measure(actor))
+        """(the served actor, its fragmentation measure or None), replaced whole: a decision reads both at once."""
         self._lock = threading.Lock()
+
+    @property
+    def actor(self):
+        return self.served[0]
+
+    @actor.setter
+    def actor(self, actor) -> None:
+        self.served = (actor, fragmentation_measure(actor))
 
     @property
     def version(self) -> str:
@@ -209,8 +258,9 @@ class ModelSlot:
         if probe.shape != (actor.action_size,) or not np.all(np.isfinite(probe)):
             raise ValueError(f"model {actor.folder}: gives {probe.tolist()} on a zero observation: expected "
                              f"{actor.action_size} finite numbers")
+        served = (actor, fragmentation_measure(actor))
         with self._lock:
-            self.actor = actor
+            self.served = served
 
 
 @dataclass
@@ -276,7 +326,7 @@ class DecisionEngine:
             scores[excluded] = 0.0
         else:
             excluded = np.zeros(len(names), dtype=bool)
-        actor = self.models.actor
+        actor, measure = self.models.served
         version = actor.version if actor is not None else "none"
         if not n_fresh:
             return Decision(names, scores, excluded, stale, self.fallback_weights, self.fallback_tau, None, version,
@@ -298,15 +348,21 @@ class DecisionEngine:
         by_requests = not reason and reads_requests(actor.action_mode)
         if by_requests and snap.nonzero_requested is None:
             reason, by_requests = "no_requests", False
+        by_fragmentation = not reason and measure is not None
+        if by_fragmentation and snap.allocation is None:
+            reason, by_fragmentation = "no_allocation", False
         if hold and not reason and not held_action:
             self._held = (version, now, action)
         valid_s = 0.0
-        if (hold and not reason and not by_requests and not self.shadow
+        if (hold and not reason and not by_requests and not by_fragmentation and not self.shadow
                 and self.state.staleness.mode != "fail-closed"):
             valid_s = hold - (now - taken_at)
         args = ScoreArgs(self.fallback_weights, self.fallback_tau) if reason else decode(action, actor.action_mode)
         r = requested_utilisation(request, nodes, snap) if snap.nonzero_requested is not None else None
         fresh_scores = product_score(u, r, args.weights, args.tau, args.requests, pod_balance(args.balance, request.qos))
+        if by_fragmentation and args.fragmentation:
+            fresh_scores = blend_fragmentation(fresh_scores, measure.decrease(request, nodes, snap.allocation),
+                                               args.fragmentation)
         held = None
         if args.ceiling is not None:
             over = ~within_ceiling(u, args.ceiling)
@@ -319,7 +375,8 @@ class DecisionEngine:
             scores[fresh] = fresh_scores
         return Decision(names, scores, excluded, stale, args.weights, args.tau, action, version, reason, obs, u, now,
                         advisory=self.shadow, ceiling=args.ceiling, held_back=held, action_held=held_action,
-                        action_valid_s=valid_s, requests=args.requests, balance=args.balance, requested=r)
+                        action_valid_s=valid_s, requests=args.requests, balance=args.balance, requested=r,
+                        fragmentation=args.fragmentation)
 
     def warm_up(self) -> None:
         """Decide and filter on a two-node cluster of its own, before and after a binding, so that every

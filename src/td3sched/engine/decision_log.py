@@ -13,8 +13,8 @@ Format: JSON lines, one record per line, UTF-8. Schema (``SCHEMA_VERSION`` 1):
 
 (``r``: the requested CPU and memory utilisation with the pod, null when stale or when the engine does
 not know the requests; a record written before the key existed lacks it, which reads as null. A
-model with a requests share adds ``"requests"``, one with a balance share ``"balance"``, one with a ceiling
-``"ceiling"`` and ``"held_back"``.)
+model with a requests share adds ``"requests"``, one with a balance share ``"balance"``, one with a
+fragmentation share ``"fragmentation"``, one with a ceiling ``"ceiling"`` and ``"held_back"``.)
     {"schema": 1, "seq": 1, "kind": "binding", "time_s": ..., "decision_id": "...", "pod": {...}, "node": "n1"}
 
 Crash safety: records are queued by the request threads and written by one writer thread, a batch

@@ -54,7 +54,8 @@ def action_to_proto(d, action_mode: str, dimensions=()):
                              weights=[float(w) for w in d.weights], tau=float(d.tau), action_mode=action_mode,
                              ceiling=float(d.ceiling) if getattr(d, "ceiling", None) is not None else 0.0,
                              dimensions=list(dimensions), requests=float(getattr(d, "requests", 0.0)),
-                             balance=float(getattr(d, "balance", 0.0)))
+                             balance=float(getattr(d, "balance", 0.0)),
+                             fragmentation=float(getattr(d, "fragmentation", 0.0)))
 
 
 def score_nodes_reply(names, scores_0_100: list[int], stale, excluded, action, model_version: str,

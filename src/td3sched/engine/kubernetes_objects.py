@@ -39,6 +39,8 @@ MAX_QUANTITY = Fraction(10**30)
 MIB = 2**20
 GIB = 2**30
 GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_POOL_LABEL = "td3sched.io/pool"
+"""The node label whose value names a node's pool (the engine's ``kubernetes.pool_label``)."""
 RDMA_RESOURCE = "koordinator.sh/rdma"
 """The RDMA extended resource, in percent of one device (Koordinator's device-share convention), as
 the simulator's ``rdma_pct``."""

@@ -12,9 +12,11 @@ bindings predate the engine and its metrics. A list after a reconnection reports
 while the watch was away and forgets the pods that went.
 
 The same watch keeps each node's requests: the non-zero CPU and memory requests of the pods bound
-there (kube-scheduler's defaults for an empty request), set from every list and changed by each
-binding and departure (``ShadowState.set_requested``, ``add_requested``), which a model with a
-requests share scores by. A pod whose spec cannot be read counts nothing.
+there (kube-scheduler's defaults for an empty request) and the requests themselves, GPUs included
+(``state.REQUESTED_COLUMNS``), set from every list and changed by each binding and departure
+(``ShadowState.set_requested``, ``add_requested``): what a model with a requests share scores by, and,
+with the node inventory, the allocation a model with a fragmentation share scores by. A pod whose spec
+cannot be read counts nothing.
 
 And each bound pod's OOM kills: its containers' restart counts when first seen bound, then at each
 event (and relist) the kills since (``kubernetes_objects.oom_kills_since``: a container that restarted
@@ -25,8 +27,10 @@ Nodes: ``status.allocatable`` (``status.capacity`` for a resource it lacks), rea
 quantity code (``kubernetes_objects.quantity``): CPU in milli-cores, memory in MiB, ephemeral storage
 in GiB, ``koordinator.sh/rdma`` in percent, ``nvidia.com/gpu`` whole GPUs. A node without CPU and
 memory (a kubelet that has not reported yet) is not known until it has them; disk and RDMA default to
-the metrics source's assumptions. Every change of the set or of a node's allocatable is published
-(``ShadowState.set_inventory``).
+the metrics source's assumptions. A node's pool is the value of its ``pool_label`` label (default
+``td3sched.io/pool``; "" without one): the pool whose typical pods its fragmentation is measured with,
+named as the model's training scenario names its pools. Every change of the set, of a node's
+allocatable or of its pool is published (``ShadowState.set_inventory``).
 
 Each watch lists (keeping the list's ``resourceVersion``), then watches from it with bookmarks; when
 the API server ends a watch (``watch_timeout_s``) it is resumed from the last resourceVersion seen.
@@ -49,11 +53,12 @@ from typing import Callable
 import numpy as np
 
 from td3sched.engine.decision import PodSpec
-from td3sched.engine.kubernetes_objects import (GIB, GPU_RESOURCE, MIB, RDMA_RESOURCE, SERVICE_ACCOUNT_DIR,
+from td3sched.engine.kubernetes_objects import (DEFAULT_POOL_LABEL, GIB, GPU_RESOURCE, MIB, RDMA_RESOURCE,
+                                                SERVICE_ACCOUNT_DIR,
                                                 oom_kills_since, pod_from_k8s, quantity, restart_counts)
 from td3sched.engine.metrics import EngineMetrics
 from td3sched.engine.service import EngineService
-from td3sched.engine.state import NodeInventory, NotReady
+from td3sched.engine.state import REQUESTED_COLUMNS, NodeInventory, NotReady, requested_row
 
 try:
     from kubernetes import client as k8s_client
@@ -241,9 +246,11 @@ class ResourceWatch:
             self._thread.join(timeout_s)
 
 
-def node_allocatable(node: dict, disk_gib: float, rdma_pct: float) -> tuple[str, np.ndarray, int] | None:
-    """(name, [CPU milli, memory MiB, disk GiB, RDMA %], GPUs) of a v1.Node, None without CPU and memory
-    allocatable yet; ValueError naming the field of a bad quantity."""
+def node_allocatable(node: dict, disk_gib: float, rdma_pct: float,
+                     pool_label: str = DEFAULT_POOL_LABEL) -> tuple[str, np.ndarray, int, str] | None:
+    """(name, [CPU milli, memory MiB, disk GiB, RDMA %], GPUs, pool) of a v1.Node (pool: the value of its
+    ``pool_label`` label, "" without one), None without CPU and memory allocatable yet; ValueError naming
+    the field of a bad quantity."""
     meta = node.get("metadata") or {}
     name = meta.get("name")
     status = node.get("status") or {}
@@ -261,8 +268,10 @@ def node_allocatable(node: dict, disk_gib: float, rdma_pct: float) -> tuple[str,
     if not name or not cpu or not mem:
         return None
     disk, rdma, gpus = read("ephemeral-storage"), read(RDMA_RESOURCE), read(GPU_RESOURCE)
+    labels = meta.get("labels") or {}
+    pool = labels.get(pool_label, "") if isinstance(labels, dict) else ""
     return name, np.array([float(cpu * 1000), float(mem / MIB), float(disk / GIB) if disk else disk_gib,
-                           float(rdma) if rdma is not None else rdma_pct]), int(gpus or 0)
+                           float(rdma) if rdma is not None else rdma_pct]), int(gpus or 0), str(pool)
 
 
 class KubernetesSource:
@@ -271,18 +280,19 @@ class KubernetesSource:
     def __init__(self, kubeconfig: Path | None, service: EngineService, context: str | None = None,
                  watch_timeout_s: float = 300.0, request_timeout_s: float = 10.0, backoff_initial_s: float = 0.5,
                  backoff_max_s: float = 30.0, disk_gib: float = 100.0, rdma_pct: float = 100.0,
-                 service_account_dir: Path = SERVICE_ACCOUNT_DIR, environ=os.environ):
+                 service_account_dir: Path = SERVICE_ACCOUNT_DIR, environ=os.environ,
+                 pool_label: str = DEFAULT_POOL_LABEL):
         """``kubeconfig`` None: the pod's service account (``in_cluster_client``)."""
         self.service = service
         self.state = service.engine.state
         self.metrics = service.metrics
         self.api = k8s_client.CoreV1Api(api_client(None if kubeconfig is None else Path(kubeconfig), context,
                                                    service_account_dir, environ))
-        self.disk_gib, self.rdma_pct = disk_gib, rdma_pct
-        self.nodes: dict[str, tuple[np.ndarray, int]] = {}
-        """node -> (allocatable [4], GPUs), as last listed or watched."""
+        self.disk_gib, self.rdma_pct, self.pool_label = disk_gib, rdma_pct, pool_label
+        self.nodes: dict[str, tuple[np.ndarray, int, str]] = {}
+        """node -> (allocatable [4], GPUs, pool), as last listed or watched."""
         self.bound: dict[str, tuple[str, str, str, np.ndarray | None]] = {}
-        """namespace/name -> (namespace, name, node, non-zero CPU and memory requests or None: unreadable)
+        """namespace/name -> (namespace, name, node, its row of ``REQUESTED_COLUMNS`` or None: unreadable)
         of the bound pods the watch knows."""
         self.restarts: dict[str, dict[str, int]] = {}
         """namespace/name -> its containers' restart counts when the watch last looked (bound pods)."""
@@ -298,7 +308,7 @@ class KubernetesSource:
     # --- nodes ---------------------------------------------------------------------------------------
     def _read_node(self, node: dict) -> tuple[str, np.ndarray, int] | None:
         try:
-            return node_allocatable(node, self.disk_gib, self.rdma_pct)
+            return node_allocatable(node, self.disk_gib, self.rdma_pct, self.pool_label)
         except ValueError as exc:
             log.warning("node left out: %s", exc)
             return None
@@ -309,14 +319,14 @@ class KubernetesSource:
             return  # no node yet: the metrics source's nodes stay the state's
         alloc = np.array([self.nodes[n][0] for n in names], dtype=float).reshape(-1, 4)
         gpus = np.array([self.nodes[n][1] for n in names], dtype=np.int64)
-        self.state.set_inventory(NodeInventory(names, alloc, gpus))
+        self.state.set_inventory(NodeInventory(names, alloc, gpus, tuple(self.nodes[n][2] for n in names)))
 
     def _nodes_listed(self, items: list, first: bool) -> None:
         nodes = {}
         for item in items:
             read = self._read_node(item)
             if read is not None:
-                nodes[read[0]] = (read[1], read[2])
+                nodes[read[0]] = read[1:]
         self.nodes = nodes
         self._publish_nodes()
 
@@ -329,8 +339,8 @@ class KubernetesSource:
                 return
             del self.nodes[name]
         else:
-            new = (read[1], read[2])
-            if old is not None and np.array_equal(old[0], new[0]) and old[1] == new[1]:
+            new = read[1:]
+            if old is not None and np.array_equal(old[0], new[0]) and old[1:] == new[1:]:
                 return  # a status heartbeat: nothing the state holds changed
             self.nodes[name] = new
         self._publish_nodes()
@@ -347,8 +357,8 @@ class KubernetesSource:
 
     @staticmethod
     def _requests(spec: PodSpec | ValueError) -> np.ndarray | None:
-        """The pod's non-zero CPU milli and memory MiB requests, None when its spec cannot be read."""
-        return None if isinstance(spec, ValueError) else spec.request(0.0).nonzero_cpu_mem
+        """The pod's row of ``REQUESTED_COLUMNS``, None when its spec cannot be read."""
+        return None if isinstance(spec, ValueError) else requested_row(spec.request(0.0))
 
     def _report(self, spec: PodSpec | ValueError, node: str) -> None:
         if isinstance(spec, ValueError):
@@ -405,7 +415,7 @@ class KubernetesSource:
         requested: dict[str, np.ndarray] = {}
         for _, _, node, req in bound.values():
             if req is not None:
-                requested[node] = requested.get(node, np.zeros(2)) + req
+                requested[node] = requested.get(node, np.zeros(len(REQUESTED_COLUMNS))) + req
         self.state.set_requested(requested)
 
     def _pod_event(self, kind: str, pod: dict) -> None:

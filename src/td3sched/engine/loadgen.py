@@ -35,21 +35,28 @@ from td3sched.engine.client import MAX_MESSAGE_BYTES
 from td3sched.engine.decision import DecisionEngine, ModelSlot
 from td3sched.engine.grpc_server import GrpcFrontDoor, score_nodes_reply
 from td3sched.engine.service import EngineService, freeze_startup_heap
-from td3sched.engine.state import NodeSnapshot, ShadowState
+from td3sched.engine.state import Allocation, NodeSnapshot, ShadowState
 from td3sched.engine.v1 import engine_pb2, engine_pb2_grpc
 
 REFRESH_S = 1.0
 
 
-def synthetic_snapshot(n: int, seed: int = 0, now: float | None = None) -> NodeSnapshot:
-    """``n`` nodes of 64 cores, 256 GiB, observed utilisation drawn in [5%, 85%], scraped ``now``."""
+def synthetic_snapshot(n: int, seed: int = 0, now: float | None = None, allocation: bool = False) -> NodeSnapshot:
+    """``n`` nodes of 64 cores, 256 GiB, observed utilisation drawn in [5%, 85%], scraped ``now``. With
+    ``allocation``: every other node of pool "gpu" with 8 GPUs, the rest of pool "cpu" without, each
+    with 5% to 95% of its allocatable and of its GPUs' milli left free (the pools of the tiny scenario)."""
     rng = np.random.default_rng(seed)
     alloc = np.tile([64000.0, 262144.0, 1000.0, 100.0], (n, 1))
     cap = np.tile([64000.0, 262144.0, 1.0, 25000.0], (n, 1))
     observed = rng.uniform(0.05, 0.85, size=(n, 4)) * cap
     now = time.time() if now is None else now
+    held = None
+    if allocation:
+        gpu = np.arange(n) % 2 == 1
+        gpu_free = np.where(gpu[:, None], rng.choice([0, 250, 500, 1000], size=(n, 8)), 0)
+        held = Allocation(alloc * rng.uniform(0.05, 0.95, size=(n, 1)), gpu_free, np.where(gpu, "gpu", "cpu"))
     return NodeSnapshot(tuple(f"node-{i:05d}" for i in range(n)), alloc, cap, observed, np.full(n, now),
-                        taken_at_s=now)
+                        taken_at_s=now, allocation=held)
 
 
 class NoOpServicer(engine_pb2_grpc.DecisionEngineServicer):

@@ -100,7 +100,7 @@ class RunningEngine:
             assumed = {"disk_gib": p.disk_gib, "rdma_pct": p.rdma_pct} if p is not None else {}
             self.kubernetes = KubernetesSource(k.kubeconfig, self.service, k.context, k.watch_timeout_s,
                                                k.request_timeout_s, k.backoff_initial_s, k.backoff_max_s, **assumed,
-                                               service_account_dir=k.service_account_dir)
+                                               service_account_dir=k.service_account_dir, pool_label=k.pool_label)
         self.grpc = None
         self.http = None
         self.reload_errors = 0

@@ -90,6 +90,7 @@ class EngineService:
             "fallback_reason": d.fallback_reason, "advisory": d.advisory, "candidates": candidates,
             **({"requests": float(d.requests)} if d.requests else {}),
             **({"balance": float(d.balance)} if d.balance else {}),
+            **({"fragmentation": float(d.fragmentation)} if d.fragmentation else {}),
             **({} if d.ceiling is None else {"ceiling": float(d.ceiling),
                                              "held_back": [n for n, h in zip(d.candidates, d.held_back) if h]})})
         self.metrics.log_records.inc()

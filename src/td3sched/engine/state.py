@@ -14,10 +14,15 @@ node's observed usage until a scrape of that node newer than the binding has see
 reported by both (the same namespace/name to the same node) counts once.
 
 The node inventory (``NodeInventory``, from the node watch) is the cluster's node set as the API
-server lists it, with each node's allocatable. Once the state has one, every published snapshot is
-the inventory's nodes with their allocatable, joined by name with the metrics source's observed
-usage and scrape times (a node without metrics has NaN: stale); without one, the metrics source's
-nodes and capacities are used as they come.
+server lists it, with each node's allocatable, GPUs and pool. Once the state has one, every published
+snapshot is the inventory's nodes with their allocatable, joined by name with the metrics source's
+observed usage and scrape times (a node without metrics has NaN: stale); without one, the metrics
+source's nodes and capacities are used as they come.
+
+The pods' requests per node (``set_requested``, ``add_requested``, from the pod watch) are rows of
+``REQUESTED_COLUMNS``: the non-zero CPU and memory requests (``NodeSnapshot.nonzero_requested``) and
+the requests themselves, GPUs included. With an inventory they also give each snapshot its
+``Allocation``: allocatable minus requests, and the nodes' whole GPUs with the requested ones taken.
 
 Staleness (``Staleness``): a node's metrics are stale when older than ``max_age_s`` or missing (a
 node no source has reported, or a NaN value). Stale nodes get ``mode``'s treatment:
@@ -39,6 +44,7 @@ import numpy as np
 from numba import njit
 
 from td3sched.policy.assign_cache import AssignCache
+from td3sched.policy.base import PodRequest
 from td3sched.simulator.cluster import USAGE_COLUMNS
 
 ASSIGN_HORIZON_S = 600.0
@@ -60,10 +66,71 @@ def fresh_candidates(idx, scraped_at_s, complete, now, max_age_s, out):
     return count
 
 
+def _requested_row(row, what: str) -> np.ndarray:
+    row = np.asarray(row, dtype=float)
+    if row.shape != (len(REQUESTED_COLUMNS),) or not np.isfinite(row).all():
+        raise ValueError(f"{what}: {row.tolist()}: expected {len(REQUESTED_COLUMNS)} finite numbers "
+                         f"({', '.join(REQUESTED_COLUMNS)})")
+    return row.copy()
+
+
 def binding_key(namespace: str, name: str) -> str:
     """The pod a binding is about, as ``ReportBinding`` and the pod watch both name it (an empty
     namespace is Kubernetes' ``default``)."""
     return f"{namespace or 'default'}/{name}"
+
+
+REQUESTED_COLUMNS = ("nonzero_cpu_milli", "nonzero_mem_mib", "cpu_milli", "mem_mib", "disk_gib", "rdma_pct", "gpus")
+"""What the pods bound to a node request of it, per node: kube-scheduler's non-zero CPU and memory (its
+defaults for an empty request), then CPU milli, memory MiB, disk GiB, RDMA % and whole GPUs as asked."""
+
+
+def requested_row(request: PodRequest) -> np.ndarray:
+    """One pod's ``REQUESTED_COLUMNS``."""
+    return np.concatenate([request.nonzero_cpu_mem, request.request, [float(request.gpu_count)]])
+
+
+def gpu_layout(gpus: np.ndarray, used: np.ndarray, width: int | None = None) -> np.ndarray:
+    """[N, width] (default: max(1, most GPUs)) free milli-GPU per device of nodes with ``gpus`` whole
+    GPUs, ``used`` of them requested: the free ones first, then the taken ones, then 0 beyond a node's
+    count. A v1.Pod asks whole GPUs, so which devices hold them changes neither the fit nor the
+    fragmentation of whole-GPU pods."""
+    gpus = np.asarray(gpus, dtype=np.int64)
+    free = np.clip(gpus - np.asarray(used, dtype=np.int64), 0, gpus)
+    width = max(1, int(gpus.max(initial=0))) if width is None else width
+    return np.where(np.arange(width)[None, :] < free[:, None], 1000, 0).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What the pods bound to each node hold of it, as the scheduler books it (requests, not usage), and
+    each node's pool: what a model with a fragmentation share scores by (``policy.fgd``). Rows are a
+    snapshot's nodes."""
+
+    free: np.ndarray
+    """[N, 4] allocatable minus the bound pods' requests: CPU milli, memory MiB, disk GiB, RDMA %
+    (``Cluster.free``)."""
+    gpu_free: np.ndarray
+    """[N, G] free milli-GPU of each of a node's GPUs (0 beyond its GPU count; ``Cluster.gpu_free``)."""
+    pool: tuple[str, ...]
+    """Each node's pool name ("" when unknown): which typical pods its fragmentation is measured with."""
+
+    def __post_init__(self):
+        object.__setattr__(self, "free", np.ascontiguousarray(self.free, dtype=np.float64))
+        object.__setattr__(self, "gpu_free", np.ascontiguousarray(self.gpu_free, dtype=np.int64))
+        object.__setattr__(self, "pool", tuple(str(p) for p in self.pool))
+        n = len(self.pool)
+        if self.free.shape != (n, 4) or self.gpu_free.ndim != 2 or len(self.gpu_free) != n:
+            raise ValueError(f"node allocation: free {self.free.shape}, gpu_free {self.gpu_free.shape} for {n} pool "
+                             f"names: expected [{n}, 4] and [{n}, G]")
+        if not np.isfinite(self.free).all() or not ((self.gpu_free >= 0) & (self.gpu_free <= 1000)).all():
+            raise ValueError("node allocation: expected finite free resources and free milli-GPU in [0, 1000]")
+        names = tuple(dict.fromkeys(self.pool))
+        code = {name: k for k, name in enumerate(names)}
+        object.__setattr__(self, "pool_names", names)
+        """The distinct pool names, in first-seen order."""
+        object.__setattr__(self, "pool_code", np.fromiter(map(code.__getitem__, self.pool), dtype=np.int64, count=n))
+        """[N] each node's index into ``pool_names``."""
 
 
 @dataclass(frozen=True)
@@ -86,10 +153,15 @@ class NodeSnapshot:
     """[N, 2] CPU milli and memory MiB requested by the pods bound to each node (kube-scheduler's
     non-zero defaults for an empty request), as ``Cluster.nonzero_requested``; None when the source
     does not know them (metrics alone). What a model with a requests share scores by."""
+    allocation: Allocation | None = None
+    """The bound pods' requests and each node's pool (``Allocation``); None when the source does not
+    know them. What a model with a fragmentation share scores by."""
     index: dict[str, int] = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
         n = len(self.names)
+        if self.allocation is not None and len(self.allocation.pool) != n:
+            raise ValueError(f"node snapshot allocation: {len(self.allocation.pool)} nodes, expected {n}")
         for name in ("allocatable", "capacity_usage", "observed", "scraped_at_s"):
             # one array type whatever the source built: the decision's compiled kernels see one signature
             object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.float64))
@@ -140,12 +212,16 @@ class NodeInventory:
     """[N, 4] CPU milli, memory MiB, disk GiB, RDMA % (as ``NodeSnapshot.allocatable``)."""
     gpus: np.ndarray
     """[N] whole GPUs (``nvidia.com/gpu``); 0 where the node has none."""
+    pools: tuple[str, ...] = ()
+    """Each node's pool (its pool label's value, "" without one); empty: none known."""
 
     def __post_init__(self):
         n = len(self.names)
         if np.shape(self.allocatable) != (n, 4) or np.shape(self.gpus) != (n,):
             raise ValueError(f"node inventory: shapes {np.shape(self.allocatable)}, {np.shape(self.gpus)}: "
                              f"expected ({n}, 4) and ({n},)")
+        if self.pools and len(self.pools) != n:
+            raise ValueError(f"node inventory: {len(self.pools)} pools for {n} nodes")
         if len(set(self.names)) != n:
             raise ValueError("node inventory: duplicate node names")
         if not np.all(self.allocatable[:, :2] > 0):
@@ -153,8 +229,8 @@ class NodeInventory:
 
 
 def _requests_of(names, requested: dict[str, np.ndarray]) -> np.ndarray:
-    """[N, 2] the requests of ``names`` (0 for a node ``requested`` lacks)."""
-    out = np.zeros((len(names), 2))
+    """[N, len(REQUESTED_COLUMNS)] the requests of ``names`` (0 for a node ``requested`` lacks)."""
+    out = np.zeros((len(names), len(REQUESTED_COLUMNS)))
     for i, name in enumerate(names):
         held = requested.get(name)
         if held is not None:
@@ -166,13 +242,15 @@ def joined(metrics: NodeSnapshot | None, inventory: NodeInventory | None,
            requested: dict[str, np.ndarray] | None = None) -> NodeSnapshot | None:
     """The snapshot a decision reads: the inventory's nodes and allocatable (CPU and memory are also
     the capacities utilisation is taken of), with the metrics' observed usage, scrape times, disk and
-    NIC capacities by node name, and the pods' requests per node (``requested``: node -> [CPU milli,
-    memory MiB], a node absent requests nothing; None: not known); the metrics (with those requests)
-    without an inventory."""
+    NIC capacities by node name, and the pods' requests per node (``requested``: node -> a row of
+    ``REQUESTED_COLUMNS``, a node absent requests nothing; None: not known) with the allocation they
+    leave; the metrics (with the non-zero requests, no allocation: the GPUs are not known) without an
+    inventory."""
     if inventory is None:
         if metrics is None or requested is None:
             return metrics
-        return dataclasses.replace(metrics, nonzero_requested=_requests_of(metrics.names, requested), index={})
+        return dataclasses.replace(metrics, nonzero_requested=_requests_of(metrics.names, requested)[:, :2],
+                                   index={})
     n = len(inventory.names)
     capacity = np.column_stack([inventory.allocatable[:, 0], inventory.allocatable[:, 1], np.ones(n),
                                 np.full(n, DEFAULT_NIC_MBIT)])
@@ -186,10 +264,15 @@ def joined(metrics: NodeSnapshot | None, inventory: NodeInventory | None,
         scraped[have] = metrics.scraped_at_s[rows[have]]
         capacity[have, 2:] = metrics.capacity_usage[rows[have], 2:]
         oom, taken = metrics.oom_kills_recent, metrics.taken_at_s
-    requests = None if requested is None else _requests_of(inventory.names, requested)
+    requests = allocation = None
+    if requested is not None:
+        rows = _requests_of(inventory.names, requested)
+        requests = rows[:, :2]
+        allocation = Allocation(inventory.allocatable - rows[:, 2:6], gpu_layout(inventory.gpus, rows[:, 6]),
+                                inventory.pools or ("",) * n)
     return NodeSnapshot(inventory.names, inventory.allocatable.copy(), capacity.reshape(-1, 4),
                         observed.reshape(-1, len(USAGE_COLUMNS)), scraped, oom_kills_recent=oom, taken_at_s=taken,
-                        nonzero_requested=requests)
+                        nonzero_requested=requests, allocation=allocation)
 
 
 class NotReady(RuntimeError):
@@ -266,25 +349,33 @@ class ShadowState:
             self._swap(joined(self._metrics, inventory, self._requested))
 
     def set_requested(self, requested: dict[str, np.ndarray]) -> None:
-        """The pods' non-zero requests per node, node -> [CPU milli, memory MiB] (the pod watch's list);
-        joined with the node inventory (a snapshot of metrics alone does not carry them)."""
+        """The pods' requests per node, node -> a row of ``REQUESTED_COLUMNS`` (the pod watch's list);
+        joined with the node inventory (a snapshot of metrics alone carries the non-zero ones only)."""
+        rows = {k: _requested_row(v, f"requested[{k!r}]") for k, v in requested.items()}
         with self._lock:
-            self._requested = {k: np.asarray(v, dtype=float).copy() for k, v in requested.items()}
+            self._requested = rows
             self._swap(joined(self._metrics, self._inventory, self._requested))
 
     def add_requested(self, node: str, delta: np.ndarray) -> None:
-        """A pod bound to ``node`` (``delta`` its non-zero requests) or gone from it (minus them), after
-        ``set_requested``: the served snapshot's requests change in place, without a new snapshot (a
-        binding costs O(1), not a pass over the nodes); a decision in flight may read either value."""
+        """A pod bound to ``node`` (``delta`` its row of ``REQUESTED_COLUMNS``) or gone from it (minus it),
+        after ``set_requested``: the served snapshot's requests and allocation change in place, without a
+        new snapshot (a binding costs O(1), not a pass over the nodes); a decision in flight may read
+        either value."""
+        delta = _requested_row(delta, "a binding's requests")
         with self._lock:
             if self._requested is None:
                 return
-            held = np.maximum(self._requested.get(node, np.zeros(2)) + np.asarray(delta, dtype=float), 0.0)
+            held = np.maximum(self._requested.get(node, np.zeros(len(REQUESTED_COLUMNS))) + delta, 0.0)
             self._requested[node] = held
             snap = self._snapshot
             i = snap.index.get(node) if snap is not None and snap.nonzero_requested is not None else None
-            if i is not None:
-                snap.nonzero_requested[i] = held
+            if i is None:
+                return
+            snap.nonzero_requested[i] = held[:2]
+            inventory, a = self._inventory, snap.allocation
+            if a is not None and inventory is not None and inventory.names[i] == node:
+                a.free[i] = inventory.allocatable[i] - held[2:6]
+                a.gpu_free[i] = gpu_layout(inventory.gpus[i:i + 1], held[6:7], a.gpu_free.shape[1])[0]
 
     def _swap(self, snap: NodeSnapshot | None) -> None:
         """Under ``self._lock``: serve ``snap``; the assign cache follows the nodes by name."""

@@ -65,7 +65,7 @@ from td3sched.engine.kubernetes_objects import oom_kills_since, pod_from_k8s
 from td3sched.engine.prometheus_source import (DEFAULT_QUERIES, PrometheusSource, api_result,
                                                snapshot_from_values)
 from td3sched.engine.service import EngineService
-from td3sched.engine.state import ShadowState, Staleness
+from td3sched.engine.state import ShadowState, Staleness, requested_row
 from td3sched.lifecycle.engine_log import decisions_from_log
 from td3sched.lifecycle.history import HistoryError, write_history
 
@@ -309,7 +309,7 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
             schedulers[decision_id] = b.scheduler
             lefts[decision_id] = b.left_s
             kills[decision_id] = b.kills
-            req = b.pod.request(b.time_s).nonzero_cpu_mem
+            req = requested_row(b.pod.request(b.time_s))
             state.add_requested(b.node, req)
             if b.left_s is not None:
                 heapq.heappush(departing, (b.left_s, k, b.node, req))

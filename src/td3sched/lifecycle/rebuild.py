@@ -118,7 +118,7 @@ def node_shapes(node_list: dict) -> dict[str, tuple[float, float, int, float, fl
         except ValueError as exc:
             raise HistoryError(f"node list: {exc}") from None
         if read is not None:
-            name, alloc, gpus = read
+            name, alloc, gpus, _ = read
             out[name] = (float(alloc[0]), float(alloc[1]), int(gpus), float(alloc[2]), float(alloc[3]))
     if not out:
         raise HistoryError("node list: no node with CPU and memory in status.allocatable (or capacity)")

@@ -148,6 +148,51 @@ class PoolTypicalPods:
         return out
 
 
+def typical_pods_to_json(typical: PoolTypicalPods, pool_names) -> dict:
+    """``typical`` as a model card keeps it (``typical_pods_from_json`` reads it back to the bit):
+    ``{"pools": [name, ...], "sets": [{"request", "gpu_count", "gpu_milli", "weight"}, ...]}``, one set
+    per pool named, in the cluster's pool order."""
+    names = [str(n) for n in pool_names]
+    if len(names) != len(typical.pools):
+        raise ValueError(f"typical pods: {len(typical.pools)} sets for {len(names)} pool names {names}")
+    return {"pools": names, "sets": [{"request": t.request.tolist(), "gpu_count": t.gpu_count.tolist(),
+                                      "gpu_milli": t.gpu_milli.tolist(), "weight": t.weight.tolist()}
+                                     for t in typical.pools]}
+
+
+def typical_pods_from_json(data) -> tuple[tuple[str, ...], PoolTypicalPods]:
+    """(pool names, typical pods per pool) from ``typical_pods_to_json``'s form, or a ValueError naming
+    the entry and what was expected."""
+    if not isinstance(data, dict) or not isinstance(data.get("pools"), list) or not isinstance(data.get("sets"), list):
+        raise ValueError("typical_pods: expected {\"pools\": [pool names], \"sets\": [one set per pool]}")
+    names, sets = data["pools"], data["sets"]
+    if len(names) != len(sets) or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+        raise ValueError(f"typical_pods: pools {names!r} with {len(sets)} sets: expected one set per distinct, "
+                         "non-empty pool name")
+    out = []
+    for name, entry in zip(names, sets):
+        where = f"typical_pods[{name!r}]"
+        try:
+            request = np.asarray(entry["request"], dtype=float).reshape(-1, 4)
+            gpu_count = np.asarray(entry["gpu_count"], dtype=np.int64).reshape(-1)
+            gpu_milli = np.asarray(entry["gpu_milli"], dtype=np.int64).reshape(-1)
+            weight = np.asarray(entry["weight"], dtype=float).reshape(-1)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: expected request [M, 4], gpu_count [M], gpu_milli [M] and weight [M] "
+                             f"numbers ({exc})") from None
+        m = len(weight)
+        if not (len(request) == len(gpu_count) == len(gpu_milli) == m):
+            raise ValueError(f"{where}: {len(request)} requests, {len(gpu_count)} GPU counts, {len(gpu_milli)} "
+                             f"GPU millis for {m} weights: expected one of each per shape")
+        if not (np.isfinite(request).all() and (request >= 0).all() and (gpu_count >= 0).all()
+                and ((gpu_milli >= 0) & (gpu_milli <= 1000)).all() and np.isfinite(weight).all()
+                and (weight >= 0).all() and (m == 0 or abs(weight.sum() - 1.0) < 1e-9)):
+            raise ValueError(f"{where}: expected non-negative requests and GPU counts, GPU millis in [0, 1000] "
+                             "and weights >= 0 summing to 1")
+        out.append(TypicalPods(request, gpu_count, gpu_milli, weight))
+    return tuple(names), PoolTypicalPods(tuple(out))
+
+
 def _weighted_kmeans(x: np.ndarray, w: np.ndarray, k: int, seed: int, iters: int = 50) -> np.ndarray:
     """Lloyd's k-means with sample weights and k-means++ seeding; returns labels."""
     rng = np.random.default_rng(seed)
@@ -174,9 +219,13 @@ def _weighted_kmeans(x: np.ndarray, w: np.ndarray, k: int, seed: int, iters: int
 
 
 def node_fragmentation(free: np.ndarray, gpu_free: np.ndarray, typical: TypicalPods) -> np.ndarray:
-    """F_n for each node row given: free CPU weighted by the share of typical pods that do not fit."""
+    """F_n for each node row given: free CPU weighted by the share of typical pods that do not fit.
+    Each row's value depends on that row alone, to the bit (a row-wise sum, not a BLAS product, whose
+    summation order moves with a row's place in the batch), so a node scores the same however many
+    others are scored with it: the simulator's FGD, which recomputes only changed nodes, and the
+    decision engine, which scores a pod's candidates, agree exactly."""
     fits = fit_matrix(free, gpu_free, typical.request, typical.gpu_count, typical.gpu_milli)
-    unfit_share = (~fits).astype(float) @ typical.weight
+    unfit_share = np.where(fits, 0.0, typical.weight).sum(axis=1)
     return np.maximum(free[:, 0], 0.0) * unfit_share
 
 

@@ -86,6 +86,16 @@ def assign_gpus(gpu_free: np.ndarray, gpu_count: int, gpu_milli: int) -> np.ndar
     return taken
 
 
+def fragmentation_decrease(typical, pod: PodRequest, free: np.ndarray, gpu_free: np.ndarray, pool: np.ndarray,
+                           before: np.ndarray) -> np.ndarray:
+    """[k] how much placing ``pod`` on each node row lowers its F_n (negative: raises it): ``before``
+    (F_n as the rows are) minus F_n with the pod's requests taken from ``free`` [k, 4] and its GPUs from
+    ``gpu_free`` [k, G] as Bind takes them (``assign_gpus``); ``typical`` is the measure, ``pool`` [k]
+    each row's pool index. FGD's score (no sigmoid), and the decision engine's for a fragmentation share."""
+    gpu_after = gpu_free - assign_gpus(gpu_free, pod.gpu_count, pod.gpu_milli) if pod.gpu_count else gpu_free
+    return before - typical.node_fragmentation(free - pod.request, gpu_after, pool)
+
+
 class FGD(Policy):
     name = NAME
 
@@ -134,9 +144,7 @@ class FGD(Policy):
         before = self._fragmentation_before(nodes, free, gpu_free, gpu_used, pool)
         if self._per_gpu(pod):
             return self._share_scores(pod, free, gpu_free, pool, before)[0]
-        gpu_after = gpu_free - assign_gpus(gpu_free, pod.gpu_count, pod.gpu_milli) if pod.gpu_count else gpu_free
-        after = self.typical.node_fragmentation(free - pod.request, gpu_after, pool)
-        return self._node_score(before - after)
+        return self._node_score(fragmentation_decrease(self.typical, pod, free, gpu_free, pool, before))
 
     def _per_gpu(self, pod: PodRequest) -> bool:
         return bool(self.args.share_gpu) and pod.gpu_count == 1 and pod.gpu_milli < GPU_MILLI

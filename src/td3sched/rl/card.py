@@ -22,11 +22,12 @@ ONNX_FILE = "model.onnx"
 CARD_FORMAT = 1
 CARD_KEYS = ("format", "scenario", "overrides", "span", "episode_hours", "seed", "action_mode", "config",
              "observation", "normalizer", "code_version", "training", "created", "model_sha256")
-OPTIONAL_CARD_KEYS = ("action_dimensions", "action_hold_s", "warmup_hours", "warmup_score")
+OPTIONAL_CARD_KEYS = ("action_dimensions", "action_hold_s", "warmup_hours", "warmup_score", "typical_pods")
 """Keys added after models were shipped: a card without them reads as before (``action_dimensions``:
 the action mode's, ``rl.actions.card_action_dimensions``; ``action_hold_s``: 0, an action per decision,
 ``rl.actions.card_action_hold``; ``warmup_hours`` and ``warmup_score``: the training episodes' warm-up,
-none)."""
+none; ``typical_pods``: the training scenario's typical pods per pool, which a model with a
+fragmentation share scores with outside the simulator, ``card_typical_pods``)."""
 
 
 class ModelError(ValueError):
@@ -70,9 +71,23 @@ def read_card(folder: Path) -> dict:
     try:
         card_action_dimensions(card)
         card_action_hold(card)
+        card_typical_pods(card)
     except ValueError as exc:
         raise ModelError(f"{path}: {exc}") from None
     return card
+
+
+def card_typical_pods(card: dict):
+    """(pool names, ``metrics.fragmentation.PoolTypicalPods``) of a card's ``typical_pods``: the typical
+    pods per pool of the scenario the model trained on, which its fragmentation share is scored with
+    (``td3sched train`` writes them for such a model); None when the card has none. ValueError when
+    malformed."""
+    data = card.get("typical_pods")
+    if data is None:
+        return None
+    from td3sched.metrics.fragmentation import typical_pods_from_json
+
+    return typical_pods_from_json(data)
 
 
 def content_sha256(card_bytes: bytes, state_bytes: bytes) -> str:

@@ -33,9 +33,20 @@ from td3sched.rl.normalizer import ObservationNormalizer
 from td3sched.rl.observation import OBSERVATION_FIELDS, OBSERVATION_SIZE
 from td3sched.rl.td3 import TD3Config
 
+def scenario_typical_pods(scenario: str, overrides) -> dict:
+    """The card's ``typical_pods`` for a model trained on ``scenario`` with ``overrides``: its typical pods
+    per pool, which the model's fragmentation share is scored with outside the simulator (``rl.card``)."""
+    from td3sched.metrics.fragmentation import typical_pods_to_json
+    from td3sched.scenario import load_scenario
+
+    names, typical = load_scenario(scenario, list(overrides)).typical_pods()
+    return typical_pods_to_json(typical, names)
+
+
 def save_model(folder, agent, card: dict) -> None:
     """Write ``agent``'s actor, critics, normaliser and config with the card fields given
-    (scenario, overrides, span, episode_hours, seed, training; missing ones are null)."""
+    (scenario, overrides, span, episode_hours, seed, training; missing ones are null). A model with a
+    fragmentation share also gets its scenario's typical pods (``typical_pods``) unless the card gives them."""
     from td3sched.run import code_version
 
     folder = Path(folder)
@@ -46,6 +57,8 @@ def save_model(folder, agent, card: dict) -> None:
     data = buf.getvalue()
     full = {key: None for key in CARD_KEYS}
     full.update({k: v for k, v in card.items() if k in CARD_KEYS or k in OPTIONAL_CARD_KEYS})
+    if agent.action_mode == "fragmentation" and full.get("typical_pods") is None and full.get("scenario"):
+        full["typical_pods"] = scenario_typical_pods(full["scenario"], full.get("overrides") or [])
     full.update(
         format=CARD_FORMAT, seed=card.get("seed", agent.seed), action_mode=agent.action_mode,
         action_dimensions=list(ACTION_DIMENSIONS[agent.action_mode]),

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from td3sched.rl.actions import action_size, card_action_dimensions, card_action_hold, check_action_mode
-from td3sched.rl.card import ONNX_FILE, ModelError, folder_content_sha256
+from td3sched.rl.card import ONNX_FILE, ModelError, card_typical_pods, folder_content_sha256
 from td3sched.rl.observation import OBSERVATION_FIELDS, OBSERVATION_SIZE
 
 METADATA_PREFIX = "td3sched."
@@ -36,6 +36,8 @@ class OnnxActor:
         self.action_size = action_size(self.action_mode)
         self.dimensions = card_action_dimensions(card)
         """What each number of the action is (the card's declared dimensions)."""
+        self.typical_pods = card_typical_pods(card)
+        """(pool names, typical pods per pool) the card gives for a fragmentation share, or None."""
         self.action_hold_s = card_action_hold(card)
         """Seconds an action holds (the card's ``action_hold_s``; 0: one action per decision)."""
         self.input_name = session.get_inputs()[0].name

@@ -120,6 +120,13 @@ class Scenario:
             return self.span("train")
         return 0.0, self.days * DAY_S * 2 / 3
 
+    def typical_pods(self, lenient: bool = False) -> tuple[tuple[str, ...], PoolTypicalPods]:
+        """(pool names in the cluster's order, the typical pods of each pool): what the fragmentation
+        metric and FGD measure this scenario's nodes with, whatever the run's seed (computed once per
+        process)."""
+        names = tuple(p.name for p in self.pools(TYPICAL_SEED))
+        return names, _typical_pods(self.typical_reference(), lenient)
+
     def _typical_of(self, pools: tuple[Pool, ...], workload: Workload) -> PoolTypicalPods:
         start, end = self.typical_window()
         return PoolTypicalPods.from_workload(workload, [p.name for p in pools], start, end,

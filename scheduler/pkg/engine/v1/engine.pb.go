@@ -207,11 +207,12 @@ type Action struct {
 	PreActivations []float32              `protobuf:"fixed32,1,rep,packed,name=pre_activations,json=preActivations,proto3" json:"pre_activations,omitempty"` // the actor's output, as wide as the model card's action mode; empty on a fallback without one
 	Weights        []float64              `protobuf:"fixed64,2,rep,packed,name=weights,proto3" json:"weights,omitempty"`                                     // [cpu, mem, io, net] on the simplex
 	Tau            float64                `protobuf:"fixed64,3,opt,name=tau,proto3" json:"tau,omitempty"`                                                    // target utilisation in [0, 1]
-	ActionMode     string                 `protobuf:"bytes,4,opt,name=action_mode,json=actionMode,proto3" json:"action_mode,omitempty"`                      // the model card's action mode ("full", "seed", "ceiling", "requests", "balance"), "" without a model
+	ActionMode     string                 `protobuf:"bytes,4,opt,name=action_mode,json=actionMode,proto3" json:"action_mode,omitempty"`                      // the model card's action mode ("full", "seed", "ceiling", "requests", "balance", "fragmentation"), "" without a model
 	Ceiling        float64                `protobuf:"fixed64,5,opt,name=ceiling,proto3" json:"ceiling,omitempty"`                                            // the hold-back ceiling (CPU utilisation with the pod) when the card declares one; 0 otherwise
 	Dimensions     []string               `protobuf:"bytes,6,rep,name=dimensions,proto3" json:"dimensions,omitempty"`                                        // what each pre-activation is, as the model card declares (e.g. w_cpu ... tau, ceiling)
 	Requests       float64                `protobuf:"fixed64,7,opt,name=requests,proto3" json:"requests,omitempty"`                                          // the requests share (CPU and memory scored by requests, not usage) when the card declares one; 0 otherwise
 	Balance        float64                `protobuf:"fixed64,8,opt,name=balance,proto3" json:"balance,omitempty"`                                            // the balance share (the score blended with how alike CPU and memory fill) when the card declares one; 0 otherwise
+	Fragmentation  float64                `protobuf:"fixed64,9,opt,name=fragmentation,proto3" json:"fragmentation,omitempty"`                                // the fragmentation share (the score blended with FGD's) when the card declares one; 0 otherwise
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -298,6 +299,13 @@ func (x *Action) GetRequests() float64 {
 func (x *Action) GetBalance() float64 {
 	if x != nil {
 		return x.Balance
+	}
+	return 0
+}
+
+func (x *Action) GetFragmentation() float64 {
+	if x != nil {
+		return x.Fragmentation
 	}
 	return 0
 }
@@ -436,7 +444,7 @@ type ScoreNodesResponse struct {
 	Action         *Action                `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	ModelVersion   string                 `protobuf:"bytes,3,opt,name=model_version,json=modelVersion,proto3" json:"model_version,omitempty"`
 	Fallback       bool                   `protobuf:"varint,4,opt,name=fallback,proto3" json:"fallback,omitempty"`
-	FallbackReason string                 `protobuf:"bytes,5,opt,name=fallback_reason,json=fallbackReason,proto3" json:"fallback_reason,omitempty"` // no_model, model_error, nan, out_of_range, no_fresh_metrics
+	FallbackReason string                 `protobuf:"bytes,5,opt,name=fallback_reason,json=fallbackReason,proto3" json:"fallback_reason,omitempty"` // no_model, model_error, nan, out_of_range, no_fresh_metrics, no_requests, no_allocation
 	Advisory       bool                   `protobuf:"varint,6,opt,name=advisory,proto3" json:"advisory,omitempty"`                                  // shadow mode: logged, not to be acted on
 	DecisionId     string                 `protobuf:"bytes,7,opt,name=decision_id,json=decisionId,proto3" json:"decision_id,omitempty"`             // give it back in ReportBinding
 	// Seconds the action keeps holding after this answer (the model card's action_hold_s, on the
@@ -1174,7 +1182,7 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\x03qos\x18\t \x01(\x0e2\x1c.td3sched.engine.v1.QosClassR\x03qos\x12&\n" +
 	"\x0fcpu_limit_milli\x18\n" +
 	" \x01(\x01R\rcpuLimitMilli\x12\"\n" +
-	"\rmem_limit_mib\x18\v \x01(\x01R\vmemLimitMib\"\xee\x01\n" +
+	"\rmem_limit_mib\x18\v \x01(\x01R\vmemLimitMib\"\x94\x02\n" +
 	"\x06Action\x12'\n" +
 	"\x0fpre_activations\x18\x01 \x03(\x02R\x0epreActivations\x12\x18\n" +
 	"\aweights\x18\x02 \x03(\x01R\aweights\x12\x10\n" +
@@ -1186,7 +1194,8 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"dimensions\x18\x06 \x03(\tR\n" +
 	"dimensions\x12\x1a\n" +
 	"\brequests\x18\a \x01(\x01R\brequests\x12\x18\n" +
-	"\abalance\x18\b \x01(\x01R\abalance\"\x84\x01\n" +
+	"\abalance\x18\b \x01(\x01R\abalance\x12$\n" +
+	"\rfragmentation\x18\t \x01(\x01R\rfragmentation\"\x84\x01\n" +
 	"\tNodeScore\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x03R\x05score\x12\x14\n" +
