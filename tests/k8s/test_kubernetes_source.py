@@ -621,3 +621,48 @@ def test_the_plugin_and_the_watch_report_each_binding_and_it_counts_once(cluster
         assert sorted(r["source"] for r in records) == ["pod_watch", "report_binding"], pod
         assert {r["node"] for r in records} == {bound[pod]}, pod
         assert sum(r["counted"] for r in records) == 1, f"{pod}: counted {sum(r['counted'] for r in records)} times"
+
+
+def test_a_stock_kube_scheduler_schedules_by_a_fragmentation_model_over_the_watched_allocation(
+        cluster, prometheus, processes, namespace, start_scheduler, tmp_path):
+    """A model with a fragmentation share behind the extender: the node watch gives each node's pool (its
+    pool label) and GPUs, the pod watch the requests, so every pod is scored with the share, none falls
+    back for want of the allocation; the pods bound so far weigh in each later decision."""
+    from tests.engine.conftest import pinned_model
+    from tests.k8s.conftest import NODES
+    from tests.k8s.control_plane import Engine, extender_config
+    from tests.k8s.test_scheduling_e2e import EXTENDER_SCHEDULER, create_pods, wait_bound
+
+    pytest.importorskip("torch")
+    model = pinned_model(tmp_path / "frag-model", "fragmentation", 0.0, seed=5)  # the tiny scenario's pools
+    names = [n[0] for n in NODES]
+    pools = {name: ("gpu" if k % 2 else "cpu") for k, name in enumerate(names)}
+
+    def label(value_of) -> None:
+        for name in names:
+            cluster.request("PATCH", f"/api/v1/nodes/{name}",
+                            {"metadata": {"labels": {"td3sched.io/pool": value_of(name)}}},
+                            content_type="application/merge-patch+json")
+
+    label(pools.get)
+    engine = Engine(tmp_path / "engine", prometheus, processes, model=str(model),
+                    kubernetes={"kubeconfig": str(cluster.kubeconfig)})
+    try:
+        engine.wait_fresh(names)
+        config = extender_config(f"http://127.0.0.1:{engine.http_port}")
+        config["extenders"][0]["httpTimeout"] = "30s"
+        start_scheduler("extender", config)
+        pods = create_pods(cluster, namespace, EXTENDER_SCHEDULER, 12)
+        wait_bound(cluster, namespace, pods)
+
+        def decided():
+            mine = [r for r in engine.records() if r["kind"] == "decision"
+                    and r["pod"]["namespace"] == namespace and r["pod"]["name"] in pods]
+            return mine if {r["pod"]["name"] for r in mine} == set(pods) else None
+        decisions = wait_for(decided, deadline_s=DEADLINE_S)
+        assert decisions, f"not every pod's decision reached the log:\n{engine.process.tail()}"
+        assert all(r["fallback_reason"] == "" and r.get("fragmentation") == pytest.approx(0.5) for r in decisions), \
+            [(r["pod"]["name"], r["fallback_reason"], r.get("fragmentation")) for r in decisions]
+    finally:
+        engine.stop()
+        label(lambda name: None)  # a merge patch with null removes the label
