@@ -154,23 +154,32 @@ def test_a_held_fragmentation_action_is_not_handed_to_the_plugin(tmp_path):
     assert second.action_held and first.action_valid_s == second.action_valid_s == 0.0
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_a_node_s_fragmentation_is_the_same_bits_whatever_it_is_scored_with(seed):
     """The simulator's FGD recomputes only the nodes that changed; the engine scores a pod's candidates:
-    both agree exactly only if a row's F_n does not depend on the rows beside it."""
+    both agree exactly only if a row's F_n does not depend on the rows beside it. And it is the
+    scheduler's fit rule (``fit_matrix``), GPUs included, weighted by the shapes that do not fit."""
+    from td3sched.simulator.filter import fit_matrix
+
     rng = np.random.default_rng(seed)
-    n, m = int(rng.integers(2, 60)), int(rng.integers(1, 30))
+    n, m, g = int(rng.integers(2, 60)), int(rng.integers(0, 30)), int(rng.integers(0, 5))
     w = rng.random(m)
-    typical = TypicalPods(rng.choice([0.0, 500, 1000, 4000], (m, 4)), np.zeros(m, dtype=np.int64),
-                          np.zeros(m, dtype=np.int64), w / w.sum())
-    free = rng.choice([0.0, 300, 800, 2500, 6000], (n, 4))
-    gpu_free = np.zeros((n, 0), dtype=np.int64)
+    count = rng.choice([0, 0, 1, 2], m)
+    milli = np.where(count == 1, rng.choice([250, 500, 1000], m), np.where(count > 0, 1000, 0))
+    typical = TypicalPods(rng.choice([0.0, 500, 1000, 4000], (m, 4)), count.astype(np.int64), milli.astype(np.int64),
+                          w / w.sum() if m else w)
+    free = rng.choice([-100.0, 0, 300, 800, 2500, 6000], (n, 4))
+    gpu_free = rng.choice([0, 250, 500, 1000], (n, g)).astype(np.int64)
     whole = node_fragmentation(free, gpu_free, typical)
     lo = int(rng.integers(0, n))
     hi = int(rng.integers(lo + 1, n + 1))
     assert node_fragmentation(free[lo:hi], gpu_free[lo:hi], typical).tobytes() == whole[lo:hi].tobytes()
     assert all(node_fragmentation(free[i:i + 1], gpu_free[i:i + 1], typical)[0] == whole[i] for i in range(n))
+    if g or not (count > 0).any():  # fit_matrix needs a GPU column to ask about GPUs
+        fits = fit_matrix(free, gpu_free, typical.request, typical.gpu_count, typical.gpu_milli)
+        np.testing.assert_allclose(whole, np.maximum(free[:, 0], 0) * np.where(fits, 0.0, typical.weight).sum(axis=1),
+                                   rtol=1e-12, atol=1e-9)
 
 
 def test_an_allocation_of_the_wrong_shape_is_refused():
@@ -263,3 +272,10 @@ def test_the_state_keeps_each_node_s_allocation_from_the_list_and_the_bindings()
     np.testing.assert_array_equal(gpu_layout(np.array([2, 1, 0]), np.array([3, 0, 0])), [[0, 0], [1000, 0], [0, 0]])
     with pytest.raises(ValueError, match="2 pools for 1 nodes"):
         NodeInventory(("a",), alloc[:1], np.array([0]), ("cpu", "gpu"))
+
+
+def test_warm_up_loads_the_fragmentation_kernel_and_leaves_the_served_state_alone(frag_model):
+    snap = _six_nodes()
+    service, _ = make_service(load_actor(frag_model), snap)
+    service.engine.warm_up()
+    assert service.engine.state.snapshot is snap and service.engine.state.assigned() == {}

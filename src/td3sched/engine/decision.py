@@ -393,6 +393,9 @@ class DecisionEngine:
                 state.report_binding("warm-up-a", pod.request(0.0).nonzero_cpu_mem, t=0.0)
             probe.decide(pod, ["warm-up-a", "warm-up-b"])
             probe.filter(["warm-up-a", "warm-up-b"], pod)
+        measure = self.models.served[1]
+        if measure is not None:  # the fragmentation kernel, on two nodes of no pool the model knows
+            measure.decrease(pod.request(0.0), np.arange(2), Allocation(capacity, np.zeros((2, 1)), ("", "")))
 
     def serves_ceiling(self) -> bool:
         """Whether the served model's card declares the hold-back ceiling."""

@@ -22,11 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from td3sched.quantities import SETTINGS, Count
-from td3sched.simulator.filter import fit_matrix
+from td3sched.simulator.cluster import GPU_MILLI
 from td3sched.workload.pods import Workload, unique_rows
 
 MAX_SHAPES = 20
@@ -219,14 +220,54 @@ def _weighted_kmeans(x: np.ndarray, w: np.ndarray, k: int, seed: int, iters: int
 
 
 def node_fragmentation(free: np.ndarray, gpu_free: np.ndarray, typical: TypicalPods) -> np.ndarray:
-    """F_n for each node row given: free CPU weighted by the share of typical pods that do not fit.
-    Each row's value depends on that row alone, to the bit (a row-wise sum, not a BLAS product, whose
-    summation order moves with a row's place in the batch), so a node scores the same however many
-    others are scored with it: the simulator's FGD, which recomputes only changed nodes, and the
-    decision engine, which scores a pod's candidates, agree exactly."""
-    fits = fit_matrix(free, gpu_free, typical.request, typical.gpu_count, typical.gpu_milli)
-    unfit_share = np.where(fits, 0.0, typical.weight).sum(axis=1)
-    return np.maximum(free[:, 0], 0.0) * unfit_share
+    """F_n for each node row given: free CPU weighted by the share of typical pods that do not fit
+    (``simulator.filter.fit_matrix``'s rule), in one compiled pass (``_node_fragmentation``).
+
+    Each row's value depends on that row alone, to the bit: the unfit shapes' weights are summed in
+    shape order, as the simulator's own metric kernel sums them (``simulator.kernels``), so a node
+    scores the same however many others are scored with it. The simulator's FGD, which recomputes
+    only the nodes that changed, and the decision engine, which measures a pod's candidates, agree
+    exactly (a BLAS product's summation order moved with a row's place in the batch)."""
+    free = np.ascontiguousarray(free, dtype=np.float64).reshape(-1, 4)
+    gpu_free = np.ascontiguousarray(gpu_free, dtype=np.int64).reshape(len(free), -1)
+    request = np.ascontiguousarray(typical.request, dtype=np.float64).reshape(-1, 4)
+    out = np.empty(len(free))
+    _node_fragmentation(free, gpu_free, request, np.ascontiguousarray(typical.gpu_count, dtype=np.int64),
+                        np.ascontiguousarray(typical.gpu_milli, dtype=np.int64),
+                        np.ascontiguousarray(typical.weight, dtype=np.float64), (request > 0).any(axis=0),
+                        bool((typical.gpu_count > 0).any()), out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _node_fragmentation(free, gpu_free, request, gpu_count, gpu_milli, weight, checked, any_gpu, out):
+    """``node_fragmentation`` into ``out``: a resource is checked when some shape requests it (a shape
+    asking 0 of it still needs free >= 0), GPUs when some shape asks GPUs."""
+    for n in range(free.shape[0]):
+        largest = -1
+        whole = 0
+        for g in range(gpu_free.shape[1]):
+            f = gpu_free[n, g]
+            if f > largest:
+                largest = f
+            if f == GPU_MILLI:
+                whole += 1
+        unfit = 0.0
+        for s in range(weight.shape[0]):
+            fits = True
+            for j in range(4):
+                if checked[j] and not free[n, j] >= request[s, j]:
+                    fits = False
+                    break
+            c = gpu_count[s]
+            if fits and any_gpu and c > 0:
+                if c == 1 and gpu_milli[s] < GPU_MILLI:
+                    fits = largest >= gpu_milli[s]
+                else:
+                    fits = whole >= c
+            if not fits:
+                unfit += weight[s]
+        out[n] = max(free[n, 0], 0.0) * unfit
 
 
 def cluster_fragmentation(free: np.ndarray, gpu_free: np.ndarray, allocatable_cpu: np.ndarray,
