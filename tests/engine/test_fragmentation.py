@@ -279,3 +279,35 @@ def test_warm_up_loads_the_fragmentation_kernel_and_leaves_the_served_state_alon
     service, _ = make_service(load_actor(frag_model), snap)
     service.engine.warm_up()
     assert service.engine.state.snapshot is snap and service.engine.state.assigned() == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_the_compiled_decrease_is_the_pod_placed_by_bind_s_gpu_rule(seed):
+    """``PoolTypicalPods.fragmentation_decrease`` (one compiled pass) gives the bits of placing the pod
+    by hand: its requests taken from each row, its GPUs as ``assign_gpus`` takes them, F_n again."""
+    from td3sched.policy.base import PodRequest
+    from td3sched.policy.fgd import assign_gpus
+
+    rng = np.random.default_rng(seed)
+    n, g, pools = int(rng.integers(1, 40)), int(rng.integers(1, 5)), int(rng.integers(1, 4))
+    sets = []
+    for _ in range(pools):
+        m = int(rng.integers(0, 8))
+        count = rng.choice([0, 0, 1, 2], m)
+        milli = np.where(count == 1, rng.choice([250, 500, 1000], m), np.where(count > 0, 1000, 0))
+        w = rng.random(m)
+        sets.append(TypicalPods(rng.choice([0.0, 500, 1000, 4000], (m, 4)), count.astype(np.int64),
+                                milli.astype(np.int64), w / w.sum() if m else w))
+    typical = PoolTypicalPods(tuple(sets))
+    free = rng.choice([-100.0, 0, 300, 800, 2500, 6000], (n, 4))
+    gpu_free = rng.choice([0, 250, 500, 1000], (n, g)).astype(np.int64)
+    pool = rng.integers(0, pools, n)
+    count = int(rng.choice([0, 1, 1, 2]))
+    milli = int(rng.choice([250, 500, 1000])) if count == 1 else (1000 if count else 0)
+    pod = PodRequest(0, rng.choice([0.0, 200, 1500], 4), count, milli, 0, np.inf, np.inf, 0.0)
+    before = typical.node_fragmentation(free, gpu_free, pool)
+    gpu_after = gpu_free - assign_gpus(gpu_free, count, milli) if count else gpu_free
+    by_hand = before - typical.node_fragmentation(free - pod.request, gpu_after, pool)
+    got = fragmentation_decrease(typical, pod, free, gpu_free, pool, before)
+    assert got.tobytes() == by_hand.tobytes()

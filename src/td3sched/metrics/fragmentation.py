@@ -20,6 +20,7 @@ pool's typical set a pod belongs to.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numba import njit
@@ -28,6 +29,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from td3sched.quantities import SETTINGS, Count
 from td3sched.simulator.cluster import GPU_MILLI
+from td3sched.simulator.kernels import padded_typical
 from td3sched.workload.pods import Workload, unique_rows
 
 MAX_SHAPES = 20
@@ -133,20 +135,39 @@ class PoolTypicalPods:
         return cls(tuple(sets))
 
     def node_fragmentation(self, free: np.ndarray, gpu_free: np.ndarray, pool: np.ndarray) -> np.ndarray:
-        """F_n of each node row, with the typical set of its pool (``pool``: [N] pool indices)."""
-        pool = np.asarray(pool)
+        """F_n of each node row, with the typical set of its pool (``pool``: [N] pool indices), in one
+        compiled pass (``node_fragmentation``'s rule and summation order)."""
+        free, gpu_free, pool = self._rows(free, gpu_free, pool)
+        out = np.empty(len(free))
+        _pool_fragmentation(free, gpu_free, pool, *self.padded, out)
+        return out
+
+    def fragmentation_decrease(self, request: np.ndarray, gpu_count: int, gpu_milli: int, free: np.ndarray,
+                               gpu_free: np.ndarray, pool: np.ndarray, before: np.ndarray) -> np.ndarray:
+        """[N] ``before`` minus F_n of each row with a pod of ``request`` [4], ``gpu_count`` GPUs of
+        ``gpu_milli`` each placed on it, its GPUs taken as Bind takes them (``policy.fgd.assign_gpus``:
+        a share on the fitting GPU with the least free milli, lowest index on ties, the first GPU when
+        none fits; whole GPUs on the lowest-indexed entirely free ones), in one compiled pass."""
+        free, gpu_free, pool = self._rows(free, gpu_free, pool)
+        out = np.empty(len(free))
+        _fragmentation_decrease(free, gpu_free, pool, np.ascontiguousarray(before, dtype=np.float64),
+                                np.ascontiguousarray(request, dtype=np.float64).reshape(4), int(gpu_count),
+                                int(gpu_milli), *self.padded, out)
+        return out
+
+    def _rows(self, free, gpu_free, pool) -> tuple:
+        pool = np.ascontiguousarray(pool, dtype=np.int64).reshape(-1)
+        free = np.ascontiguousarray(free, dtype=np.float64).reshape(-1, 4)
         if len(pool) != len(free):
             raise ValueError(f"{len(free)} nodes but {len(pool)} pool indices")
         if len(pool) and (pool.min() < 0 or pool.max() >= len(self.pools)):
             raise ValueError(f"pool index out of range: typical pods for {len(self.pools)} pools")
-        out = np.zeros(len(free))
-        for k, typical in enumerate(self.pools):
-            rows = pool == k
-            if rows.all():
-                return node_fragmentation(free, gpu_free, typical)
-            if rows.any():
-                out[rows] = node_fragmentation(free[rows], gpu_free[rows], typical)
-        return out
+        return free, np.ascontiguousarray(gpu_free, dtype=np.int64).reshape(len(free), -1), pool
+
+    @cached_property
+    def padded(self) -> tuple:
+        """The pools' typical pods as padded arrays (``simulator.kernels.padded_typical``), made once."""
+        return padded_typical(self)
 
 
 def typical_pods_to_json(typical: PoolTypicalPods, pool_names) -> dict:
@@ -221,53 +242,80 @@ def _weighted_kmeans(x: np.ndarray, w: np.ndarray, k: int, seed: int, iters: int
 
 def node_fragmentation(free: np.ndarray, gpu_free: np.ndarray, typical: TypicalPods) -> np.ndarray:
     """F_n for each node row given: free CPU weighted by the share of typical pods that do not fit
-    (``simulator.filter.fit_matrix``'s rule), in one compiled pass (``_node_fragmentation``).
+    (``simulator.filter.fit_matrix``'s rule), in one compiled pass (``_row_fragmentation``).
 
     Each row's value depends on that row alone, to the bit: the unfit shapes' weights are summed in
     shape order, as the simulator's own metric kernel sums them (``simulator.kernels``), so a node
     scores the same however many others are scored with it. The simulator's FGD, which recomputes
     only the nodes that changed, and the decision engine, which measures a pod's candidates, agree
     exactly (a BLAS product's summation order moved with a row's place in the batch)."""
-    free = np.ascontiguousarray(free, dtype=np.float64).reshape(-1, 4)
-    gpu_free = np.ascontiguousarray(gpu_free, dtype=np.int64).reshape(len(free), -1)
-    request = np.ascontiguousarray(typical.request, dtype=np.float64).reshape(-1, 4)
-    out = np.empty(len(free))
-    _node_fragmentation(free, gpu_free, request, np.ascontiguousarray(typical.gpu_count, dtype=np.int64),
-                        np.ascontiguousarray(typical.gpu_milli, dtype=np.int64),
-                        np.ascontiguousarray(typical.weight, dtype=np.float64), (request > 0).any(axis=0),
-                        bool((typical.gpu_count > 0).any()), out)
-    return out
+    return PoolTypicalPods((typical,)).node_fragmentation(free, gpu_free, np.zeros(len(free), dtype=np.int64))
 
 
 @njit(cache=True, nogil=True)
-def _node_fragmentation(free, gpu_free, request, gpu_count, gpu_milli, weight, checked, any_gpu, out):
-    """``node_fragmentation`` into ``out``: a resource is checked when some shape requests it (a shape
-    asking 0 of it still needs free >= 0), GPUs when some shape asks GPUs."""
+def _row_fragmentation(free, gpu_free, k, request, gpu_count, gpu_milli, weight, length, checked):
+    """F of one node (free [4], gpu_free [G]) of pool ``k``: a resource is checked when some shape of the
+    pool requests it (a shape asking 0 of it still needs free >= 0); the unfit shapes' weights summed in
+    shape order (``simulator.kernels._refresh_node``'s rule and order)."""
+    largest = -1
+    whole = 0
+    for g in range(gpu_free.shape[0]):
+        f = gpu_free[g]
+        if f > largest:
+            largest = f
+        if f == GPU_MILLI:
+            whole += 1
+    unfit = 0.0
+    for s in range(length[k]):
+        fits = True
+        for j in range(4):
+            if checked[k, j] and not free[j] >= request[k, s, j]:
+                fits = False
+                break
+        c = gpu_count[k, s]
+        if fits and c > 0:
+            if c == 1 and gpu_milli[k, s] < GPU_MILLI:
+                fits = largest >= gpu_milli[k, s]
+            else:
+                fits = whole >= c
+        if not fits:
+            unfit += weight[k, s]
+    return max(free[0], 0.0) * unfit
+
+
+@njit(cache=True, nogil=True)
+def _pool_fragmentation(free, gpu_free, pool, request, gpu_count, gpu_milli, weight, length, checked, out):
     for n in range(free.shape[0]):
-        largest = -1
-        whole = 0
+        out[n] = _row_fragmentation(free[n], gpu_free[n], pool[n], request, gpu_count, gpu_milli, weight, length,
+                                    checked)
+
+
+@njit(cache=True, nogil=True)
+def _fragmentation_decrease(free, gpu_free, pool, before, pod_request, pod_count, pod_milli, request, gpu_count,
+                            gpu_milli, weight, length, checked, out):
+    row_free = np.empty(4)
+    row_gpu = np.empty(gpu_free.shape[1], dtype=np.int64)
+    unfit = np.iinfo(np.int64).max
+    for n in range(free.shape[0]):
+        for j in range(4):
+            row_free[j] = free[n, j] - pod_request[j]
         for g in range(gpu_free.shape[1]):
-            f = gpu_free[n, g]
-            if f > largest:
-                largest = f
-            if f == GPU_MILLI:
-                whole += 1
-        unfit = 0.0
-        for s in range(weight.shape[0]):
-            fits = True
-            for j in range(4):
-                if checked[j] and not free[n, j] >= request[s, j]:
-                    fits = False
-                    break
-            c = gpu_count[s]
-            if fits and any_gpu and c > 0:
-                if c == 1 and gpu_milli[s] < GPU_MILLI:
-                    fits = largest >= gpu_milli[s]
-                else:
-                    fits = whole >= c
-            if not fits:
-                unfit += weight[s]
-        out[n] = max(free[n, 0], 0.0) * unfit
+            row_gpu[g] = gpu_free[n, g]
+        if pod_count > 0 and gpu_free.shape[1] > 0:
+            if pod_count == 1 and pod_milli < GPU_MILLI:
+                best, least = 0, unfit
+                for g in range(gpu_free.shape[1]):
+                    if gpu_free[n, g] >= pod_milli and gpu_free[n, g] < least:
+                        best, least = g, gpu_free[n, g]
+                row_gpu[best] -= pod_milli
+            else:
+                taken = 0
+                for g in range(gpu_free.shape[1]):
+                    if gpu_free[n, g] == GPU_MILLI and taken < pod_count:
+                        row_gpu[g] -= pod_milli
+                        taken += 1
+        out[n] = before[n] - _row_fragmentation(row_free, row_gpu, pool[n], request, gpu_count, gpu_milli, weight,
+                                                length, checked)
 
 
 def cluster_fragmentation(free: np.ndarray, gpu_free: np.ndarray, allocatable_cpu: np.ndarray,

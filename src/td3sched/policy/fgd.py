@@ -92,6 +92,9 @@ def fragmentation_decrease(typical, pod: PodRequest, free: np.ndarray, gpu_free:
     (F_n as the rows are) minus F_n with the pod's requests taken from ``free`` [k, 4] and its GPUs from
     ``gpu_free`` [k, G] as Bind takes them (``assign_gpus``); ``typical`` is the measure, ``pool`` [k]
     each row's pool index. FGD's score (no sigmoid), and the decision engine's for a fragmentation share."""
+    compiled = getattr(typical, "fragmentation_decrease", None)  # PoolTypicalPods: one compiled pass, same values
+    if compiled is not None:
+        return compiled(pod.request, pod.gpu_count, pod.gpu_milli, free, gpu_free, pool, before)
     gpu_after = gpu_free - assign_gpus(gpu_free, pod.gpu_count, pod.gpu_milli) if pod.gpu_count else gpu_free
     return before - typical.node_fragmentation(free - pod.request, gpu_after, pool)
 
