@@ -29,7 +29,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from td3sched.quantities import SETTINGS, Count
 from td3sched.simulator.cluster import GPU_MILLI
-from td3sched.simulator.kernels import padded_typical
+from td3sched.simulator.kernels import padded_typical, unfit_share
 from td3sched.workload.pods import Workload, unique_rows
 
 MAX_SHAPES = 20
@@ -254,9 +254,8 @@ def node_fragmentation(free: np.ndarray, gpu_free: np.ndarray, typical: TypicalP
 
 @njit(cache=True, nogil=True)
 def _row_fragmentation(free, gpu_free, k, request, gpu_count, gpu_milli, weight, length, checked):
-    """F of one node (free [4], gpu_free [G]) of pool ``k``: a resource is checked when some shape of the
-    pool requests it (a shape asking 0 of it still needs free >= 0); the unfit shapes' weights summed in
-    shape order (``simulator.kernels._refresh_node``'s rule and order)."""
+    """F of one node (free [4], gpu_free [G]) of pool ``k``, as the simulator's metric kernel takes it
+    (``simulator.kernels.unfit_share``)."""
     largest = -1
     whole = 0
     for g in range(gpu_free.shape[0]):
@@ -265,22 +264,8 @@ def _row_fragmentation(free, gpu_free, k, request, gpu_count, gpu_milli, weight,
             largest = f
         if f == GPU_MILLI:
             whole += 1
-    unfit = 0.0
-    for s in range(length[k]):
-        fits = True
-        for j in range(4):
-            if checked[k, j] and not free[j] >= request[k, s, j]:
-                fits = False
-                break
-        c = gpu_count[k, s]
-        if fits and c > 0:
-            if c == 1 and gpu_milli[k, s] < GPU_MILLI:
-                fits = largest >= gpu_milli[k, s]
-            else:
-                fits = whole >= c
-        if not fits:
-            unfit += weight[k, s]
-    return max(free[0], 0.0) * unfit
+    return max(free[0], 0.0) * unfit_share(free, largest, whole, k, request, gpu_count, gpu_milli, weight, length,
+                                           checked)
 
 
 @njit(cache=True, nogil=True)

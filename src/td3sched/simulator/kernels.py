@@ -304,11 +304,20 @@ def _refresh_node(n, dirty, free, gpu_capacity, gpu_used, pool_of, request, gpu_
             largest = f
         if f == GPU_MILLI:
             whole += 1
+    out[n] = max(free[n, 0], 0.0) * unfit_share(free[n], largest, whole, k, request, gpu_count, gpu_milli, weight,
+                                                 length, checked)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def unfit_share(free, largest, whole, k, request, gpu_count, gpu_milli, weight, length, checked):
+    """The weight of pool ``k``'s typical shapes (``padded_typical``) that do not fit a node with ``free``
+    [4] resources, ``largest`` free milli on one GPU and ``whole`` entirely free GPUs, summed in shape
+    order (``fit_matrix``'s rule: column j is compared when some shape of the pool requests it)."""
     unfit = 0.0
     for s in range(length[k]):
         fits = True
         for j in range(4):
-            if checked[k, j] and not free[n, j] >= request[k, s, j]:
+            if checked[k, j] and not free[j] >= request[k, s, j]:
                 fits = False
                 break
         c = gpu_count[k, s]
@@ -319,7 +328,7 @@ def _refresh_node(n, dirty, free, gpu_capacity, gpu_used, pool_of, request, gpu_
                 fits = whole >= c
         if not fits:
             unfit += weight[k, s]
-    out[n] = max(free[n, 0], 0.0) * unfit
+    return unfit
 
 
 @njit(cache=True, nogil=True)
