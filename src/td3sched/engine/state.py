@@ -66,14 +66,6 @@ def fresh_candidates(idx, scraped_at_s, complete, now, max_age_s, out):
     return count
 
 
-def _requested_row(row, what: str) -> np.ndarray:
-    row = np.asarray(row, dtype=float)
-    if row.shape != (len(REQUESTED_COLUMNS),) or not np.isfinite(row).all():
-        raise ValueError(f"{what}: {row.tolist()}: expected {len(REQUESTED_COLUMNS)} finite numbers "
-                         f"({', '.join(REQUESTED_COLUMNS)})")
-    return row.copy()
-
-
 def binding_key(namespace: str, name: str) -> str:
     """The pod a binding is about, as ``ReportBinding`` and the pod watch both name it (an empty
     namespace is Kubernetes' ``default``)."""
@@ -88,6 +80,15 @@ defaults for an empty request), then CPU milli, memory MiB, disk GiB, RDMA % and
 def requested_row(request: PodRequest) -> np.ndarray:
     """One pod's ``REQUESTED_COLUMNS``."""
     return np.concatenate([request.nonzero_cpu_mem, request.request, [float(request.gpu_count)]])
+
+
+def _checked_requested_row(row, what: str) -> np.ndarray:
+    """``row`` as a copy of ``REQUESTED_COLUMNS`` floats, or a ValueError naming ``what`` and the row."""
+    row = np.asarray(row, dtype=float)
+    if row.shape != (len(REQUESTED_COLUMNS),) or not np.isfinite(row).all():
+        raise ValueError(f"{what}: {row.tolist()}: expected {len(REQUESTED_COLUMNS)} finite numbers "
+                         f"({', '.join(REQUESTED_COLUMNS)})")
+    return row.copy()
 
 
 def gpu_layout(gpus: np.ndarray, used: np.ndarray, width: int | None = None) -> np.ndarray:
@@ -351,7 +352,7 @@ class ShadowState:
     def set_requested(self, requested: dict[str, np.ndarray]) -> None:
         """The pods' requests per node, node -> a row of ``REQUESTED_COLUMNS`` (the pod watch's list);
         joined with the node inventory (a snapshot of metrics alone carries the non-zero ones only)."""
-        rows = {k: _requested_row(v, f"requested[{k!r}]") for k, v in requested.items()}
+        rows = {k: _checked_requested_row(v, f"requested[{k!r}]") for k, v in requested.items()}
         with self._lock:
             self._requested = rows
             self._swap(joined(self._metrics, self._inventory, self._requested))
@@ -361,7 +362,7 @@ class ShadowState:
         after ``set_requested``: the served snapshot's requests and allocation change in place, without a
         new snapshot (a binding costs O(1), not a pass over the nodes); a decision in flight may read
         either value."""
-        delta = _requested_row(delta, "a binding's requests")
+        delta = _checked_requested_row(delta, "a binding's requests")
         with self._lock:
             if self._requested is None:
                 return
