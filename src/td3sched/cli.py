@@ -805,6 +805,37 @@ def export_onnx_cmd(
     console.print(f"wrote {escape(str(path))}")
 
 
+@app.command("static-model")
+def static_model_cmd(
+    spec: str = typer.Argument(..., help="A static-weights spec, e.g. static-weights:w=1/0/0/0:tau=0.4:frag=0.25."),
+    out_dir: Path = typer.Option(..., "--out", help="The model folder to write (refused if it holds a model)."),
+    scenario: str = typer.Option("tiny", help="The scenario the card names (default tiny): its typical pods score a "
+                                              "fragmentation share, and its best-static arguments are the engine's "
+                                              "default fallback."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    action_hold: float = typer.Option(0.0, help="The card's action_hold_s: seconds a scheduler may keep the action "
+                                                "(0: ask per pod). The action never changes, so any hold is exact."),
+) -> None:
+    """A model folder that acts one static-weights spec, whatever it observes: a static score served,
+    gated and rolled back as any model is (docs/td3.md, Shipped models)."""
+    try:
+        from td3sched.rl.card import CARD_FILE
+        from td3sched.rl.model import ModelError
+        from td3sched.rl.static_model import write_static_model
+    except ImportError as exc:
+        _fail(f"writing a model needs the rl extra ({exc}): pip install 'td3sched[rl]'")
+    from td3sched.scenario import load_scenario
+
+    if (out_dir / CARD_FILE).exists():
+        _fail(f"--out {out_dir}: holds a model already ({CARD_FILE}); choose another folder or remove it")
+    try:
+        load_scenario(scenario, list(set_))
+        folder = write_static_model(spec, out_dir, scenario, tuple(set_), action_hold)
+    except (ModelError, ValueError, KeyError, OSError) as exc:  # OSError: the scenario's traces are missing
+        _fail(str(exc))
+    console.print(f"wrote {escape(str(folder))}: {escape(spec)} as a model")
+
+
 @app.command("plugin-vectors")
 def plugin_vectors_cmd(
     out: Path = typer.Option(Path("scheduler/testdata/vectors.json"), help="Where the Go plugin's tests read them."),

@@ -154,6 +154,24 @@ def test_a_held_fragmentation_action_is_not_handed_to_the_plugin(tmp_path):
     assert second.action_held and first.action_valid_s == second.action_valid_s == 0.0
 
 
+def test_a_static_blend_written_as_a_model_is_served_as_the_blend(tmp_path):
+    from td3sched.rl.static_model import write_static_model
+
+    spec = "static-weights:w=1/0/0/0:tau=0.4:frag=0.25"
+    actor = load_actor(write_static_model(spec, tmp_path / "blend", "tiny", action_hold_s=3600.0))
+    snap = _six_nodes()
+    service, clock = make_service(actor, snap)
+    for pod in (POD, GPU_POD):
+        _, d = service.score_nodes(pod, list(snap.names))
+        assert not d.fallback and d.fragmentation == pytest.approx(0.25)
+        assert d.tau == pytest.approx(0.4) and d.weights[0] == pytest.approx(1.0, abs=2e-4)
+        request = pod.request(clock())
+        plain = product_score(utilisation(request, np.arange(6), snap, None), None, d.weights, d.tau)
+        measure = FragmentationMeasure(*actor.typical_pods)
+        np.testing.assert_array_equal(d.scores, blend_fragmentation(
+            plain, measure.decrease(request, np.arange(6), snap.allocation), d.fragmentation))
+        assert d.action_valid_s == 0.0  # the plugin's own score has no fgd term
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_a_node_s_fragmentation_is_the_same_bits_whatever_it_is_scored_with(seed):
