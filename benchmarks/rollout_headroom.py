@@ -4,6 +4,8 @@
     python benchmarks/rollout_headroom.py --hold 1800 --horizon 7200 --candidates 16
     python benchmarks/rollout_headroom.py --action ceiling --base static-weights:w=0.5/0.25/0/0.25:tau=0:ceiling=0.9
     python benchmarks/rollout_headroom.py --choose node --hold 0 --episode-hours 2 --horizon 1800
+    python benchmarks/rollout_headroom.py --scenario openb --action fragmentation --vary frag --warmup-h 12 \
+        --episode-hours 2 --base static-weights:w=1/0/0/0:tau=0.4:frag=0.25
 
 A rollout policy (one step of policy improvement over a base policy, Bertsekas): at every held step of
 an episode (``ClusterSchedulingEnv(action_hold_s=--hold)``) the simulator is forked into the base
@@ -20,6 +22,10 @@ step's branches put its pod (the first of a hold) on the node the base's score c
 (``ClusterSchedulingEnv``'s *placing a pod by hand*), each then continued with the base; the step places the
 pod where the branch was charged least. With ``--hold 0`` that is every decision.
 
+``--vary`` names the action's dimensions the other candidates draw (``rl.actions.ACTION_DIMENSIONS``;
+default: all of them); the rest keep the base's value. ``--vary frag`` asks whether a fragmentation
+share chosen per step could beat the base's fixed one, whatever the weights and tau.
+
 Printed per seed (the env's draw of a ``--episode-hours`` window and its random numbers): the base's
 episode reward (the static policy as a constant action, which the env runs exactly as static-weights
 up to the softmax's floor on a zero weight), the rollout's, and their paired difference with its
@@ -35,7 +41,7 @@ import numpy as np
 
 from td3sched.evaluate.stats import summarize
 from td3sched.policy.static_weights import product_score
-from td3sched.rl.actions import ACTION_MODES, LOGIT_LIMIT, action_size, decode, encode, static_score_args
+from td3sched.rl.actions import ACTION_DIMENSIONS, ACTION_MODES, LOGIT_LIMIT, action_size, decode, encode, static_score_args
 from td3sched.rl.env import ClusterSchedulingEnv, episode_return
 
 
@@ -93,6 +99,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--action", default="full", choices=[m for m in ACTION_MODES if m != "seed"],
                     help="The action design: full (weights and tau) or ceiling (and the hold-back ceiling).")
+    ap.add_argument("--vary", default="",
+                    help="Comma-separated action dimensions the other candidates draw (default: all); the rest keep "
+                         "the base's values. E.g. frag, with --action fragmentation.")
     ap.add_argument("--choose", default="action", choices=("action", "node"),
                     help="What the branches try: other actions (default) or other nodes for the step's pod.")
     args = ap.parse_args()
@@ -104,11 +113,18 @@ def main() -> None:
         base = base_action(args.base, args.action)
     except ValueError as exc:
         ap.error(str(exc))
+    dims = ACTION_DIMENSIONS[args.action]
+    vary = [d for d in args.vary.split(",") if d] or list(dims)
+    unknown = [d for d in vary if d not in dims]
+    if unknown:
+        ap.error(f"--vary {args.vary}: {unknown} not among the {args.action} action's dimensions {list(dims)}")
+    varied = np.array([d in vary for d in dims])
     score_args = decode(base, args.action)
     ceiling = f", ceiling {score_args.ceiling:.4f}" if score_args.ceiling is not None else ""
     print(f"base {args.base}: pre-activations {np.round(base, 3).tolist()} (weights "
           f"{np.round(score_args.weights, 5).tolist()}, tau {score_args.tau:.4f}{ceiling}); hold {args.hold:g} s, horizon "
           f"{args.horizon:g} s, {args.candidates} {'nodes' if args.choose == 'node' else 'candidates'} per step"
+          + (f" varying {', '.join(vary)}" if args.choose == "action" else "")
           + (f", episodes warmed up for {args.warmup_h:g} h under the base" if args.warmup_h else ""))
     print("| seed | window (h) | steps | base episode_reward | rollout episode_reward | rollout - base | base chosen | wall s |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|")
@@ -126,7 +142,8 @@ def main() -> None:
 
             def choose(obs):
                 nonlocal steps, kept
-                others = rng.uniform(-LOGIT_LIMIT, LOGIT_LIMIT, (args.candidates - 1, action_size(args.action)))
+                drawn = rng.uniform(-LOGIT_LIMIT, LOGIT_LIMIT, (args.candidates - 1, action_size(args.action)))
+                others = np.where(varied, drawn, base)
                 candidates = np.vstack([base, others])
                 branches = env.branches(candidates.astype(np.float32), args.horizon, lambda o: base,
                                         workers=args.workers)
