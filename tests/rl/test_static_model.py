@@ -21,6 +21,7 @@ from td3sched.rl.model import load_model  # noqa: E402
 from td3sched.rl.observation import OBSERVATION_SIZE  # noqa: E402
 from td3sched.rl.onnx_actor import load_actor  # noqa: E402
 from td3sched.rl.static_model import spec_mode, write_static_model  # noqa: E402
+from td3sched.shipped import SHIPPED_MODELS  # noqa: E402
 from td3sched.scenario import load_scenario  # noqa: E402
 from td3sched.simulator.engine import Simulation  # noqa: E402
 
@@ -107,3 +108,27 @@ def test_the_command_writes_a_model_and_refuses_to_overwrite_one(tmp_path):
     assert again.exit_code == 2 and "holds a model already" in again.output
     bad = runner.invoke(app, ["static-model", BLEND, "--scenario", "nowhere", "--out", str(tmp_path / "n")])
     assert bad.exit_code == 2 and "unknown scenario 'nowhere'" in bad.output
+
+
+SHIPPED_STATIC = sorted(SHIPPED_MODELS.glob("static-*"))
+
+
+def test_the_blend_is_shipped_for_both_scenarios():
+    assert [f.name for f in SHIPPED_STATIC] == ["static-blend-dlrm-small", "static-blend-openb"]
+
+
+@pytest.mark.parametrize("folder", SHIPPED_STATIC, ids=[f.name for f in SHIPPED_STATIC])
+def test_a_shipped_static_model_acts_its_card_s_spec_and_carries_typical_pods(folder):
+    """models/static-<name>-<scenario>: the spec its card names, and typical pods for every pool (they
+    need the scenario's traces to recompute; the engine's tests hold a card's to its scenario's)."""
+    card = json.loads((folder / CARD_FILE).read_text())
+    spec = card["training"]["static_spec"]
+    assert folder.name.endswith("-" + card["scenario"])
+    actor = load_actor(folder)
+    args = decode(actor.act(np.zeros(OBSERVATION_SIZE, dtype=np.float32)), actor.action_mode)
+    want = static_score_args(spec, actor.action_mode)
+    np.testing.assert_allclose(args.weights, want.weights, atol=2e-4)
+    assert (args.tau, args.fragmentation) == pytest.approx((want.tau, want.fragmentation), abs=1e-6)
+    assert actor.action_mode == spec_mode(spec)
+    names, typical = actor.typical_pods
+    assert names and len(names) == len(typical.pools) and all(len(p) > 0 for p in typical.pools)
