@@ -45,6 +45,12 @@ from td3sched.rl.actions import ACTION_DIMENSIONS, ACTION_MODES, LOGIT_LIMIT, ac
 from td3sched.rl.env import ClusterSchedulingEnv, episode_return
 
 
+SHARE_FIELDS = {"tau": "tau", "ceiling": "ceiling", "requests": "requests", "balance": "balance",
+                "frag": "fragmentation"}
+"""The action's dimensions past the weights, by name, and the ``ScoreArgs`` field each decodes to: the
+mean a rollout chose of each one it varies is printed."""
+
+
 def base_action(spec: str, mode: str = "full") -> np.ndarray:
     """The pre-activations of a static-weights spec's weights and tau (and, for the ceiling mode, its
     hold-back ceiling; none: the box's highest, 1.493), as near as the action box allows."""
@@ -126,8 +132,10 @@ def main() -> None:
           f"{args.horizon:g} s, {args.candidates} {'nodes' if args.choose == 'node' else 'candidates'} per step"
           + (f" varying {', '.join(vary)}" if args.choose == "action" else "")
           + (f", episodes warmed up for {args.warmup_h:g} h under the base" if args.warmup_h else ""))
-    print("| seed | window (h) | steps | base episode_reward | rollout episode_reward | rollout - base | base chosen | wall s |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    shown = [d for d in vary if d in SHARE_FIELDS] if args.choose == "action" else []
+    print("| seed | window (h) | steps | base episode_reward | rollout episode_reward | rollout - base | base chosen | "
+          + "".join(f"{d} chosen (mean) | " for d in shown) + "wall s |")
+    print("|---:|---|---:|---:|---:|---:|---:|" + "---:|" * len(shown) + "---:|")
     env = ClusterSchedulingEnv(args.scenario, args.span, args.episode_hours, args.action, action_hold_s=args.hold,
                                warmup_hours=args.warmup_h, warmup_score=args.base if args.warmup_h else None)
     gains = []
@@ -139,6 +147,7 @@ def main() -> None:
             static = episode_return(env, episode, lambda obs: base)
             rng = np.random.default_rng([seed, 29])
             steps = kept = 0
+            chosen = {d: [] for d in shown}
 
             def choose(obs):
                 nonlocal steps, kept
@@ -149,6 +158,9 @@ def main() -> None:
                                         workers=args.workers)
                 best = least_charged(branches)
                 steps, kept = steps + 1, kept + (best == 0)
+                picked = decode(candidates[best], args.action)
+                for d in shown:
+                    chosen[d].append(getattr(picked, SHARE_FIELDS[d]))
                 return candidates[best].astype(np.float32), None
 
             def choose_node(obs):
@@ -165,6 +177,7 @@ def main() -> None:
             gains.append(rollout - static)
             print(f"| {seed} | {episode['start_s'] / 3600:.1f}-{episode['end_s'] / 3600:.1f} | {steps} | {static:.4f} | "
                   f"{rollout:.4f} | {rollout - static:+.4f} | {kept / max(steps, 1):.0%} | "
+                  + "".join(f"{np.mean(chosen[d]):.3f} | " for d in shown) +
                   f"{time.perf_counter() - started:.0f} |", flush=True)
     finally:
         env.close()
