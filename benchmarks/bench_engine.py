@@ -19,8 +19,10 @@ neighbours' load, so comparisons are interleaved and repeated, and ratios are me
              same run through the engine in process: same placements and metrics, bit for bit, on
              tiny and on a dlrm window (needs the traces).
 6. fuzz      --fuzz (100,000) generated requests, half ScoreNodes, half extender bodies: 0 crashes.
+7. profile   (asked for by name; needs Linux perf) a served call's CPU by library, engine against
+             no-op: --seconds of closed-loop calls from one client to each, sampled by perf.
 
-    python benchmarks/bench_engine.py [--sections latency,onnx,clients,soak,twin,fuzz] [--soak-s 600]
+    python benchmarks/bench_engine.py [--sections latency,onnx,clients,soak,twin,fuzz,profile] [--soak-s 600]
                                       [--soak-rate 1000] [--soak-noop-s 120] [--fuzz 100000]
                                       [--trials 9] [--calls 300]
 """
@@ -49,7 +51,9 @@ GOAL_ONNX_SPEEDUP = 3.0
 GOAL_SOAK_RATE = 1000.0
 GOAL_RSS_GROWTH = 0.05
 NODES = 5000
-SECTIONS = ("latency", "onnx", "clients", "soak", "twin", "fuzz")
+SECTIONS = ("latency", "onnx", "clients", "soak", "twin", "fuzz", "profile")
+DEFAULT_SECTIONS = SECTIONS[:-1]
+"""profile needs Linux perf and permission to attach to a child process: asked for by name."""
 
 
 def ms(x: float) -> str:
@@ -105,6 +109,12 @@ def section_latency(served: ServedEngine, noop: ServedEngine, names, args) -> No
                    200 if n <= 100 else 10, args.trials, clock=time.thread_time)
         print(f"   handler CPU per call at {n} candidates (no transport): engine {1e6 * np.median(t[:, 0]):.0f} us, "
               f"no-op {1e6 * np.median(t[:, 1]):.0f} us: the decision adds {1e6 * np.median(t[:, 0] - t[:, 1]):.0f} us")
+        if n <= 100:
+            t = blocks([lambda: engine.ScoreNodes(request, None), lambda: noop.ScoreNodes(request, None)],
+                       200, args.trials, clock=time.thread_time, between=evict_caches)
+            print(f"   the same, {EVICT_BYTES >> 20} MiB written between calls (as a served call's transport evicts the "
+                  f"decision's code and data): engine {1e6 * np.median(t[:, 0]):.0f} us, no-op "
+                  f"{1e6 * np.median(t[:, 1]):.0f} us: the decision adds {1e6 * np.median(t[:, 0] - t[:, 1]):.0f} us")
     section_fragmentation_cost(names, args)
 
 
@@ -146,8 +156,18 @@ def section_fragmentation_cost(names, args) -> None:
               f"{1e6 * np.median(t[:, 0] - t[:, 1]):.0f} us")
 
 
-def blocks(fns, n: int, trials: int, clock=time.perf_counter) -> np.ndarray:
-    """[trials, len(fns)] seconds per call, each trial running every fn's block, order alternating."""
+EVICT_BYTES = 4 << 20
+_EVICT = np.zeros(EVICT_BYTES // 8)
+
+
+def evict_caches() -> None:
+    """Write one word of every cache line of EVICT_BYTES: what the last call left in the caches is gone."""
+    _EVICT[::8] += 1.0
+
+
+def blocks(fns, n: int, trials: int, clock=time.perf_counter, between=None) -> np.ndarray:
+    """[trials, len(fns)] seconds per call, each trial running every fn's block, order alternating;
+    with ``between``, it runs before each call, untimed."""
     for fn in fns:
         for _ in range(200):
             fn()
@@ -156,10 +176,19 @@ def blocks(fns, n: int, trials: int, clock=time.perf_counter) -> np.ndarray:
         order = range(len(fns)) if t % 2 == 0 else reversed(range(len(fns)))
         for k in order:
             fn = fns[k]
-            t0 = clock()
-            for _ in range(n):
-                fn()
-            out[t, k] = (clock() - t0) / n
+            if between is None:
+                t0 = clock()
+                for _ in range(n):
+                    fn()
+                out[t, k] = (clock() - t0) / n
+            else:
+                total = 0.0
+                for _ in range(n):
+                    between()
+                    t0 = clock()
+                    fn()
+                    total += clock() - t0
+                out[t, k] = total / n
     return out
 
 
@@ -245,6 +274,60 @@ def section_clients(served: ServedEngine, noop: ServedEngine, names, args) -> No
         zrate, zp99, zerr, zcpu = closed_loop(noop.port, reqs, clients, args.seconds, noop.pid)
         print(f"{clients:>7} {rate:>9,.0f} {ms(p99):>8} ms {1e6 * cpu:>8,.0f} us {zrate:>8,.0f} {ms(zp99):>7} ms "
               f"{1e6 * zcpu:>7,.0f} us {err + zerr:>6}")
+
+
+def perf_by_library(pid: int, port: int, reqs, seconds: float, data: Path) -> tuple[int, dict[str, float]]:
+    """(calls, CPU microseconds a call by shared library) of the server process ``pid`` over ``seconds``
+    of closed-loop ScoreNodes calls from one client, sampled by Linux perf."""
+    import subprocess
+
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = engine_pb2_grpc.DecisionEngineStub(channel)
+        for i in range(200):
+            stub.ScoreNodes(reqs[i % len(reqs)], timeout=30)
+        perf = subprocess.Popen(["perf", "record", "-F", "4999", "-o", str(data), "-p", str(pid)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # perf attached
+        calls, end = 0, time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            stub.ScoreNodes(reqs[calls % len(reqs)], timeout=30)
+            calls += 1
+        perf.send_signal(2)
+        perf.wait()
+    report = subprocess.run(["perf", "report", "-i", str(data), "--sort", "dso", "--stdio", "-g", "none", "-F",
+                             "sample,dso"], capture_output=True, text=True, check=True).stdout
+    rows = [line.split(None, 1) for line in report.splitlines() if line.strip() and not line.startswith("#")]
+    samples: dict[str, int] = {}
+    for n, dso in rows:  # perf names the compiled (numba) kernels' code "[JIT] tid <thread>"
+        dso = "[JIT] compiled kernels" if dso.startswith("[JIT]") else dso.strip()
+        samples[dso] = samples.get(dso, 0) + int(n)
+    # cpu-clock samples at 4,999 Hz: each one is 1/4,999 s of the process's CPU
+    return calls, {dso: 1e6 * n / 4999 / calls for dso, n in samples.items()}
+
+
+def section_profile(names, args) -> None:
+    """Where a served call's CPU goes, engine against no-op, by library (Linux perf)."""
+    import shutil
+    import tempfile
+
+    print(f"\n7. CPU a served call, by library: one client, 100 candidates, {args.seconds:g} s each, sampled by perf")
+    if shutil.which("perf") is None:
+        print("   skipped: no perf (Debian's linux-perf)")
+        return
+    reqs = requests(names, 100)
+    with tempfile.TemporaryDirectory() as tmp:
+        measured = []
+        for noop in (False, True):
+            with ServedEngine(NODES, None if noop else args.model, noop=noop) as server:
+                measured.append(perf_by_library(server.pid, server.port, reqs, args.seconds, Path(tmp) / "perf.data"))
+    (calls, engine), (zcalls, noop) = measured
+    print(f"   {'library':<44} {'engine us':>10} {'no-op us':>9} {'difference':>10}")
+    for dso in sorted(set(engine) | set(noop), key=lambda d: -(engine.get(d, 0) - noop.get(d, 0))):
+        e, z = engine.get(dso, 0.0), noop.get(dso, 0.0)
+        if max(e, z) >= 2.0:
+            print(f"   {dso[:44]:<44} {e:>10,.0f} {z:>9,.0f} {e - z:>+10,.0f}")
+    print(f"   {'all':<44} {sum(engine.values()):>10,.0f} {sum(noop.values()):>9,.0f} "
+          f"{sum(engine.values()) - sum(noop.values()):>+10,.0f}   ({calls:,} and {zcalls:,} calls)")
 
 
 def section_soak(args) -> None:
@@ -357,7 +440,8 @@ def section_fuzz(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"Comma-separated, of {', '.join(SECTIONS)}.")
+    parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
+                        help=f"Comma-separated, of {', '.join(SECTIONS)} (default: all but profile).")
     parser.add_argument("--model", default=str(REPO / "models" / "td3-dlrm"))
     parser.add_argument("--calls", type=int, default=300, help="Alternating call pairs per latency trial (100 nodes).")
     parser.add_argument("--trials", type=int, default=9)
@@ -384,6 +468,8 @@ def main() -> None:
                 section_latency(served, noop, names, args)
             if "clients" in sections:
                 section_clients(served, noop, names, args)
+    if "profile" in sections:
+        section_profile(synthetic_snapshot(NODES).names, args)
     if "onnx" in sections:
         section_onnx(args)
     if "soak" in sections:
