@@ -30,8 +30,8 @@ SHIPPED = sorted(p.parent for p in (REPO / "models").glob("*/model.json"))
 
 @pytest.fixture(scope="module")
 def recorded_observations() -> np.ndarray:
-    """Observations of every decision of a 3-hour tiny window, driven by a shipped model."""
-    actor = load_actor(SHIPPED[0])
+    """Observations of every decision of a 3-hour tiny window, driven by the shipped td3-dlrm."""
+    actor = load_actor(REPO / "models" / "td3-dlrm")
     env = ClusterSchedulingEnv("tiny", "test", 3.0)
     obs, _ = env.reset(seed=5)
     seen = [obs]
