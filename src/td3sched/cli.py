@@ -1249,10 +1249,14 @@ def rehearse_cmd(
     gate_seeds: int = typer.Option(3, min=2, help="The gate's seeds 1..N."),
     margin: float = typer.Option(0.01, help="The gate's margin, a share of the serving model's cost."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    reference: list[str] = typer.Option([], "--reference", metavar="POLICY",
+                                        help="A policy run on each period's seeds beside the two models, for the "
+                                        "report (repeatable), e.g. k8s-default or static-weights:w=1/0/0/0:tau=0.4."),
     threads: int = typer.Option(1, min=1, help="torch threads."),
 ) -> None:
     """The lifecycle rolled through a scenario's days (serve, fine-tune on the replay, gate, promote)
-    against the model frozen at the start; a row per period, a report and a figure (docs/lifecycle.md)."""
+    against the model frozen at the start, and any reference policies; a row per period, a report and
+    a figure (docs/lifecycle.md)."""
     from td3sched.lifecycle.rehearsal import RehearsalConfig, rehearse, report
 
     try:
@@ -1268,7 +1272,8 @@ def rehearse_cmd(
 
             first, end = (s / 86400.0 for s in load_scenario(scenario, list(set_)).span("test"))
         config = RehearsalConfig(scenario, first, end, period, tuple(range(1, seeds + 1)), window, steps,
-                                 learning_rate, gate_window, tuple(range(1, gate_seeds + 1)), margin, tuple(set_))
+                                 learning_rate, gate_window, tuple(range(1, gate_seeds + 1)), margin, tuple(set_),
+                                 tuple(reference))
         rows = rehearse(model, out_dir, config, progress=lambda line: console.print(escape(line)))
         md, png = report(out_dir, rows)
     except (ValueError, FileNotFoundError) as exc:

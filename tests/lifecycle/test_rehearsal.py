@@ -1,5 +1,5 @@
-"""The lifecycle's rehearsal on tiny's last hours: each period's row holds both models' paired runs and
-the gate's verdict, recorded in the rehearsal's own registry; a rerun goes on after the last row done
+"""The lifecycle's rehearsal on tiny's last hours: each period's row holds both models' paired runs, a
+reference policy's and the gate's verdict, recorded in the rehearsal's own registry; a rerun goes on after the last row done
 (a row cut by a crash runs again), other settings in the same folder are refused; the report and the
 figure are written."""
 
@@ -17,7 +17,8 @@ from td3sched.lifecycle.registry import Registry  # noqa: E402
 from td3sched.lifecycle.rehearsal import ROWS_FILE, RehearsalConfig, read_rows, rehearse, report  # noqa: E402
 
 runner = CliRunner()
-CONFIG = RehearsalConfig("tiny", 0.5, 0.75, 0.125, (1, 2), "3h", 10, 1e-4, "3h", (1, 2))
+REFERENCE = "static-weights:w=1/0/0/0:tau=0.4"
+CONFIG = RehearsalConfig("tiny", 0.5, 0.75, 0.125, (1, 2), "3h", 10, 1e-4, "3h", (1, 2), references=(REFERENCE,))
 
 
 def _held():
@@ -44,6 +45,7 @@ def test_each_period_has_paired_runs_and_a_gated_candidate(rehearsed):
         assert set(r["runs"]) == {"1", "2"}
         for runs in r["runs"].values():
             assert runs["frozen"]["cost_node_hours"] > 0 and runs["rolling"]["cost_node_hours"] > 0
+            assert runs[REFERENCE]["cost_node_hours"] > 0 and runs[REFERENCE] != runs["frozen"]
             if r["serving"] == r["frozen"]:  # the same model on the same world: the same run
                 assert runs["frozen"] == runs["rolling"]
     gate = json.loads((reg.folder(first["candidate"]) / "gate.json").read_text())
@@ -86,6 +88,8 @@ def test_the_report_has_a_row_per_period_and_the_totals(rehearsed, tmp_path):
     assert text.count("\n| 0.5") == 1 and text.count("\n| 0.625") == 1
     frozen = sum(r["runs"][s]["frozen"]["cost_node_hours"] for r in rows for s in r["runs"])
     assert f"Total cost: frozen {frozen:.1f}" in text and "(4 pairs)" in text
+    reference = sum(r["runs"][s][REFERENCE]["cost_node_hours"] for r in rows for s in r["runs"])
+    assert f"| cost {REFERENCE} |" in text and f"- `{REFERENCE}`: total {reference:.1f}; frozen - it" in text
     assert png.stat().st_size > 10_000
 
 
@@ -94,6 +98,10 @@ def test_the_report_has_a_row_per_period_and_the_totals(rehearsed, tmp_path):
     (["--days", "0.5:0.5"], "expected a span of at least one positive period"),
     (["--window", "7w", "--days", "0.5:0.75", "--period", "0.125"], "--window '7w': expected a positive duration"),
     ([], "rehearsal days 0.75 to 1.0 by periods of 1.0 day(s)"),  # tiny's test span is 6 hours
+    (["--days", "0.5:0.75", "--period", "0.125", "--reference", "no-such-policy"],
+     "rehearsal reference 'no-such-policy': unknown policy 'no-such-policy'"),
+    (["--days", "0.5:0.75", "--period", "0.125", "--reference", "k8s-default", "--reference", "k8s-default"],
+     "expected distinct policy specs"),
 ])
 def test_bad_settings_are_refused_naming_the_value(args, message, tmp_path):
     result = runner.invoke(app, ["rehearse", "--model", str(_held()), "--out", str(tmp_path / "r"),
@@ -113,3 +121,10 @@ def test_a_crash_after_a_promotion_runs_the_period_again_from_the_model_that_ser
     reg.promote(rows[0]["candidate"], require_gate=False)  # ... after a promotion (its gate is not read here)
     again = rehearse(_held(), copy, CONFIG)
     assert again[1]["serving"] == rows[1]["serving"] and again[1]["runs"] == rows[1]["runs"]
+
+
+def test_settings_without_references_keep_the_form_written_before_references_existed():
+    import dataclasses
+
+    assert "references" not in dataclasses.replace(CONFIG, references=()).to_json()
+    assert CONFIG.to_json()["references"] == [REFERENCE]

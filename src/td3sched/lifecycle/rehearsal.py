@@ -14,7 +14,11 @@ span rolled through:
    ``gate_window`` (``gate_seeds``); the verdict is recorded in the registry and a candidate that
    passes is promoted: it serves the next period.
 
-Each period's row (both models' metrics per seed, the candidate, the gate's verdict and figures) is
+**References** (``references``, policy specs such as ``k8s-default`` or a static score): each runs the same
+period on the same seeds, beside the two models, so that the report says what learning is worth against
+a score that needs none (paired by period and seed, as frozen and rolling are).
+
+Each period's row (both models' metrics per seed, the references', the candidate, the gate's verdict and figures) is
 appended to ``rows.jsonl`` once the period is done, and a rerun of the same command goes on after the
 last row (nothing done is lost on a crash; a period cut short is run again whole, from the model that
 served it, even when the crash came after its candidate's promotion). ``report`` writes
@@ -40,6 +44,8 @@ OBJECTIVE = "cost_node_hours"
 METRICS = (OBJECTIVE, "cpu_util", "fragmentation", "latency_p99_ms", "oom_kills_total", "overload_node_frac",
            "pending_p99_s", "episode_reward")
 """Kept per run: the gate's objective, the case study's four metrics, the gate's other safety metrics."""
+MODELS = ("frozen", "rolling")
+"""The two models of a period's runs; the references are keyed by their specs beside them."""
 PERIOD_SPAN = "period"
 """Period k is the span ``period<k>`` of its runs."""
 
@@ -68,6 +74,8 @@ class RehearsalConfig:
     """The gate's margin (a share of the serving model's cost)."""
     overrides: tuple[str, ...] = ()
     """Scenario settings (--set) for every run."""
+    references: tuple[str, ...] = ()
+    """Policy specs run on each period's seeds beside the two models (none by default)."""
 
     def __post_init__(self) -> None:
         from td3sched.lifecycle.finetune import parse_window
@@ -75,6 +83,10 @@ class RehearsalConfig:
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
         object.__setattr__(self, "gate_seeds", tuple(int(s) for s in self.gate_seeds))
         object.__setattr__(self, "overrides", tuple(self.overrides))
+        object.__setattr__(self, "references", tuple(self.references))
+        if len(set(self.references)) != len(self.references) or set(self.references) & set(MODELS):
+            raise ValueError(f"rehearsal references {list(self.references)}: expected distinct policy specs, none "
+                             f"named {' or '.join(MODELS)}")
         if not (self.period_days > 0 and self.end_day - self.start_day >= self.period_days):
             raise ValueError(f"rehearsal days {self.start_day!r} to {self.end_day!r} by periods of {self.period_days!r} "
                              "day(s): expected a span of at least one positive period (--days, --period)")
@@ -88,8 +100,24 @@ class RehearsalConfig:
         return [(self.start_day + k * self.period_days, self.start_day + (k + 1) * self.period_days) for k in range(n)]
 
     def to_json(self) -> dict:
-        return {**dataclasses.asdict(self), "seeds": list(self.seeds), "gate_seeds": list(self.gate_seeds),
-                "overrides": list(self.overrides)}
+        """The settings a rehearsal's folder keeps (``references`` only when there are any, so that a folder
+        written before they existed goes on with the same settings)."""
+        data = {**dataclasses.asdict(self), "seeds": list(self.seeds), "gate_seeds": list(self.gate_seeds),
+                "overrides": list(self.overrides), "references": list(self.references)}
+        if not self.references:
+            del data["references"]
+        return data
+
+    def check_references(self) -> None:
+        """A ValueError naming a reference no policy answers to (before any period runs)."""
+        from td3sched.policy import make_policy
+        from td3sched.search.best_static import resolve_policy
+
+        for spec in self.references:
+            try:
+                make_policy(resolve_policy(spec, self.scenario, list(self.overrides))[1])
+            except (ValueError, FileNotFoundError) as exc:
+                raise ValueError(f"rehearsal reference {spec!r}: {exc}") from None
 
 
 def read_rows(out) -> list[dict]:
@@ -131,6 +159,7 @@ def rehearse(model, out, config: RehearsalConfig = RehearsalConfig(),
     from td3sched.run import code_version, run_simulation
 
     say = progress or (lambda line: None)
+    config.check_references()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     settings = {"model": str(model), "config": config.to_json()}
@@ -165,9 +194,12 @@ def rehearse(model, out, config: RehearsalConfig = RehearsalConfig(),
             # the frozen model: the same run while it serves (the same model on the same world)
             runs["frozen"] = runs["rolling"] if serving == frozen else _metrics(
                 run_simulation(config.scenario, f"td3:{registry.folder(frozen)}", seed, span, period))
+            for spec in config.references:
+                runs[spec] = _metrics(run_simulation(config.scenario, spec, seed, span, period))
             row["runs"][str(seed)] = runs
             say(f"day {day:g} seed {seed}: {OBJECTIVE} frozen {runs['frozen'][OBJECTIVE]:.2f}, rolling "
-                f"{runs['rolling'][OBJECTIVE]:.2f} (serving {serving})")
+                f"{runs['rolling'][OBJECTIVE]:.2f} (serving {serving})"
+                + "".join(f", {spec} {runs[spec][OBJECTIVE]:.2f}" for spec in config.references))
         if end < config.end_day - 1e-9:  # the last period's candidate would serve nothing
             candidate_dir = out / "candidates" / f"day-{day:g}"
             if candidate_dir.exists():  # a crash after the fine-tune: trained again, from the same seed
@@ -220,15 +252,17 @@ def report(out, rows: list[dict] | None = None) -> tuple[Path, Path]:
     if not rows:
         raise ValueError(f"{out}: no period done yet: expected {ROWS_FILE} with at least one row")
     settings = json.loads((out / SETTINGS_FILE).read_text())
+    references = settings["config"].get("references", [])
     lines = [f"# Lifecycle rehearsal: {settings['config']['scenario']}, days {rows[0]['day']:g} to "
              f"{rows[-1]['end_day']:g}", "",
              f"Code version: `{settings.get('code_version')}`.", "",
              f"Frozen model: version `{rows[0]['frozen']}` (its content's hash, as the registry names it); settings: "
              f"`{json.dumps(settings['config'])}`.", "",
              "Means over the seeds. Cost: node-hours of the objective (lower is better).", "",
-             "| day | serving | cost frozen | cost rolling | cpu_util frozen / rolling | fragmentation frozen / rolling "
-             "| P99 ms frozen / rolling | OOM frozen / rolling | gate |",
-             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| day | serving | cost frozen | cost rolling | " + "".join(f"cost {spec} | " for spec in references)
+             + "cpu_util frozen / rolling | fragmentation frozen / rolling | P99 ms frozen / rolling | OOM frozen / "
+             "rolling | gate |",
+             "| ---: | --- | ---: | ---: | " + "---: | " * len(references) + "---: | ---: | ---: | ---: | --- |"]
     for r in rows:
         def pair(metric: str, fmt: str) -> str:
             f, g = (mean_by_day([r], who, metric)[0] for who in ("frozen", "rolling"))
@@ -238,26 +272,42 @@ def report(out, rows: list[dict] | None = None) -> tuple[Path, Path]:
             "" if gate["improvement_low"] is None else
             f" [{gate['improvement_low']:.1f}, {gate['improvement_high']:.1f}]")
         lines.append(f"| {r['day']:g} | {r['serving']} | {mean_by_day([r], 'frozen', OBJECTIVE)[0]:.1f} | "
-                     f"{mean_by_day([r], 'rolling', OBJECTIVE)[0]:.1f} | {pair('cpu_util', '.4f')} | "
+                     f"{mean_by_day([r], 'rolling', OBJECTIVE)[0]:.1f} | "
+                     + "".join(f"{mean_by_day([r], spec, OBJECTIVE)[0]:.1f} | " for spec in references)
+                     + f"{pair('cpu_util', '.4f')} | "
                      f"{pair('fragmentation', '.4f')} | {pair('latency_p99_ms', '.1f')} | "
                      f"{pair('oom_kills_total', '.1f')} | {verdict} |")
-    frozen = [r["runs"][s]["frozen"][OBJECTIVE] for r in rows for s in r["runs"]]
-    rolling = [r["runs"][s]["rolling"][OBJECTIVE] for r in rows for s in r["runs"]]
-    diff = paired_difference(dict(enumerate(rolling)), dict(enumerate(frozen)))  # frozen - rolling: saved
+    def costs(who: str) -> dict:
+        return {(r["day"], s): r["runs"][s][who][OBJECTIVE] for r in rows for s in r["runs"]}
+
+    frozen, rolling = costs("frozen"), costs("rolling")
+    diff = paired_difference(rolling, frozen)  # frozen - rolling: saved
     promoted = sum(1 for r in rows if r.get("gate", {}).get("promote"))
     gated = sum(1 for r in rows if r.get("gate"))
+    if references:
+        lines += ["", "Against the references, per (period, seed) (negative: the model costs less):", ""]
+    for spec in references:
+        ref = costs(spec)
+        to_frozen, to_rolling = paired_difference(ref, frozen), paired_difference(ref, rolling)
+        lines.append(f"- `{spec}`: total {sum(ref.values()):.1f}; frozen - it {to_frozen.mean:+.2f} "
+                     f"{_interval(to_frozen)}, rolling - it {to_rolling.mean:+.2f} {_interval(to_rolling)}.")
+    frozen, rolling = list(frozen.values()), list(rolling.values())
     lines += ["", f"Total cost: frozen {sum(frozen):.1f}, rolling {sum(rolling):.1f}; per (period, seed), rolling "
               f"saves {diff.mean:.2f} on average, 95% interval "
-              + ("none" if diff.low is None else f"[{diff.low:.2f}, {diff.high:.2f}]")
-              + f" ({len(frozen)} pairs). Candidates promoted: {promoted} of {gated}."]
+              + _interval(diff) + f" ({len(frozen)} pairs). Candidates promoted: {promoted} of {gated}."]
     md = out / "report.md"
     md.write_text("\n".join(lines) + "\n")
     png = out / "rehearsal.png"
-    _figure(rows, png)
+    _figure(rows, png, references)
     return md, png
 
 
-def _figure(rows: list[dict], path: Path) -> None:
+def _interval(d) -> str:
+    """A paired difference's 95% interval, ``[low, high]`` (``none`` without one: a single pair)."""
+    return "none" if d.low is None else f"[{d.low:.2f}, {d.high:.2f}]"
+
+
+def _figure(rows: list[dict], path: Path, references=()) -> None:
     from td3sched.evaluate.plots import _figure as figure, _save
 
     panels = ((OBJECTIVE, "cost (node-hours)"), ("cpu_util", "CPU utilisation"), ("fragmentation", "fragmentation"),
@@ -268,6 +318,8 @@ def _figure(rows: list[dict], path: Path) -> None:
     for ax, (metric, label) in zip(axes, panels):
         for who, colour in (("frozen", "#888888"), ("rolling", "#1f77b4")):
             ax.plot(days, mean_by_day(rows, who, metric), marker="o", ms=3, color=colour, label=who)
+        for spec in references:
+            ax.plot(days, mean_by_day(rows, spec, metric), ls="--", lw=1.0, label=spec)
         promoted = [r["end_day"] for r in rows if r.get("gate", {}).get("promote")]
         for d in promoted:
             ax.axvline(d, color="#2ca02c", lw=0.8, ls=":")
