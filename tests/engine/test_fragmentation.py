@@ -4,7 +4,8 @@ snapshot's allocation (what the bound pods' requests leave free, GPUs included, 
 says the share in its reply, never hands a held action to the plugin, and falls back
 (``no_allocation``) where the state does not know the allocation; the engine in process is the
 simulator's td3 policy on that model, bit for bit, on tiny and on dlrm-small (whose pods take GPUs),
-and the served engine places as the engine in process."""
+both measuring the share with the card's typical pods (on another scenario too), and the served engine
+places as the engine in process."""
 
 from __future__ import annotations
 
@@ -262,6 +263,32 @@ def test_on_dlrm_small_with_gpus_the_engine_in_process_is_the_td3_policy(tmp_pat
     assert (w.gpu_count[window] > 0).any() and any((t.gpu_count > 0).any() for t in world.typical.pools)
     exact, policy = _twin_against_policy(folder, world, begin, begin + 1800)
     assert exact == policy
+
+
+def test_a_model_of_another_scenario_is_measured_with_its_card_s_typical_pods(tmp_path, tiny):
+    """dlrm-small's typical pods on tiny's pools of the same names: the simulator's td3 policy measures the
+    share with the card's sets, as the engine serves the model, not with tiny's own."""
+    from td3sched.rl.policy import TD3Policy
+    from td3sched.trace.location import traces_dir
+
+    try:
+        traces_dir()
+    except FileNotFoundError as exc:  # like every test that reads the real traces
+        pytest.skip(f"real traces not available ({exc})")
+    folder = _model(tmp_path / "dlrm-small", scenario="dlrm-small")
+    world, start, end = tiny
+    names, card = load_actor(folder).typical_pods
+    assert names == tuple(p.name for p in world.pools) == ("cpu", "gpu")
+    assert any(a.weight.tobytes() != b.weight.tobytes() for a, b in zip(card.pools, world.typical.pools))
+    policy = make_policy(f"td3:{folder}")
+    exact, measured = _twin_against_policy(folder, world, start, end)
+    assert exact == measured
+    Simulation(world, policy, 1, start, start + 600).run()
+    assert all(a.weight.tobytes() == b.weight.tobytes() for a, b in zip(policy.fgd.typical.pools, card.pools))
+    # measured with tiny's own typical pods instead (a card without any), the same model places otherwise
+    actor = load_actor(folder)
+    actor.typical_pods = None
+    assert Simulation(world, TD3Policy(actor), 1, start, end).run()["metrics"] != measured
 
 
 def test_the_state_keeps_each_node_s_allocation_from_the_list_and_the_bindings():

@@ -78,7 +78,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from td3sched.metrics.fragmentation import PoolTypicalPods, TypicalPods
+from td3sched.metrics.fragmentation import PoolTypicalPods, typical_for_pools
 from td3sched.policy.base import PodRequest
 from td3sched.policy.fgd import fragmentation_decrease
 from td3sched.policy.features import requested_utilisation, utilisation
@@ -202,22 +202,30 @@ def check_servable(actor) -> None:
 
 
 class FragmentationMeasure:
-    """A served model's fragmentation measure: the card's typical pods per pool, and an empty set for a
-    pool it does not name (those nodes' fragmentation is 0)."""
+    """A served model's fragmentation measure: the card's typical pods for the snapshot's pools by name,
+    none for a pool the card does not name (those nodes' fragmentation is 0): ``typical_for_pools``, the
+    rule the simulator's td3 policy measures the model by too."""
 
     def __init__(self, pool_names: tuple[str, ...], typical: PoolTypicalPods):
-        self.index = {name: k for k, name in enumerate(pool_names)}
-        self.typical = PoolTypicalPods(tuple(typical.pools) + (TypicalPods.empty(),))
+        self.card = (tuple(pool_names), typical)
+        self._pools: tuple[tuple[str, ...], PoolTypicalPods] = ((), PoolTypicalPods(()))
+        """(the snapshot's distinct pool names, their typical pods) of the last decision: the pools change
+        only with the node inventory, so the sets (and their compiled arrays) are made once for them."""
+
+    def for_pools(self, pool_names: tuple[str, ...]) -> PoolTypicalPods:
+        names, typical = self._pools  # read once: another thread may replace it
+        if names != pool_names:
+            typical = typical_for_pools(*self.card, pool_names)
+            self._pools = (pool_names, typical)
+        return typical
 
     def decrease(self, request: PodRequest, nodes: np.ndarray, allocation: Allocation) -> np.ndarray:
         """[k] how much placing the pod on each of ``nodes`` (snapshot rows) lowers its fragmentation."""
-        unknown = len(self.typical.pools) - 1
-        pool_of_code = np.fromiter((self.index.get(p, unknown) for p in allocation.pool_names), dtype=np.int64,
-                                   count=len(allocation.pool_names))
-        pool = pool_of_code[allocation.pool_code[nodes]]
+        typical = self.for_pools(allocation.pool_names)
+        pool = allocation.pool_code[nodes]
         free, gpu_free = allocation.free[nodes], allocation.gpu_free[nodes]
-        before = self.typical.node_fragmentation(free, gpu_free, pool)
-        return fragmentation_decrease(self.typical, request, free, gpu_free, pool, before)
+        before = typical.node_fragmentation(free, gpu_free, pool)
+        return fragmentation_decrease(typical, request, free, gpu_free, pool, before)
 
 
 def fragmentation_measure(actor) -> FragmentationMeasure | None:

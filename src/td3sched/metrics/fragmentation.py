@@ -170,6 +170,17 @@ class PoolTypicalPods:
         return padded_typical(self)
 
 
+def typical_for_pools(named: tuple[str, ...], typical: PoolTypicalPods, pool_names) -> PoolTypicalPods:
+    """The typical pods of the pools ``pool_names`` (a cluster's, in its order) from sets named by
+    ``named`` (a model card's, ``typical_pods_from_json``): each pool gets the set of its name, and a
+    pool ``named`` does not name gets none (its nodes' fragmentation is 0). The one rule by which the
+    simulator's td3 policy and the decision engine measure a served model's fragmentation share."""
+    if len(named) != len(typical.pools):
+        raise ValueError(f"typical pods: {len(typical.pools)} sets for {len(named)} pool names {list(named)}")
+    by_name = dict(zip(named, typical.pools))
+    return PoolTypicalPods(tuple(by_name.get(str(name), TypicalPods.empty()) for name in pool_names))
+
+
 def typical_pods_to_json(typical: PoolTypicalPods, pool_names) -> dict:
     """``typical`` as a model card keeps it (``typical_pods_from_json`` reads it back to the bit):
     ``{"pools": [name, ...], "sets": [{"request", "gpu_count", "gpu_milli", "weight"}, ...]}``, one set

@@ -12,7 +12,8 @@ Two subclasses:
 - ``td3`` (``TD3Policy``), a trained actor for the harness: ``td3:runs/NAME`` loads the model folder
   and scores with the deterministic actor (no noise) through ONNX Runtime (``rl.onnx_actor``, the
   normaliser inside the graph): the same inference path as the decision engine. torch is imported
-  only when the folder has no ``model.onnx`` yet (it is then exported in memory).
+  only when the folder has no ``model.onnx`` yet (it is then exported in memory). A fragmentation
+  share is measured with the typical pods of the model's card, as the engine measures it.
 
 With a hold (``hold_s`` > 0, a model card's ``action_hold_s``, ``td3sched train --action-hold``) the
 action is taken at most once per ``hold_s`` simulated seconds: a decision within ``hold_s`` of the
@@ -27,10 +28,12 @@ Node OOM kills of the last 5 minutes are part of the observation: both read the 
 
 from __future__ import annotations
 
+import dataclasses
 from abc import abstractmethod
 
 import numpy as np
 
+from td3sched.metrics.fragmentation import typical_for_pools
 from td3sched.policy.base import PodRequest
 from td3sched.policy.static_weights import StaticWeights
 from td3sched.rl.actions import ScoreArgs, check_action_mode, check_hold, decode
@@ -124,6 +127,16 @@ class TD3Policy(ActionPolicy):
         super().__init__(model.action_mode, float(getattr(model, "action_hold_s", 0.0)))
         self.model = model
         self.folder = model.folder
+
+    def attach(self, context) -> None:
+        """As ``ActionPolicy``; a fragmentation share is measured with the typical pods the model's card
+        carries (``metrics.fragmentation.typical_for_pools``, by pool name), as the decision engine serves
+        it, not with the run's scenario's: the same on the scenario the model was trained on, and what a
+        cluster would get on any other."""
+        typical = getattr(self.model, "typical_pods", None)
+        if self.fgd is not None and typical is not None:
+            context = dataclasses.replace(context, typical=typical_for_pools(*typical, context.cluster.pool_names))
+        super().attach(context)
 
     @classmethod
     def from_spec(cls, args: str) -> "TD3Policy":
