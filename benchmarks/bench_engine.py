@@ -21,8 +21,12 @@ neighbours' load, so comparisons are interleaved and repeated, and ratios are me
 6. fuzz      --fuzz (100,000) generated requests, half ScoreNodes, half extender bodies: 0 crashes.
 7. profile   (asked for by name; needs Linux perf) a served call's CPU by library, engine against
              no-op: --seconds of closed-loop calls from one client to each, sampled by perf.
+8. served    (asked for by name) a served decision's cost by elimination: the no-op, the engine with
+             every ScoreNodes answered from one decision taken at start, the engine whose actor
+             answers one fixed action, and the engine; one client each in turn, 2-second blocks,
+             --trials rounds: latency and the server's CPU a call, medians over the rounds.
 
-    python benchmarks/bench_engine.py [--sections latency,onnx,clients,soak,twin,fuzz,profile] [--soak-s 600]
+    python benchmarks/bench_engine.py [--sections latency,onnx,clients,soak,twin,fuzz,profile,served] [--soak-s 600]
                                       [--soak-rate 1000] [--soak-noop-s 120] [--fuzz 100000]
                                       [--trials 9] [--calls 300]
 """
@@ -51,9 +55,10 @@ GOAL_ONNX_SPEEDUP = 3.0
 GOAL_SOAK_RATE = 1000.0
 GOAL_RSS_GROWTH = 0.05
 NODES = 5000
-SECTIONS = ("latency", "onnx", "clients", "soak", "twin", "fuzz", "profile")
-DEFAULT_SECTIONS = SECTIONS[:-1]
-"""profile needs Linux perf and permission to attach to a child process: asked for by name."""
+SECTIONS = ("latency", "onnx", "clients", "soak", "twin", "fuzz", "profile", "served")
+DEFAULT_SECTIONS = SECTIONS[:-2]
+"""profile needs Linux perf and permission to attach to a child process, served takes its own processes
+and about 8 x --trials seconds: asked for by name."""
 
 
 def ms(x: float) -> str:
@@ -330,6 +335,92 @@ def section_profile(names, args) -> None:
           f"{sum(engine.values()) - sum(noop.values()):>+10,.0f}   ({calls:,} and {zcalls:,} calls)")
 
 
+PARTS = {"": "engine",
+         "inference": "engine, its actor answering one fixed action",
+         "decision": "engine, every call answered from one decision taken at start"}
+
+
+def _serve_part(conn, nodes: int, model: str, part: str) -> None:
+    """A child process: the engine as ``loadgen`` serves it (a ``nodes``-node synthetic snapshot, the
+    startup heap frozen, the same front door; no metrics refresh) with ``part`` of the decision taken
+    out (``PARTS``): "" none, "inference" the actor's call (the actor answers one fixed action), or
+    "decision" the whole decision (what is left: the front door, the service, its metrics, the reply)."""
+    from td3sched.engine.decision import DecisionEngine, ModelSlot, PodSpec
+    from td3sched.engine.grpc_server import GrpcFrontDoor
+    from td3sched.engine.service import EngineService, freeze_startup_heap
+    from td3sched.engine.state import ShadowState
+
+    state = ShadowState()
+    state.publish(synthetic_snapshot(nodes, 0))
+    actor = load_actor(model)
+    engine = DecisionEngine(state, ModelSlot(actor))
+    engine.warm_up()
+    if part == "inference":
+        fixed_action = actor.act(np.zeros(OBSERVATION_SIZE, dtype=np.float32))
+        actor.act = lambda obs: fixed_action
+    elif part == "decision":
+        fixed = engine.decide(PodSpec("fixed", 1000.0, 1024.0), list(state.snapshot.names[:100]))
+        engine.decide = lambda pod, candidates=None: fixed
+    service = EngineService(engine)
+    freeze_startup_heap()
+    front = GrpcFrontDoor(service, "127.0.0.1", 0)
+    conn.send(front.port)
+    conn.recv()
+    front.stop(0)
+
+
+def section_served(names, args) -> None:
+    """A served decision's latency and CPU by elimination, against the no-op (see the module's docstring)."""
+    import multiprocessing
+
+    block_s = 2.0
+    print(f"\n8. a served decision by elimination: one client, 100 candidates, {block_s:g} s blocks, each server in "
+          f"turn, {args.trials} rounds; medians over the rounds")
+    reqs = requests(names, 100)
+    ctx = multiprocessing.get_context("spawn")
+    servers, pipes = {}, []
+    with ServedEngine(noop=True) as noop:
+        try:
+            for part in PARTS:
+                parent, child = ctx.Pipe()
+                process = ctx.Process(target=_serve_part, args=(child, NODES, args.model, part), daemon=True)
+                process.start()
+                if not parent.poll(120):
+                    raise RuntimeError(f"the {PARTS[part]} did not start within 120 s")
+                servers[PARTS[part]] = (parent.recv(), process.pid)
+                pipes.append((parent, process))
+            servers = {"no-op": (noop.port, noop.pid), **{PARTS[p]: servers[PARTS[p]] for p in ("decision", "inference", "")}}
+            measured = {name: [] for name in servers}
+            for trial in range(args.trials):
+                order = list(servers)[trial % len(servers):] + list(servers)[:trial % len(servers)]
+                for name in order:
+                    port, pid = servers[name]
+                    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                        stub = engine_pb2_grpc.DecisionEngineStub(channel)
+                        for i in range(50):
+                            stub.ScoreNodes(reqs[i % len(reqs)], timeout=30)
+                        lat, cpu0, end = [], cpu_seconds(pid), time.perf_counter() + block_s
+                        while time.perf_counter() < end:
+                            t0 = time.perf_counter()
+                            stub.ScoreNodes(reqs[len(lat) % len(reqs)], timeout=30)
+                            lat.append(time.perf_counter() - t0)
+                        measured[name].append((np.median(lat), np.quantile(lat, 0.99),
+                                               (cpu_seconds(pid) - cpu0) / len(lat)))
+        finally:
+            for parent, process in pipes:
+                if process.is_alive():
+                    parent.send("stop")
+                    process.join(10)
+    base = np.median(np.array(measured["no-op"]), axis=0)
+    print(f"   {'server':<62} {'p50':>7} {'p99':>7} {'CPU a call':>11} {'- no-op':>8}")
+    for name, rows in measured.items():
+        p50, p99, cpu = np.median(np.array(rows), axis=0)
+        print(f"   {name:<62} {1e6 * p50:>5,.0f}us {1e6 * p99:>5,.0f}us {1e6 * cpu:>8,.0f} us {1e6 * (cpu - base[2]):>+7,.0f}")
+    cpu = {name: np.median(np.array(rows)[:, 2]) for name, rows in measured.items()}
+    print(f"   the decision served: {1e6 * (cpu['engine'] - cpu[PARTS['decision']]):,.0f} us of CPU a call, of which "
+          f"the actor's call {1e6 * (cpu['engine'] - cpu[PARTS['inference']]):,.0f} us")
+
+
 def section_soak(args) -> None:
     print(f"\n4. soak: {args.soak_rate:,.0f} decisions/s for {args.soak_s:g} s, open loop, a ReportBinding every "
           f"tenth call, 100 candidates of {NODES:,}, decision log on (rotated at 16 MiB); then the no-op at the same "
@@ -470,6 +561,8 @@ def main() -> None:
                 section_clients(served, noop, names, args)
     if "profile" in sections:
         section_profile(synthetic_snapshot(NODES).names, args)
+    if "served" in sections:
+        section_served(synthetic_snapshot(NODES).names, args)
     if "onnx" in sections:
         section_onnx(args)
     if "soak" in sections:
