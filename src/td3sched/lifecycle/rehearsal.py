@@ -243,6 +243,11 @@ def mean_by_day(rows: list[dict], who: str, metric: str) -> np.ndarray:
     return np.array([np.mean([r["runs"][s][who][metric] for s in r["runs"]]) for r in rows])
 
 
+def cost_by_run(rows: list[dict], who: str) -> dict:
+    """(day, seed) -> the objective of ``who``'s run (a model, "frozen" or "rolling", or a reference's spec)."""
+    return {(r["day"], s): r["runs"][s][who][OBJECTIVE] for r in rows for s in r["runs"]}
+
+
 def report(out, rows: list[dict] | None = None) -> tuple[Path, Path]:
     """Write ``report.md`` (a row per period, the totals) and ``rehearsal.png`` into ``out``."""
     from td3sched.evaluate.stats import paired_difference
@@ -277,23 +282,19 @@ def report(out, rows: list[dict] | None = None) -> tuple[Path, Path]:
                      + f"{pair('cpu_util', '.4f')} | "
                      f"{pair('fragmentation', '.4f')} | {pair('latency_p99_ms', '.1f')} | "
                      f"{pair('oom_kills_total', '.1f')} | {verdict} |")
-    def costs(who: str) -> dict:
-        return {(r["day"], s): r["runs"][s][who][OBJECTIVE] for r in rows for s in r["runs"]}
-
-    frozen, rolling = costs("frozen"), costs("rolling")
+    frozen, rolling = cost_by_run(rows, "frozen"), cost_by_run(rows, "rolling")
     diff = paired_difference(rolling, frozen)  # frozen - rolling: saved
     promoted = sum(1 for r in rows if r.get("gate", {}).get("promote"))
     gated = sum(1 for r in rows if r.get("gate"))
     if references:
         lines += ["", "Against the references, per (period, seed) (negative: the model costs less):", ""]
     for spec in references:
-        ref = costs(spec)
+        ref = cost_by_run(rows, spec)
         to_frozen, to_rolling = paired_difference(ref, frozen), paired_difference(ref, rolling)
         lines.append(f"- `{spec}`: total {sum(ref.values()):.1f}; frozen - it {to_frozen.mean:+.2f} "
                      f"{_interval(to_frozen)}, rolling - it {to_rolling.mean:+.2f} {_interval(to_rolling)}.")
-    frozen, rolling = list(frozen.values()), list(rolling.values())
-    lines += ["", f"Total cost: frozen {sum(frozen):.1f}, rolling {sum(rolling):.1f}; per (period, seed), rolling "
-              f"saves {diff.mean:.2f} on average, 95% interval "
+    lines += ["", f"Total cost: frozen {sum(frozen.values()):.1f}, rolling {sum(rolling.values()):.1f}; per (period, "
+              f"seed), rolling saves {diff.mean:.2f} on average, 95% interval "
               + _interval(diff) + f" ({len(frozen)} pairs). Candidates promoted: {promoted} of {gated}."]
     md = out / "report.md"
     md.write_text("\n".join(lines) + "\n")
