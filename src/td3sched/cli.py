@@ -840,7 +840,7 @@ def static_model_cmd(
 def plugin_vectors_cmd(
     out: Path = typer.Option(Path("scheduler/testdata/vectors.json"), help="Where the Go plugin's tests read them."),
 ) -> None:
-    """Test vectors for the Go td3score plugin: static score, safety filter, v1.Pod requests, PromQL, observation, actor."""
+    """Test vectors for the Go td3score plugin: static score (and its fragmentation blend), safety filter, v1.Pod requests, PromQL, observation, actor."""
     from td3sched.engine.plugin_vectors import write_vectors
 
     console.print(f"wrote {escape(str(write_vectors(out)))}")

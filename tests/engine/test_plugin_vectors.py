@@ -95,7 +95,7 @@ def test_a_node_above_the_ceiling_scores_zero():
 def test_vectors_file_is_json_with_the_schema():
     data = json.loads(VECTORS.read_text(encoding="utf-8"))
     assert data["schema"] == SCHEMA and set(data) >= {"static_score", "safety", "pods", "prometheus_queries",
-                                                      "observation", "actor", "decisions"}
+                                                      "observation", "actor", "decisions", "fallback_fragmentation"}
 
 
 def test_inference_vectors_cover_what_the_plugin_must_get_right():
@@ -115,3 +115,20 @@ def test_inference_vectors_cover_what_the_plugin_must_get_right():
                                                     for n in d["nodes"])]
     assert {True, False} == {d["fail_closed"] for d in stale_candidates}
     assert len({tuple(np.round(d["weights"], 2)) for d in decisions}) > 5, "the decisions hardly differ in action"
+
+
+def test_fallback_fragmentation_vectors_cover_what_the_plugin_must_get_right():
+    """The blend over the fresh candidates, with stale ones among them; nodes of a pool the typical pods
+    name, of another and of none, with GPUs free and taken; pods with and without GPUs; the shipped
+    blend's typical pods and drawn ones; shares whose blend moves the static order."""
+    cases = vectors()["fallback_fragmentation"]
+    blended = [c for c in cases if c["fallback_reason"] == "no_model"]
+    assert len(blended) >= 20 and all(c["fragmentation"] == c["share"] > 0 for c in blended)
+    nodes = [(c, n) for c in blended for n in c["nodes"] if n["name"] in c["candidates"]]
+    assert any(n["sample_time_s"] < c["now_s"] - 60 for c, n in nodes)
+    named = {n["pool"] in c["typical_pods"]["pools"] for c, n in nodes}
+    assert named == {True, False} and {"", "other"} <= {n["pool"] for _, n in nodes}
+    assert any(0 < n["gpus_requested"] < n["gpus"] for _, n in nodes)
+    assert {0, 1, 2} <= {c["pod"]["gpu_count"] for c in blended}
+    assert {"cpu", "gpu"} <= {p for c in blended for p in c["typical_pods"]["pools"]}
+    assert len({s for c in blended for s in c["scores_0_100"]}) > 30, "the blended scores hardly differ"

@@ -15,6 +15,10 @@ var (
 	// DefaultFallbackWeights and DefaultFallbackTau: static-weights' defaults (equal weights, tau 0).
 	DefaultFallbackWeights = []float64{0.25, 0.25, 0.25, 0.25}
 	DefaultFallbackTau     = 0.0
+	// DefaultFallbackFragmentation: no fragmentation term.
+	DefaultFallbackFragmentation = 0.0
+	// DefaultPoolLabel: the engine's default pool label.
+	DefaultPoolLabel = "td3sched.io/pool"
 	// DefaultScoreHeldActions: a held action is scored in the scheduler, one engine call per hold.
 	DefaultScoreHeldActions = true
 	// DefaultInference: the engine answers each pod (its decision log sees every decision).
@@ -71,6 +75,12 @@ func SetDefaults(args *TD3ScoreArgs) {
 	}
 	if args.FallbackTau == nil {
 		args.FallbackTau = ptr(DefaultFallbackTau)
+	}
+	if args.FallbackFragmentation == nil {
+		args.FallbackFragmentation = ptr(DefaultFallbackFragmentation)
+	}
+	if args.PoolLabel == "" {
+		args.PoolLabel = DefaultPoolLabel
 	}
 	if args.ScoreHeldActions == nil {
 		args.ScoreHeldActions = ptr(DefaultScoreHeldActions)

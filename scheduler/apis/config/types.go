@@ -38,6 +38,16 @@ type TD3ScoreArgs struct {
 	FallbackWeights []float64 `json:"fallbackWeights,omitempty"`
 	// FallbackTau is the static score's target utilisation in [0, 1].
 	FallbackTau *float64 `json:"fallbackTau,omitempty"`
+	// FallbackFragmentation is the static score's fragmentation share in [0, 1]: the score blended with
+	// FGD's over the candidates, (1 - share) x minmax(static) + share x minmax(fgd), as the engine's
+	// fallback and static-weights' frag blend it; 0: none.
+	FallbackFragmentation *float64 `json:"fallbackFragmentation,omitempty"`
+	// FallbackTypicalPods is the file of the typical pods the share is measured with, per pool by name: a
+	// model card holding them (a shipped blend's model.json) or their own form. Required with a share.
+	FallbackTypicalPods string `json:"fallbackTypicalPods,omitempty"`
+	// PoolLabel is the node label naming a node's pool, whose typical pods its fragmentation is measured
+	// with (the engine's kubernetes.pool_label).
+	PoolLabel string `json:"poolLabel,omitempty"`
 
 	// ScoreHeldActions: while the engine's answer says its action holds (a model whose card declares
 	// action_hold_s; ScoreNodes' action_valid_s), score later pods here with that action, over the

@@ -56,6 +56,13 @@ func Validate(args *TD3ScoreArgs) error {
 		errs = append(errs, field.Invalid(root.Child("safetyCPUUtil"), v, "expected a share in (0, 1]"))
 	}
 	errs = append(errs, validateWeights(root, args.FallbackWeights, *args.FallbackTau)...)
+	if v := *args.FallbackFragmentation; !(v >= 0 && v <= 1) {
+		errs = append(errs, field.Invalid(root.Child("fallbackFragmentation"), v, "expected a share in [0, 1]"))
+	} else if v > 0 && args.FallbackTypicalPods == "" {
+		errs = append(errs, field.Required(root.Child("fallbackTypicalPods"),
+			fmt.Sprintf("fallbackFragmentation %g needs the typical pods it is measured with (a model card or "+
+				"typical pods file)", v)))
+	}
 	if t := args.TLS; t != nil && (t.CertFile == "") != (t.KeyFile == "") {
 		errs = append(errs, field.Invalid(root.Child("tls"), fmt.Sprintf("certFile=%q keyFile=%q", t.CertFile, t.KeyFile),
 			"expected both certFile and keyFile (mutual TLS) or neither"))

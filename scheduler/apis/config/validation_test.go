@@ -20,6 +20,9 @@ func TestDefaultsAreValid(t *testing.T) {
 	if err := Validate(args); err != nil {
 		t.Fatalf("the defaults are refused: %v", err)
 	}
+	if *args.FallbackFragmentation != 0 || args.PoolLabel != "td3sched.io/pool" {
+		t.Fatalf("defaults: got fallbackFragmentation %g, poolLabel %q", *args.FallbackFragmentation, args.PoolLabel)
+	}
 	if *args.EngineTimeoutMillis != 15 || *args.SafetyCPUUtil != 0.9 || args.EngineAddress != "127.0.0.1:50051" ||
 		!*args.ScoreHeldActions || args.Inference != InferenceEngine || args.MetricsSource != MetricsFromEngine {
 		t.Fatalf("defaults: got timeout %d ms, threshold %g, address %q, scoreHeldActions %v, inference %q, "+
@@ -34,8 +37,12 @@ func TestSetFieldsAreKept(t *testing.T) {
 		a.FallbackWeights = []float64{1, 0, 0, 0}
 		a.FallbackTau = ptr(0.5)
 		a.ScoreHeldActions = ptr(false)
+		a.FallbackFragmentation = ptr(0.25)
+		a.FallbackTypicalPods = "card.json"
+		a.PoolLabel = "example.com/pool"
 	})
-	if *args.EngineTimeoutMillis != 40 || args.FallbackWeights[0] != 1 || *args.FallbackTau != 0.5 || *args.ScoreHeldActions {
+	if *args.EngineTimeoutMillis != 40 || args.FallbackWeights[0] != 1 || *args.FallbackTau != 0.5 || *args.ScoreHeldActions ||
+		*args.FallbackFragmentation != 0.25 || args.FallbackTypicalPods != "card.json" || args.PoolLabel != "example.com/pool" {
 		t.Fatalf("SetDefaults overwrote set fields: %+v", args)
 	}
 }
@@ -64,6 +71,9 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"args.modelRefreshSeconds", func(a *TD3ScoreArgs) { a.ModelRefreshSeconds = ptr(0.0) }},
 		{"args.nodeDiskGiB", func(a *TD3ScoreArgs) { a.NodeDiskGiB = ptr(-1.0) }},
 		{"args.nodeRDMAPct", func(a *TD3ScoreArgs) { a.NodeRDMAPct = ptr(math.NaN()) }},
+		{"args.fallbackFragmentation", func(a *TD3ScoreArgs) { a.FallbackFragmentation = ptr(1.5) }},
+		{"args.fallbackFragmentation", func(a *TD3ScoreArgs) { a.FallbackFragmentation = ptr(math.NaN()) }},
+		{"args.fallbackTypicalPods", func(a *TD3ScoreArgs) { a.FallbackFragmentation = ptr(0.25) }},
 	}
 	for _, c := range cases {
 		err := Validate(defaulted(c.edit))

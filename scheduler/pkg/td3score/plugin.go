@@ -55,6 +55,7 @@ type TD3Score struct {
 	model    atomic.Pointer[servedModel] // inference: plugin; nil: the engine answers
 	oomKills atomic.Uint64               // float64 bits: the engine's recent node OOM kills (GetModel)
 	batch    bindingBatch
+	typical  PoolTypicalPods // the static score's fragmentation share's typical pods (fallbackTypicalPods)
 }
 
 // heldBindingFlush is how often the bindings of held pods are sent to the engine, in one ReportBindings.
@@ -145,6 +146,12 @@ func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s args.tls: %w", Name, err)
 	}
+	var typical PoolTypicalPods
+	if *args.FallbackFragmentation > 0 {
+		if typical, err = LoadTypicalPods(args.FallbackTypicalPods); err != nil {
+			return nil, fmt.Errorf("%s args.fallbackTypicalPods: %w", Name, err)
+		}
+	}
 	conn, err := grpc.NewClient(args.EngineAddress, grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectBackoff, MinConnectTimeout: time.Second}))
 	if err != nil {
@@ -174,7 +181,7 @@ func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, err
 	go source.RunAfter(ctx, source.Interval)
 	go func() { <-ctx.Done(); _ = conn.Close() }()
 	pl := newPlugin(args, engine, source)
-	pl.conn = conn
+	pl.conn, pl.typical = conn, typical
 	go pl.flushBindingsEvery(ctx, heldBindingFlush)
 	if args.Inference == config.InferencePlugin {
 		go pl.refreshModelEvery(ctx, seconds(*args.ModelRefreshSeconds))
@@ -182,7 +189,8 @@ func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, err
 	klog.FromContext(ctx).Info("td3score ready", "engine", args.EngineAddress, "inference", args.Inference,
 		"deadline_ms", *args.EngineTimeoutMillis,
 		"metricsSource", args.MetricsSource, "prometheus", args.PrometheusURL, "safetyCPUUtil", *args.SafetyCPUUtil, "fallbackWeights", args.FallbackWeights,
-		"fallbackTau", *args.FallbackTau)
+		"fallbackTau", *args.FallbackTau, "fallbackFragmentation", *args.FallbackFragmentation,
+		"fallbackTypicalPods", args.FallbackTypicalPods)
 	return pl, nil
 }
 
@@ -264,7 +272,7 @@ func (pl *TD3Score) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.
 	p, err := EnginePod(pod)
 	if err != nil {
 		d.pod = &enginev1.Pod{Name: pod.Name, Namespace: pod.Namespace}
-		pl.fallBack(logger, d, ReasonBadPod, err)
+		pl.fallBack(logger, d, nodes, ReasonBadPod, err)
 		return nil
 	}
 	d.pod = p
@@ -278,7 +286,7 @@ func (pl *TD3Score) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.
 	if m := pl.model.Load(); m != nil {
 		scores, reason, err := pl.inferScores(m, p, nodes)
 		if reason != "" {
-			pl.fallBack(logger, d, reason, err)
+			pl.fallBack(logger, d, nodes, reason, err)
 			return nil
 		}
 		d.scores, d.model = scores, m.version
@@ -300,13 +308,13 @@ func (pl *TD3Score) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.
 	if err != nil {
 		reason := callFailure(callCtx, err)
 		engineLatency.WithLabelValues("score_nodes", reason).Observe(elapsed.Seconds())
-		pl.fallBack(logger, d, reason, err)
+		pl.fallBack(logger, d, nodes, reason, err)
 		return nil
 	}
 	engineLatency.WithLabelValues("score_nodes", "ok").Observe(elapsed.Seconds())
 	scores, reason, why := readAnswer(reply, candidates)
 	if reason != "" {
-		pl.fallBack(logger, d, reason, why)
+		pl.fallBack(logger, d, nodes, reason, why)
 		return nil
 	}
 	d.scores, d.decisionID = scores, reply.DecisionId
@@ -320,11 +328,47 @@ func (pl *TD3Score) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.
 	return nil
 }
 
-func (pl *TD3Score) fallBack(logger klog.Logger, d *decision, reason string, err error) {
+// fallBack records why the pod gets the static score. With a fragmentation share the score of each
+// candidate depends on the others' (the blend scales over them), so all are scored here at once;
+// without one, Score scores each node alone.
+func (pl *TD3Score) fallBack(logger klog.Logger, d *decision, nodes []fwk.NodeInfo, reason string, err error) {
 	d.fallbackReason = reason
 	fallbacks.WithLabelValues(reason).Inc()
 	decisions.WithLabelValues("static").Inc()
+	if *pl.args.FallbackFragmentation > 0 {
+		d.scores = pl.blendedStaticScores(d.pod, nodes)
+	}
 	logger.V(2).Info("td3score: static score", "pod", d.pod.Namespace+"/"+d.pod.Name, "reason", reason, "err", err)
+}
+
+// blendedStaticScores is the static score of every candidate blended with FGD's by the fragmentation
+// share over the fresh ones (fragmentation.go), as the engine's fallback scores them; a candidate without
+// fresh metrics scores NeutralScore.
+func (pl *TD3Score) blendedStaticScores(p *enginev1.Pod, nodes []fwk.NodeInfo) map[string]int64 {
+	snap, now := pl.metrics.Snapshot(), pl.now()
+	scores := make(map[string]int64, len(nodes))
+	fresh := make([]string, 0, len(nodes))
+	static := make([]float64, 0, len(nodes))
+	decrease := make([]float64, 0, len(nodes))
+	request := [4]float64{p.CpuMilli, p.MemMib, p.DiskGib, p.RdmaPct}
+	for _, n := range nodes {
+		node := n.Node()
+		m, ok, recentCPU, recentMem := pl.nodeState(snap, node.Name, now)
+		if !ok {
+			scores[node.Name] = To100(NeutralScore)
+			continue
+		}
+		free, gpuFree := NodeAllocation(n, *pl.args.NodeDiskGiB, *pl.args.NodeRDMAPct)
+		fresh = append(fresh, node.Name)
+		static = append(static, WeightedCloseness(Utilisation(p.CpuMilli, p.MemMib, m, recentCPU, recentMem),
+			pl.weights, *pl.args.FallbackTau))
+		decrease = append(decrease, FragmentationDecrease(pl.typical[node.Labels[pl.args.PoolLabel]], request,
+			int64(p.GpuCount), int64(p.GpuMilli), free, gpuFree))
+	}
+	for i, score := range BlendFragmentation(static, decrease, *pl.args.FallbackFragmentation) {
+		scores[fresh[i]] = To100(score)
+	}
+	return scores
 }
 
 // callFailure names the fallback reason of a failed ScoreNodes call.

@@ -3,6 +3,7 @@ are refused; an error names the key (``grpc.port``) and what it allows. Every de
 
     model: models/td3-dlrm            # a model folder (model.onnx served; export-onnx writes it)
     fallback: {weights: [...], tau: 0} # default: the best-static arguments of the model's scenario
+                                      # (+ fragmentation: 0.25, typical_pods: a card: the blend)
     shadow: false                     # decide and log; answers advisory / neutral
     safety_cpu_util: 0.9              # /filter: observed CPU above this share of allocatable fails
     grpc: {enabled: true, address: 127.0.0.1, port: 50051, max_workers: 8}
@@ -101,6 +102,21 @@ class FallbackSettings(BaseModel):
     model_config = STRICT
     weights: list[float] = Field(min_length=4, max_length=4)
     tau: float = Field(0.0, ge=0, le=1)
+    fragmentation: float = Field(0.0, ge=0, le=1)
+    """The fragmentation share: the static score blended with FGD's (``policy.static_weights``:
+    ``(1 - share) x minmax(score) + share x minmax(fgd)``) over the nodes' allocation, which the
+    Kubernetes watches give (without them the static score alone); 0: none."""
+    typical_pods: Path | None = None
+    """The typical pods the share is measured with, per pool by name: a model card holding them (a
+    shipped blend's, e.g. models/static-blend-dlrm-small/model.json) or a file of their form (relative: to
+    the config file). Required with a share."""
+
+    @model_validator(mode="after")
+    def _share_needs_typical_pods(self):
+        if self.fragmentation > 0 and self.typical_pods is None:
+            raise ValueError(f"fragmentation={self.fragmentation:g} needs typical_pods: a model card or typical "
+                             "pods file naming the pools' typical pods")
+        return self
 
 
 class DecisionLogSettings(BaseModel):
@@ -196,6 +212,9 @@ def load_config(path) -> EngineConfig:
     base = path.parent  # relative paths are relative to the config file
     if config.model is not None and not config.model.is_absolute():
         config.model = base / config.model
+    fallback = config.fallback
+    if fallback is not None and fallback.typical_pods is not None and not fallback.typical_pods.is_absolute():
+        fallback.typical_pods = base / fallback.typical_pods
     if config.decision_log is not None and not config.decision_log.path.is_absolute():
         config.decision_log.path = base / config.decision_log.path
     if config.kubernetes is not None and config.kubernetes.kubeconfig is not None:

@@ -46,7 +46,9 @@ get ``NEUTRAL_SCORE`` (fail-open) or are excluded (fail-closed). The safety filt
 (``simulator.filter.safety_ok``) removes nodes whose observed CPU is above the threshold.
 
 Fallback: when the actor cannot give a usable action the decision uses the configured fallback
-arguments (default: the best-static weights and tau of the model's scenario), and says why:
+arguments (default: the best-static weights and tau of the model's scenario; with a fragmentation
+share and its typical pods, the static score blended with FGD's as above, when the snapshot has the
+allocation, else the static score alone), and says why:
 
     no_model          no model loaded
     model_error       the actor raised
@@ -83,7 +85,7 @@ from td3sched.policy.base import PodRequest
 from td3sched.policy.fgd import fragmentation_decrease
 from td3sched.policy.features import requested_utilisation, utilisation
 from td3sched.policy.static_weights import (blend_fragmentation, pod_balance, product_score, rounded_scores,
-                                           validate_weights, within_ceiling)
+                                           validate_fragmentation, validate_weights, within_ceiling)
 from td3sched.rl.actions import LOGIT_LIMIT, ScoreArgs, decode, reads_requests
 from td3sched.rl.observation import OBSERVATION_SIZE, observe
 from td3sched.simulator.filter import safety_ok
@@ -280,12 +282,20 @@ class DecisionEngine:
     safety_cpu_util: float = 0.90
     shadow: bool = False
     """Decide and log, but answers are advisory (ScoreNodes) or neutral (the extender)."""
+    fallback_fragmentation: float = 0.0
+    """The fallback's fragmentation share: its static score blended with FGD's, measured with
+    ``fallback_measure`` (when the snapshot has the nodes' allocation; without it, the static score)."""
+    fallback_measure: FragmentationMeasure | None = None
 
     _held: tuple | None = field(default=None, init=False, repr=False)
     """(model version, time, pre-activations) of the last action a holding model took."""
 
     def __post_init__(self):
         self.fallback_weights, self.fallback_tau = validate_weights(self.fallback_weights, self.fallback_tau)
+        self.fallback_fragmentation = validate_fragmentation(self.fallback_fragmentation)
+        if self.fallback_fragmentation and self.fallback_measure is None:
+            raise ValueError(f"fallback fragmentation share {self.fallback_fragmentation:g}: expected the typical "
+                             "pods it is measured with (fallback_measure)")
 
     def _holding(self, hold: float, version: str, now: float) -> tuple | None:
         """(version, time taken, action) of the action still held at ``now`` under a hold of ``hold``
@@ -365,11 +375,17 @@ class DecisionEngine:
         if (hold and not reason and not by_requests and not by_fragmentation and not self.shadow
                 and self.state.staleness.mode != "fail-closed"):
             valid_s = hold - (now - taken_at)
-        args = ScoreArgs(self.fallback_weights, self.fallback_tau) if reason else decode(action, actor.action_mode)
+        if reason:  # the static score, blended with FGD's when the fallback has a share and the allocation is known
+            blend_by = self.fallback_measure if snap.allocation is not None else None
+            args = ScoreArgs(self.fallback_weights, self.fallback_tau,
+                             fragmentation=self.fallback_fragmentation if blend_by is not None else 0.0)
+        else:
+            blend_by = measure if by_fragmentation else None
+            args = decode(action, actor.action_mode)
         r = requested_utilisation(request, nodes, snap) if snap.nonzero_requested is not None else None
         fresh_scores = product_score(u, r, args.weights, args.tau, args.requests, pod_balance(args.balance, request.qos))
-        if by_fragmentation and args.fragmentation:
-            fresh_scores = blend_fragmentation(fresh_scores, measure.decrease(request, nodes, snap.allocation),
+        if blend_by is not None and args.fragmentation:
+            fresh_scores = blend_fragmentation(fresh_scores, blend_by.decrease(request, nodes, snap.allocation),
                                                args.fragmentation)
         held = None
         if args.ceiling is not None:
@@ -401,9 +417,9 @@ class DecisionEngine:
                 state.report_binding("warm-up-a", pod.request(0.0).nonzero_cpu_mem, t=0.0)
             probe.decide(pod, ["warm-up-a", "warm-up-b"])
             probe.filter(["warm-up-a", "warm-up-b"], pod)
-        measure = self.models.served[1]
-        if measure is not None:  # the fragmentation kernel, on two nodes of no pool the model knows
-            measure.decrease(pod.request(0.0), np.arange(2), Allocation(capacity, np.zeros((2, 1)), ("", "")))
+        for measure in (self.models.served[1], self.fallback_measure):
+            if measure is not None:  # the fragmentation kernel, on two nodes of no pool the measure knows
+                measure.decrease(pod.request(0.0), np.arange(2), Allocation(capacity, np.zeros((2, 1)), ("", "")))
 
     def serves_ceiling(self) -> bool:
         """Whether the served model's card declares the hold-back ceiling."""

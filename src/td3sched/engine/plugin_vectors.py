@@ -16,6 +16,13 @@ constants:
     prometheus     prometheus_source.DEFAULT_QUERIES and the snapshot's unit conversions
     observation    rl.observation.observe over candidates of an engine snapshot (``NodeSnapshot``: every
                    known node counts as ready), with the assign cache's usage and the pod
+    fallback_fragmentation
+                   the engine's fallback with a fragmentation share (``DecisionEngine.decide`` with no
+                   model, ``fallback_fragmentation`` and the typical pods of a ``fallback_measure``):
+                   the static score blended with FGD's (``policy.fgd.fragmentation_decrease`` over the
+                   nodes' allocation, ``state.gpu_layout`` of whole GPUs, each node's pool by name,
+                   ``static_weights.blend_fragmentation`` over the fresh candidates); the plugin's Go
+                   fallback with ``fallbackFragmentation`` is held to it
     actor          a shipped model's ONNX graph (``ACTOR_MODEL``) run by ONNX Runtime on observations
                    around its normaliser and past its clip, and ``rl.actions.decode`` of pre-activations
                    in every action mode the plugin scores (full, seed, ceiling): the plugin's own
@@ -44,7 +51,7 @@ from td3sched.rl.actions import CEILING_RANGE, LOGIT_LIMIT
 from td3sched.rl.observation import OBSERVATION_FIELDS, observe
 from td3sched.simulator.filter import safety_ok
 
-SCHEMA = 3
+SCHEMA = 4
 ROUNDING_MARGIN = 1e-9
 """A drawn vector whose 100 x score lies this close to a half is redrawn: the two languages may sum
 the four weighted terms in different orders, and only the float score is compared with a tolerance."""
@@ -303,6 +310,93 @@ def decision_vectors(rng: np.random.Generator, n: int = 16) -> list[dict]:
     return out
 
 
+BLEND_MODEL = "static-blend-dlrm-small"
+"""A shipped blend whose card's typical pods (dlrm-small's, GPUs included) some fragmentation vectors use."""
+
+
+def _random_typical(rng: np.random.Generator, pools: tuple[str, ...]):
+    from td3sched.metrics.fragmentation import PoolTypicalPods, TypicalPods
+
+    sets = []
+    for _ in pools:
+        m = int(rng.integers(1, 6))
+        # disk and RDMA: some sets never request them, so that the fit test leaves those columns out
+        request = np.column_stack([rng.choice([500.0, 2000.0, 8000.0, 16000.0], size=m),
+                                   rng.choice([1024.0, 8192.0, 32768.0], size=m),
+                                   rng.choice([0.0, 20.0], size=m) * rng.integers(0, 2),
+                                   rng.choice([0.0, 25.0], size=m) * rng.integers(0, 2)])
+        gpu_count = rng.choice([0, 0, 1, 2, 4], size=m).astype(np.int64)
+        gpu_milli = np.where(gpu_count > 0, 1000, 0).astype(np.int64)
+        weight = rng.uniform(0.05, 1.0, size=m)
+        sets.append(TypicalPods(request, gpu_count, gpu_milli, weight / weight.sum()))
+    return pools, PoolTypicalPods(tuple(sets))
+
+
+def fallback_fragmentation_vectors(rng: np.random.Generator, n: int = 24) -> list[dict]:
+    """The engine's fallback blended with FGD's score (see the module docstring): nodes as a v1.Node and
+    the scheduler's NodeInfo state them (allocatable and the bound pods' requests in whole milli-cores,
+    MiB, GiB and RDMA percents; whole GPUs, some requested; a pool label, some of a pool the typical pods
+    do not name, some without one), some with stale metrics; pods with and without GPUs."""
+    from td3sched.engine.decision import DecisionEngine, FragmentationMeasure, ModelSlot
+    from td3sched.engine.state import Allocation, ShadowState, Staleness, gpu_layout
+    from td3sched.metrics.fragmentation import read_typical_pods, typical_pods_to_json
+    from td3sched.rl.card import CARD_FILE
+
+    repo = Path(__file__).resolve().parents[3]
+    shipped = read_typical_pods(repo / "models" / BLEND_MODEL / CARD_FILE)
+    out = []
+    while len(out) < n:
+        i = len(out)
+        names, typical = shipped if i % 3 == 0 else _random_typical(rng, ("p0", "p1"))
+        known = int(rng.choice([4, 12, 30]))
+        now = float(rng.uniform(1.6e9, 1.8e9))
+        cores = rng.choice([16.0, 64.0, 96.0], size=known)
+        mem = rng.choice([65536.0, 262144.0, 786432.0], size=known)
+        alloc = np.column_stack([cores * 1000.0, mem, rng.choice([100.0, 500.0], size=known),
+                                 rng.choice([100.0, 200.0], size=known)])
+        full = rng.uniform(size=(known, 4)) < 0.2  # some columns nearly full: a pod's request overdraws them
+        requested = np.floor(alloc * np.where(full, rng.uniform(0.95, 1.0, size=(known, 4)),
+                                              rng.uniform(0.0, 1.0, size=(known, 4))))
+        gpus = rng.choice([0, 2, 8], size=known).astype(np.int64)
+        gpus_requested = np.floor(gpus * rng.uniform(0.0, 1.0, size=known)).astype(np.int64)
+        pools = tuple(str(x) for x in rng.choice([*names, "other", ""], size=known))
+        cap = np.column_stack([cores * 1000.0, mem, np.ones(known), np.full(known, 10000.0)])
+        observed = rng.uniform(0.0, 0.9, size=(known, 4)) * cap
+        stale = rng.uniform(size=known) < 0.15
+        scraped = np.where(stale, now - 3600.0, now - 5.0)
+        node_names = tuple(f"n{j}" for j in range(known))
+        state = ShadowState(lambda t=now: t, Staleness())
+        allocation = Allocation(alloc - requested, gpu_layout(gpus, gpus_requested), pools)
+        state.publish(NodeSnapshot(node_names, alloc, cap, observed, scraped, allocation=allocation))
+        weights = rng.dirichlet(np.ones(4)) if i % 2 else np.array([1.0, 0.0, 0.0, 0.0])
+        tau, share = float(rng.choice([0.0, 0.4, 0.7])), float(rng.choice([0.25, 0.5, 1.0]))
+        engine = DecisionEngine(state, ModelSlot(None), weights, tau, fallback_fragmentation=share,
+                                fallback_measure=FragmentationMeasure(names, typical))
+        k = int(rng.integers(1, known + 1))
+        candidates = [node_names[j] for j in np.sort(rng.choice(known, size=k, replace=False))]
+        gpu_count = int(rng.choice([0, 0, 1, 2]))
+        pod = PodSpec("vector", cpu_milli=float(rng.choice([0.0, 1000.0, 8000.0])),
+                      mem_mib=float(rng.choice([0.0, 4096.0, 32768.0])), disk_gib=float(rng.choice([0.0, 10.0])),
+                      rdma_pct=float(rng.choice([0.0, 25.0])), gpu_count=gpu_count,
+                      gpu_milli=1000 if gpu_count else 0)
+        d = engine.decide(pod, candidates)
+        if any(_near_half(float(x)) for x in d.scores):
+            continue  # the two languages' last bits may round this one differently
+        out.append({"now_s": now, "weights": weights.tolist(), "tau": tau, "share": share,
+                    "typical_pods": typical_pods_to_json(typical, names),
+                    "nodes": [{"name": node_names[j], "allocatable": alloc[j].tolist(),
+                               "requested": requested[j].tolist(), "gpus": int(gpus[j]),
+                               "gpus_requested": int(gpus_requested[j]), "pool": pools[j],
+                               "capacity": cap[j].tolist(), "observed": observed[j].tolist(),
+                               "sample_time_s": float(scraped[j])} for j in range(known)],
+                    "pod": {"cpu_milli": pod.cpu_milli, "mem_mib": pod.mem_mib, "disk_gib": pod.disk_gib,
+                            "rdma_pct": pod.rdma_pct, "gpu_count": pod.gpu_count, "gpu_milli": pod.gpu_milli},
+                    "candidates": candidates, "fallback_reason": d.fallback_reason,
+                    "fragmentation": float(d.fragmentation),
+                    "scores": [float(x) for x in d.scores], "scores_0_100": d.scores_0_100()})
+    return out
+
+
 def vectors(seed: int = 11) -> dict:
     rng = np.random.default_rng(seed)
     out = {
@@ -321,6 +415,7 @@ def vectors(seed: int = 11) -> dict:
     out["observation"] = observation_vectors(rng)
     out["actor"] = actor_vectors(rng, out["observation"])
     out["decisions"] = decision_vectors(rng)
+    out["fallback_fragmentation"] = fallback_fragmentation_vectors(rng)
     return out
 
 

@@ -28,12 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from td3sched.engine.config import EngineConfig
-from td3sched.engine.decision import DecisionEngine, ModelSlot
+from td3sched.engine.decision import DecisionEngine, FragmentationMeasure, ModelSlot
 from td3sched.engine.decision_log import DecisionLog
 from td3sched.engine.metrics import EngineMetrics
 from td3sched.engine.prometheus_source import PrometheusSource
 from td3sched.engine.service import EngineService, freeze_startup_heap
 from td3sched.engine.state import ShadowState, Staleness
+from td3sched.metrics.fragmentation import read_typical_pods
 from td3sched.rl.card import CARD_FILE, MODEL_FILE, ONNX_FILE
 from td3sched.rl.onnx_actor import load_actor
 
@@ -58,6 +59,19 @@ def resolve_fallback(config: EngineConfig, actor) -> tuple[np.ndarray, float, st
     return DEFAULT_FALLBACK[0].copy(), DEFAULT_FALLBACK[1], "default"
 
 
+def fallback_fragmentation(config: EngineConfig) -> tuple[float, FragmentationMeasure | None]:
+    """(share, measure) of the fallback's fragmentation term: the config's share with the typical pods of
+    its ``typical_pods`` file; (0, None) without a share. A ValueError names the key and the file."""
+    f = config.fallback
+    if f is None or not f.fragmentation:
+        return 0.0, None
+    try:
+        names, typical = read_typical_pods(f.typical_pods)
+    except ValueError as exc:
+        raise ValueError(f"fallback.typical_pods: {exc}") from None
+    return f.fragmentation, FragmentationMeasure(names, typical)
+
+
 def model_files_stamp(folder: Path) -> tuple:
     """What a change of model looks like from outside: each file's size, modification time and inode (a
     registry's ``serving`` link moved to another version names other files, even of the same size and time)."""
@@ -76,9 +90,12 @@ class RunningEngine:
         self.config = config
         actor = load_actor(config.model) if config.model is not None else None
         weights, tau, source = resolve_fallback(config, actor)
-        log.info("model %s, fallback %s (%s)", actor.version if actor else "none", weights.tolist(), source)
+        share, measure = fallback_fragmentation(config)
+        log.info("model %s, fallback weights %s, tau %g (%s), fragmentation share %g", actor.version if actor else "none",
+                 weights.tolist(), tau, source, share)
         self.state = ShadowState(time.time, Staleness(config.staleness.max_age_s, config.staleness.mode))
-        self.engine = DecisionEngine(self.state, ModelSlot(actor), weights, tau, config.safety_cpu_util, config.shadow)
+        self.engine = DecisionEngine(self.state, ModelSlot(actor), weights, tau, config.safety_cpu_util, config.shadow,
+                                     share, measure)
         self.engine.warm_up()
         dl = config.decision_log
         self.log = DecisionLog(dl.path, dl.max_bytes, dl.keep, dl.fsync_interval_s) if dl is not None else None

@@ -226,6 +226,28 @@ def typical_pods_from_json(data) -> tuple[tuple[str, ...], PoolTypicalPods]:
     return tuple(names), PoolTypicalPods(tuple(out))
 
 
+def read_typical_pods(path) -> tuple[tuple[str, ...], PoolTypicalPods]:
+    """(pool names, typical pods per pool) from a JSON file: ``typical_pods_to_json``'s form, or a model
+    card whose ``typical_pods`` holds it (a model trained with a fragmentation share, or a shipped blend's
+    card). A ValueError names the file and what was expected."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"typical pods {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"typical pods {path}: not readable JSON ({exc})") from None
+    if isinstance(data, dict) and "typical_pods" in data:
+        data = data["typical_pods"]
+    try:
+        return typical_pods_from_json(data)
+    except ValueError as exc:
+        raise ValueError(f"typical pods {path}: {exc} (or a model card holding them under typical_pods)") from None
+
+
 def _weighted_kmeans(x: np.ndarray, w: np.ndarray, k: int, seed: int, iters: int = 50) -> np.ndarray:
     """Lloyd's k-means with sample weights and k-means++ seeding; returns labels."""
     rng = np.random.default_rng(seed)
