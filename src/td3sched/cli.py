@@ -1156,6 +1156,8 @@ def gate_cmd(
                                          "nodes, as `kubectl get nodes -o json` prints them. The rebuilt scenario "
                                          "is kept in the candidate's registry folder (replay/)."),
     registry: Optional[Path] = typer.Option(None, help=REGISTRY_HELP),
+    workers: int = typer.Option(1, min=1, help="Processes the replays run in side by side (the same runs and "
+                                "verdict; one a core at most)."),
 ) -> None:
     """Replay the candidate and the serving model on the same seeds; record the verdict (exit 1 if refused)."""
     from td3sched.lifecycle.finetune import parse_window
@@ -1178,7 +1180,10 @@ def gate_cmd(
         elif not Path(against).is_dir() and (reg.versions_dir / against).is_dir():
             against = str(reg.folder(against))
         config = GateConfig(scenario, span, tuple(range(1, seeds + 1)), tuple(set_), margin, safety_tolerance)
-        result = run_gate(folder, against, config, progress=lambda line: console.print(escape(line)))
+        from td3sched.processes import optional_pool
+
+        with optional_pool(workers) as pool:
+            result = run_gate(folder, against, config, progress=lambda line: console.print(escape(line)), pool=pool)
         reg.record_gate(version, result)
         if promote and result["promote"]:
             previous = reg.promote(version)
@@ -1253,6 +1258,8 @@ def rehearse_cmd(
                                         help="A policy run on each period's seeds beside the two models, for the "
                                         "report (repeatable), e.g. k8s-default or static-weights:w=1/0/0/0:tau=0.4."),
     threads: int = typer.Option(1, min=1, help="torch threads."),
+    workers: int = typer.Option(1, min=1, help="Processes a period's runs and the gate's replays run in side by "
+                                "side (the same runs and rows; one a core at most)."),
 ) -> None:
     """The lifecycle rolled through a scenario's days (serve, fine-tune on the replay, gate, promote)
     against the model frozen at the start, and any reference policies; a row per period, a report and
@@ -1274,7 +1281,7 @@ def rehearse_cmd(
         config = RehearsalConfig(scenario, first, end, period, tuple(range(1, seeds + 1)), window, steps,
                                  learning_rate, gate_window, tuple(range(1, gate_seeds + 1)), margin, tuple(set_),
                                  tuple(reference))
-        rows = rehearse(model, out_dir, config, progress=lambda line: console.print(escape(line)))
+        rows = rehearse(model, out_dir, config, progress=lambda line: console.print(escape(line)), workers=workers)
         md, png = report(out_dir, rows)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))

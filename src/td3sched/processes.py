@@ -1,11 +1,14 @@
-"""Local worker processes: a spawned pool whose workers leave Ctrl-C to the parent, and a way to stop
-one now. ``evaluate`` runs its grid in such a pool, ``rl.select`` its validation runs."""
+"""Local worker processes: a spawned pool whose workers leave Ctrl-C to the parent, a way to stop one
+now, and a map over one. ``evaluate`` runs its grid in such a pool, ``rl.select`` its validation runs,
+``lifecycle.rehearsal`` and ``lifecycle.gate`` their simulations."""
 
 from __future__ import annotations
 
 import multiprocessing
 import signal
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 
 def ignore_sigint() -> None:
@@ -37,3 +40,43 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     for process in workers:
         process.join()
     pool.shutdown(wait=True)  # the manager thread sees the workers gone and ends
+
+
+def run_all(fn: Callable, jobs: list, pool: ProcessPoolExecutor | None = None,
+            done: Callable[[int, object], None] | None = None) -> list:
+    """``[fn(job) for job in jobs]``, in the workers of ``pool`` when given (``fn`` and the jobs are
+    pickled: a module-level function of plain arguments), else here; the results in the jobs' order.
+    ``done(i, result)`` is told of each job as it finishes (for progress). A job that raises raises here."""
+    if pool is None:
+        results = []
+        for i, job in enumerate(jobs):
+            results.append(fn(job))
+            if done is not None:
+                done(i, results[-1])
+        return results
+    futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
+    results: list = [None] * len(jobs)
+    for future in as_completed(futures):
+        i = futures[future]
+        results[i] = future.result()
+        if done is not None:
+            done(i, results[i])
+    return results
+
+
+@contextmanager
+def optional_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
+    """A ``spawn_pool`` of ``workers`` for the block (None for one worker: run here), shut down after it,
+    stopped at once (``stop_pool``) when the block raises or is interrupted."""
+    if workers < 1:
+        raise ValueError(f"workers={workers}: expected at least 1")
+    if workers == 1:
+        yield None
+        return
+    pool = spawn_pool(workers)
+    try:
+        yield pool
+    except BaseException:
+        stop_pool(pool)
+        raise
+    pool.shutdown(wait=True)

@@ -54,6 +54,20 @@ def test_the_gate_promotes_a_better_candidate_and_refuses_it_the_other_way(model
     assert any(r.startswith("cost_node_hours improves by -") for r in swapped["reasons"]), swapped["reasons"]
 
 
+def test_the_gate_s_replays_side_by_side_in_two_processes_are_the_same_runs(models, tmp_path):
+    verdicts = []
+    for workers in ("1", "2"):
+        reg = Registry(tmp_path / f"registry-{workers}")
+        reg.promote(reg.register(models / "spread"), require_gate=False)
+        result = runner.invoke(app, ["gate", str(models / "good"), "--registry", str(reg.root), *SEEDS,
+                                     "--workers", workers])
+        assert result.exit_code == 0, result.output
+        assert result.output.count("seed ") == 6, result.output  # every replay's progress line
+        gate = json.loads((reg.folder(reg.register(models / "good")) / "gate.json").read_text())
+        verdicts.append((gate["runs"], gate["objective"], gate["promote"]))
+    assert verdicts[0] == verdicts[1]
+
+
 def test_the_gate_refuses_an_unsafe_candidate_and_keeps_the_serving_model(models, tmp_path):
     reg = Registry(tmp_path / "registry")
     spread = reg.register(models / "spread")

@@ -128,3 +128,17 @@ def test_settings_without_references_keep_the_form_written_before_references_exi
 
     assert "references" not in dataclasses.replace(CONFIG, references=()).to_json()
     assert CONFIG.to_json()["references"] == [REFERENCE]
+
+
+def test_runs_side_by_side_in_worker_processes_give_the_same_rows(rehearsed, tmp_path):
+    """``workers=2``: each period's runs and the gate's replays in two processes; the rows are the one
+    process's, run for run and verdict for verdict (the times differ, and so do the versions of the
+    candidates, whose cards record their fine-tune's wall time)."""
+    _, rows = rehearsed
+    side_by_side = rehearse(_held(), tmp_path / "two", CONFIG, workers=2)
+
+    def same(row: dict) -> dict:
+        return {k: v for k, v in row.items() if k not in ("wall_s", "finetune", "candidate", "frozen", "serving")}
+
+    assert [same(r) for r in side_by_side] == [same(r) for r in rows]
+    assert [r["serving"] == r["frozen"] for r in side_by_side] == [r["serving"] == r["frozen"] for r in rows]

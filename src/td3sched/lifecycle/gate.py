@@ -164,23 +164,38 @@ def _spec(model) -> str:
     return f"td3:{text}" if Path(text).is_dir() else text
 
 
-def run_gate(candidate, current, config: GateConfig = GateConfig(),
-             progress: Callable[[str], None] | None = None) -> dict:
-    """Replay ``candidate`` and ``current`` (model folders, or any policy spec for the current one) on
-    the gate's seeds and decide (``decide``); the result holds the settings and every seed's metrics."""
+def simulate(job: tuple) -> dict:
+    """``run_simulation(scenario, spec, seed, span, overrides)`` of a job tuple: a replay run in a worker
+    process (``processes.run_all``) or here."""
     from td3sched.run import run_simulation
+
+    scenario, spec, seed, span, overrides = job
+    return run_simulation(scenario, spec, seed, span, list(overrides))
+
+
+def run_gate(candidate, current, config: GateConfig = GateConfig(),
+             progress: Callable[[str], None] | None = None, pool=None) -> dict:
+    """Replay ``candidate`` and ``current`` (model folders, or any policy spec for the current one) on
+    the gate's seeds and decide (``decide``); the result holds the settings and every seed's metrics.
+    ``pool``: a process pool the replays run in side by side (the same runs, the same verdict)."""
+    from td3sched.processes import run_all
 
     say = progress or (lambda line: None)
     specs = {"candidate": _spec(candidate), "current": _spec(current)}
     runs: dict[str, dict[int, dict]] = {"candidate": {}, "current": {}}
     fingerprints = {}
-    for seed in config.seeds:
-        for who in ("current", "candidate"):
-            record = run_simulation(config.scenario, specs[who], seed, config.span, list(config.overrides))
-            runs[who][seed] = {k: record["metrics"][k] for k in (OBJECTIVE, *SAFETY_METRICS)}
-            fingerprints[who] = record["policy_fingerprint"]
-            say(f"seed {seed} {who}: {OBJECTIVE} {record['metrics'][OBJECTIVE]:.4f}, "
-                f"wall {record['runtime']['wall_s']:.1f} s")
+    order = [(seed, who) for seed in config.seeds for who in ("current", "candidate")]
+
+    def done(i: int, record: dict) -> None:
+        seed, who = order[i]
+        say(f"seed {seed} {who}: {OBJECTIVE} {record['metrics'][OBJECTIVE]:.4f}, "
+            f"wall {record['runtime']['wall_s']:.1f} s")
+
+    records = run_all(simulate, [(config.scenario, specs[who], seed, config.span, tuple(config.overrides))
+                                 for seed, who in order], pool, done)
+    for (seed, who), record in zip(order, records):
+        runs[who][seed] = {k: record["metrics"][k] for k in (OBJECTIVE, *SAFETY_METRICS)}
+        fingerprints[who] = record["policy_fingerprint"]
     verdict = decide(runs["current"], runs["candidate"], config)
     return {**verdict, "config": config.to_json(), "candidate": specs["candidate"], "current": specs["current"],
             "fingerprints": fingerprints, "runs": {who: {str(s): m for s, m in r.items()} for who, r in runs.items()},

@@ -148,15 +148,35 @@ def _metrics(record: dict) -> dict:
     return {k: record["metrics"][k] for k in METRICS}
 
 
+def _serve(job: tuple) -> dict:
+    """One of a period's runs, in a worker process or here: ``("record", ...)`` records its decisions into
+    the history folder (the serving model on the period's first seed), ``("run", ...)`` only runs."""
+    from td3sched.lifecycle.gate import simulate
+    from td3sched.lifecycle.record import record_simulation
+
+    kind, scenario, spec, seed, span, overrides, history = job
+    if kind == "record":
+        return record_simulation(scenario, spec, seed, span, history, list(overrides))[0]
+    return simulate((scenario, spec, seed, span, overrides))
+
+
 def rehearse(model, out, config: RehearsalConfig = RehearsalConfig(),
-             progress: Callable[[str], None] | None = None) -> list[dict]:
+             progress: Callable[[str], None] | None = None, workers: int = 1) -> list[dict]:
     """Roll the lifecycle through ``config``'s periods from the model folder ``model`` into the folder
-    ``out`` (see the module's docstring); the rows of every period done."""
+    ``out`` (see the module's docstring); the rows of every period done. ``workers`` > 1: a period's runs
+    and the gate's replays run side by side in that many processes (the same runs: the same rows)."""
+    from td3sched.processes import optional_pool
+
+    with optional_pool(workers) as pool:
+        return _rehearse(model, out, config, progress, pool)
+
+
+def _rehearse(model, out, config: RehearsalConfig, progress: Callable[[str], None] | None, pool) -> list[dict]:
     from td3sched.lifecycle.finetune import finetune_on_replay, parse_window
     from td3sched.lifecycle.gate import GateConfig, history_replay, run_gate
-    from td3sched.lifecycle.record import record_simulation
     from td3sched.lifecycle.registry import Registry
-    from td3sched.run import code_version, run_simulation
+    from td3sched.processes import run_all
+    from td3sched.run import code_version
 
     say = progress or (lambda line: None)
     config.check_references()
@@ -186,16 +206,19 @@ def rehearse(model, out, config: RehearsalConfig = RehearsalConfig(),
         span = f"{PERIOD_SPAN}{k}"  # a span a period: the history's file names differ by it
         period = [*config.overrides, f"spans.{span}=[{day!r},{end!r}]"]
         row: dict = {"day": day, "end_day": end, "serving": serving, "frozen": frozen, "runs": {}}
-        for i, seed in enumerate(config.seeds):
-            spec = f"td3:{registry.folder(serving)}"
-            record = record_simulation(config.scenario, spec, seed, span, history, period)[0] if i == 0 else \
-                run_simulation(config.scenario, spec, seed, span, period)
-            runs = {"rolling": _metrics(record)}
-            # the frozen model: the same run while it serves (the same model on the same world)
-            runs["frozen"] = runs["rolling"] if serving == frozen else _metrics(
-                run_simulation(config.scenario, f"td3:{registry.folder(frozen)}", seed, span, period))
-            for spec in config.references:
-                runs[spec] = _metrics(run_simulation(config.scenario, spec, seed, span, period))
+        # each seed: the serving model (seed 1 recorded into the history), the frozen one (the same run while
+        # it serves: the same model on the same world), the references
+        policies = {"rolling": f"td3:{registry.folder(serving)}",
+                    **({} if serving == frozen else {"frozen": f"td3:{registry.folder(frozen)}"}),
+                    **{spec: spec for spec in config.references}}
+        keys = [(seed, who) for seed in config.seeds for who in policies]
+        records = dict(zip(keys, run_all(_serve, [
+            ("record" if seed == config.seeds[0] and who == "rolling" else "run", config.scenario, policies[who],
+             seed, span, tuple(period), history) for seed, who in keys], pool)))
+        for seed in config.seeds:
+            runs = {who: _metrics(records[seed, who]) for who in policies}
+            runs.setdefault("frozen", runs["rolling"])
+            runs = {"rolling": runs.pop("rolling"), "frozen": runs.pop("frozen"), **runs}
             row["runs"][str(seed)] = runs
             say(f"day {day:g} seed {seed}: {OBJECTIVE} frozen {runs['frozen'][OBJECTIVE]:.2f}, rolling "
                 f"{runs['rolling'][OBJECTIVE]:.2f} (serving {serving})"
@@ -213,7 +236,7 @@ def rehearse(model, out, config: RehearsalConfig = RehearsalConfig(),
             gate = run_gate(registry.folder(candidate), registry.folder(serving),
                             GateConfig(scenario, recent_span, config.gate_seeds, (*config.overrides, *recent),
                                        config.margin),
-                            progress=say)
+                            progress=say, pool=pool)
             registry.record_gate(candidate, gate)
             if gate["promote"]:
                 registry.promote(candidate)
