@@ -207,6 +207,83 @@ def test_plugin_with_a_dead_engine_still_schedules_on_the_static_score(cluster, 
     assert scheduler.metric("td3score_decisions_total", source="engine") == 0
 
 
+TYPICAL_PODS = {"pools": ["a"], "sets": [{"request": [[3000.0, 2048.0, 0.0, 0.0]], "gpu_count": [0], "gpu_milli": [0],
+                                           "weight": [1.0]}]}
+"""One typical pod of 3 cores: a node whose free CPU it no longer fits counts that CPU as fragmented."""
+
+
+def fgd_argmax(cluster, pod_cpu_milli: float, pod_mem_mib: float) -> tuple[set[str], np.ndarray]:
+    """The nodes the plugin's fallback with a fragmentation share of 1 scores 100 for such a pod (the
+    engine's fallback rule: FGD's decrease over the feasible candidates, scaled to [0, 1], rounded), from
+    the API server's nodes and every bound pod's requests; and the decreases."""
+    from td3sched.engine.decision import FragmentationMeasure, PodSpec
+    from td3sched.engine.kubernetes_objects import pod_from_k8s
+    from td3sched.engine.kubernetes_source import node_allocatable
+    from td3sched.engine.state import Allocation
+    from td3sched.metrics.fragmentation import typical_pods_from_json
+    from td3sched.policy.static_weights import minmax
+
+    names = [n[0] for n in NODES]
+    nodes = {n["metadata"]["name"]: n for n in cluster.request("GET", "/api/v1/nodes")["items"]}
+    free = np.array([node_allocatable(nodes[name], 100.0, 100.0)[1] for name in names])
+    for pod in cluster.request("GET", "/api/v1/pods")["items"]:
+        node = pod["spec"].get("nodeName")
+        if node in names:
+            spec = pod_from_k8s(pod)
+            free[names.index(node)] -= [spec.cpu_milli, spec.mem_mib, spec.disk_gib, spec.rdma_pct]
+    feasible = [i for i, name in enumerate(names) if name != HOT_NODE and free[i, 0] >= pod_cpu_milli
+                and free[i, 1] >= pod_mem_mib]
+    allocation = Allocation(free[feasible], np.zeros((len(feasible), 1)), ("a",) * len(feasible))
+    request = PodSpec("p", cpu_milli=pod_cpu_milli, mem_mib=pod_mem_mib).request(0.0)
+    decrease = FragmentationMeasure(*typical_pods_from_json(TYPICAL_PODS)).decrease(
+        request, np.arange(len(feasible)), allocation)
+    scores = np.rint(100 * minmax(decrease))
+    return {names[feasible[j]] for j in np.flatnonzero(scores == scores.max())}, decrease
+
+
+def test_plugin_with_a_dead_engine_falls_back_to_fgd_s_blend(cluster, prometheus, namespace, start_scheduler,
+                                                             tmp_path):
+    """With fallbackFragmentation 1 (FGD's order alone) and the engine dead, each pod, created once the one
+    before is bound, goes where FGD's decrease over the nodes' allocation (the API server's nodes and
+    bound pods, each node's pool from its label) is highest, as the engine's fallback would score it."""
+    import json
+
+    typical = tmp_path / "typical.json"
+    typical.write_text(json.dumps(TYPICAL_PODS), encoding="utf-8")
+    names = [n[0] for n in NODES]
+
+    def label(value) -> None:
+        for name in names:
+            cluster.request("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"labels": {"td3sched.io/pool": value}}},
+                            content_type="application/merge-patch+json")
+
+    label("a")
+    try:
+        scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{free_port()}", prometheus,
+                                                            fallbackFragmentation=1.0, fallbackTypicalPods=str(typical)))
+        wait_for(lambda: scheduler.metric("td3score_node_metrics_refreshes_total", result="ok") >= 1, deadline_s=30)
+        moved = 0
+        for i, cpu in enumerate([1500, 1000, 2500, 500, 2000, 1200, 3000, 700, 1800, 2200]):
+            expected, decrease = fgd_argmax(cluster, cpu, 256.0)
+            moved += np.ptp(decrease) > 0
+            name = f"frag-{i:02d}"
+            cluster.create_pod(namespace, name, PLUGIN_SCHEDULER, cpu=f"{cpu}m", memory="256Mi")
+            node = wait_bound(cluster, namespace, [f"frag-{j:02d}" for j in range(i + 1)])[name]
+            assert node in expected, f"{name} ({cpu}m) bound to {node}; FGD's best: {sorted(expected)} ({decrease})"
+        assert moved >= 5, "FGD's decrease hardly told the nodes apart: the test would pass on any order"
+        assert scheduler.metric("td3score_fallbacks_total", reason="unavailable") >= 10
+    finally:
+        label(None)  # a merge patch with null removes the label
+
+
+def test_an_unreadable_typical_pods_file_stops_the_scheduler_naming_it(cluster, prometheus, start_scheduler,
+                                                                       tmp_path):
+    missing = tmp_path / "no-such-typical-pods.json"
+    with pytest.raises(RuntimeError, match="no-such-typical-pods.json"):
+        start_scheduler("plugin", plugin_config(f"127.0.0.1:{free_port()}", prometheus, fallbackFragmentation=0.25,
+                                                fallbackTypicalPods=str(missing)))
+
+
 def test_extender_dead_engine_is_ignored(cluster, namespace, start_scheduler):
     start_scheduler("extender", extender_config(f"http://127.0.0.1:{free_port()}"))
     names = create_pods(cluster, namespace, EXTENDER_SCHEDULER, 12)
