@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -163,6 +164,33 @@ def test_get_model_sends_the_served_graph_once_and_what_a_scheduler_needs_to_run
     assert again.model_version == actor.version and again.onnx == b""  # unchanged: no graph
     other = stub.GetModel(engine_pb2.GetModelRequest(known_version="an-older-one"), timeout=DEADLINE_S)
     assert other.onnx == first.onnx
+    assert first.typical_pods == ""  # no fragmentation share: no typical pods
+
+
+def test_get_model_sends_a_fragmentation_model_s_typical_pods():
+    """The shipped blend (action mode fragmentation): GetModel sends its card's typical pods, which a
+    scheduler running it measures the share with."""
+    import json
+
+    from td3sched.metrics.fragmentation import typical_pods_from_json
+    from td3sched.rl.card import card_typical_pods
+    from td3sched.rl.onnx_actor import load_actor
+    from tests.engine.conftest import REPO
+
+    blend = load_actor(REPO / "models" / "static-blend-dlrm-small")
+    service, _ = make_service(blend, snapshot(3))
+    door = GrpcFrontDoor(service, "127.0.0.1", 0)
+    with grpc.insecure_channel(f"127.0.0.1:{door.port}") as channel:
+        reply = engine_pb2_grpc.DecisionEngineStub(channel).GetModel(engine_pb2.GetModelRequest(), timeout=DEADLINE_S)
+    door.stop(0)
+    assert reply.action_mode == "fragmentation"
+    names, typical = typical_pods_from_json(json.loads(reply.typical_pods))
+    card_names, card_typical = card_typical_pods(blend.card)
+    assert names == card_names and names
+    for sent, card in zip(typical.pools, card_typical.pools):
+        np.testing.assert_array_equal(sent.request, card.request)
+        np.testing.assert_array_equal(sent.weight, card.weight)
+        np.testing.assert_array_equal(sent.gpu_milli, card.gpu_milli)
 
 
 def test_get_model_says_shadow_mode_fail_closed_staleness_and_no_model(actor):

@@ -95,7 +95,8 @@ def test_a_node_above_the_ceiling_scores_zero():
 def test_vectors_file_is_json_with_the_schema():
     data = json.loads(VECTORS.read_text(encoding="utf-8"))
     assert data["schema"] == SCHEMA and set(data) >= {"static_score", "safety", "pods", "prometheus_queries",
-                                                      "observation", "actor", "decisions", "fallback_fragmentation"}
+                                                      "observation", "actor", "decisions", "fallback_fragmentation",
+                                                      "fragmentation_decisions"}
 
 
 def test_inference_vectors_cover_what_the_plugin_must_get_right():
@@ -132,3 +133,17 @@ def test_fallback_fragmentation_vectors_cover_what_the_plugin_must_get_right():
     assert {0, 1, 2} <= {c["pod"]["gpu_count"] for c in blended}
     assert {"cpu", "gpu"} <= {p for c in blended for p in c["typical_pods"]["pools"]}
     assert len({s for c in blended for s in c["scores_0_100"]}) > 30, "the blended scores hardly differ"
+
+
+def test_fragmentation_decision_vectors_are_the_shipped_blend_s_with_its_typical_pods():
+    from td3sched.metrics.fragmentation import read_typical_pods, typical_pods_from_json
+    from td3sched.rl.card import CARD_FILE
+    from td3sched.engine.plugin_vectors import BLEND_MODEL
+
+    cases = vectors()["fragmentation_decisions"]
+    served = [c for c in cases if c["fallback_reason"] == ""]
+    assert len(served) >= 12 and all(c["share"] > 0 and c["model"].startswith(f"models/{BLEND_MODEL}/") for c in served)
+    card = read_typical_pods(VECTORS.parents[2] / "models" / BLEND_MODEL / CARD_FILE)
+    sent = typical_pods_from_json(cases[0]["typical_pods"])
+    assert sent[0] == card[0] and all((a.weight == b.weight).all() for a, b in zip(sent[1].pools, card[1].pools))
+    assert {0, 1, 2} <= {c["pod"]["gpu_count"] for c in served}

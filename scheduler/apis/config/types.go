@@ -55,7 +55,7 @@ type TD3ScoreArgs struct {
 	ScoreHeldActions *bool `json:"scoreHeldActions,omitempty"`
 	// Inference is where a per-pod model runs: "engine" (one ScoreNodes call per pod) or "plugin" (the
 	// engine's ONNX graph, fetched with GetModel, runs in the scheduler: no engine call on the scheduling
-	// cycle). The plugin runs models of action modes full, seed and ceiling that do not hold their
+	// cycle). The plugin runs models of action modes full, seed, ceiling and fragmentation that do not hold their
 	// action; for the others, in shadow mode, or until the first graph arrives, pods go to the engine.
 	Inference string `json:"inference,omitempty"`
 	// ModelRefreshSeconds is how often the plugin asks the engine which model it serves (inference: plugin).

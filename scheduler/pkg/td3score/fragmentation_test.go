@@ -24,36 +24,69 @@ import (
 // fragmentationVectors is the vectors' fallback_fragmentation section: the engine's fallback blended
 // with FGD's score, which the plugin's fallback with fallbackFragmentation must answer.
 type fragmentationVectors struct {
-	FallbackFragmentation []struct {
-		NowS        float64         `json:"now_s"`
-		Weights     []float64       `json:"weights"`
-		Tau         float64         `json:"tau"`
-		Share       float64         `json:"share"`
-		TypicalPods json.RawMessage `json:"typical_pods"`
-		Nodes       []struct {
-			Name          string     `json:"name"`
-			Allocatable   [4]float64 `json:"allocatable"`
-			Requested     [4]float64 `json:"requested"`
-			GPUs          int64      `json:"gpus"`
-			GPUsRequested int64      `json:"gpus_requested"`
-			Pool          string     `json:"pool"`
-			Capacity      [4]float64 `json:"capacity"`
-			Observed      [4]float64 `json:"observed"`
-			SampleTimeS   float64    `json:"sample_time_s"`
-		} `json:"nodes"`
-		Pod struct {
-			CPUMilli float64 `json:"cpu_milli"`
-			MemMiB   float64 `json:"mem_mib"`
-			DiskGiB  float64 `json:"disk_gib"`
-			RDMAPct  float64 `json:"rdma_pct"`
-			GPUCount uint32  `json:"gpu_count"`
-			GPUMilli uint32  `json:"gpu_milli"`
-		} `json:"pod"`
-		Candidates     []string  `json:"candidates"`
-		FallbackReason string    `json:"fallback_reason"`
-		Scores         []float64 `json:"scores"`
-		Scores100      []int64   `json:"scores_0_100"`
-	} `json:"fallback_fragmentation"`
+	FallbackFragmentation  []fragmentationCase `json:"fallback_fragmentation"`
+	FragmentationDecisions []fragmentationCase `json:"fragmentation_decisions"`
+}
+
+type fragmentationCase struct {
+	NowS        float64         `json:"now_s"`
+	Weights     []float64       `json:"weights"`
+	Tau         float64         `json:"tau"`
+	Share       float64         `json:"share"`
+	TypicalPods json.RawMessage `json:"typical_pods"`
+	Nodes       []struct {
+		Name          string     `json:"name"`
+		Allocatable   [4]float64 `json:"allocatable"`
+		Requested     [4]float64 `json:"requested"`
+		GPUs          int64      `json:"gpus"`
+		GPUsRequested int64      `json:"gpus_requested"`
+		Pool          string     `json:"pool"`
+		Capacity      [4]float64 `json:"capacity"`
+		Observed      [4]float64 `json:"observed"`
+		SampleTimeS   float64    `json:"sample_time_s"`
+	} `json:"nodes"`
+	Pod struct {
+		CPUMilli float64 `json:"cpu_milli"`
+		MemMiB   float64 `json:"mem_mib"`
+		DiskGiB  float64 `json:"disk_gib"`
+		RDMAPct  float64 `json:"rdma_pct"`
+		GPUCount uint32  `json:"gpu_count"`
+		GPUMilli uint32  `json:"gpu_milli"`
+	} `json:"pod"`
+	Candidates     []string  `json:"candidates"`
+	FallbackReason string    `json:"fallback_reason"`
+	Scores         []float64 `json:"scores"`
+	Scores100      []int64   `json:"scores_0_100"`
+	Model          string    `json:"model"` // fragmentation_decisions: the served model's graph
+}
+
+// setUp publishes the case's node metrics at its time and returns its candidates' NodeInfos and pod.
+func (c fragmentationCase) setUp(pl *TD3Score) ([]fwk.NodeInfo, *enginev1.Pod) {
+	now := time.Unix(0, int64(c.NowS*1e9))
+	pl.now = func() time.Time { return now }
+	snap := &nodemetrics.Snapshot{Nodes: map[string]nodemetrics.Node{}, TakenAt: now}
+	infos := map[string]fwk.NodeInfo{}
+	for _, n := range c.Nodes {
+		snap.Nodes[n.Name] = nodemetrics.Node{Observed: n.Observed, Capacity: n.Capacity, SampleTime: n.SampleTimeS}
+		infos[n.Name] = allocatedNode(n.Name, n.Allocatable, n.Requested, n.GPUs, n.GPUsRequested, n.Pool)
+	}
+	pl.metrics.Publish(snap)
+	nodes := make([]fwk.NodeInfo, len(c.Candidates))
+	for j, name := range c.Candidates {
+		nodes[j] = infos[name]
+	}
+	return nodes, &enginev1.Pod{Name: "vector", CpuMilli: c.Pod.CPUMilli, MemMib: c.Pod.MemMiB, DiskGib: c.Pod.DiskGiB,
+		RdmaPct: c.Pod.RDMAPct, GpuCount: c.Pod.GPUCount, GpuMilli: c.Pod.GPUMilli}
+}
+
+func (c fragmentationCase) check(t *testing.T, i int, scores map[string]int64) {
+	t.Helper()
+	for j, name := range c.Candidates {
+		if got, want := scores[name], c.Scores100[j]; got != want {
+			t.Fatalf("case %d (%s): node %s scored %d by the plugin, %d by the engine (%.9f)", i, c.FallbackReason,
+				name, got, want, c.Scores[j])
+		}
+	}
 }
 
 // allocatedNode is a node stating allocatable [CPU milli, memory MiB, disk GiB, RDMA %] and gpus GPUs in its
@@ -101,34 +134,50 @@ func TestFallbackFragmentationMatchesTheEngine(t *testing.T) {
 			a.FallbackTypicalPods = "vectors"
 		})
 		pl.typical = typical
-		now := time.Unix(0, int64(c.NowS*1e9))
-		pl.now = func() time.Time { return now }
-		snap := &nodemetrics.Snapshot{Nodes: map[string]nodemetrics.Node{}, TakenAt: now}
-		infos := map[string]fwk.NodeInfo{}
-		for _, n := range c.Nodes {
-			snap.Nodes[n.Name] = nodemetrics.Node{Observed: n.Observed, Capacity: n.Capacity, SampleTime: n.SampleTimeS}
-			infos[n.Name] = allocatedNode(n.Name, n.Allocatable, n.Requested, n.GPUs, n.GPUsRequested, n.Pool)
-		}
-		pl.metrics.Publish(snap)
-		nodes := make([]fwk.NodeInfo, len(c.Candidates))
-		for j, name := range c.Candidates {
-			nodes[j] = infos[name]
-		}
-		p := &enginev1.Pod{Name: "vector", CpuMilli: c.Pod.CPUMilli, MemMib: c.Pod.MemMiB, DiskGib: c.Pod.DiskGiB,
-			RdmaPct: c.Pod.RDMAPct, GpuCount: c.Pod.GPUCount, GpuMilli: c.Pod.GPUMilli}
-		scores := pl.blendedStaticScores(p, nodes)
-		for j, name := range c.Candidates {
-			if got, want := scores[name], c.Scores100[j]; got != want {
-				t.Fatalf("case %d (%s): node %s scored %d by the plugin, %d by the engine (%.9f)", i, c.FallbackReason,
-					name, got, want, c.Scores[j])
-			}
-		}
+		nodes, p := c.setUp(pl)
+		c.check(t, i, pl.blendedStaticScores(p, nodes))
 		if c.FallbackReason == "no_model" {
 			blended++
 		}
 	}
 	if blended < 20 {
 		t.Fatalf("only %d cases blend the fresh candidates", blended)
+	}
+}
+
+// A model of action mode fragmentation (the shipped blend) run in the plugin (inference: plugin), with the
+// typical pods GetModel sends: the engine's decisions.
+func TestInferenceOfAFragmentationModelMatchesTheEngine(t *testing.T) {
+	var v fragmentationVectors
+	readJSON(t, filepath.Join("..", "..", "testdata", "vectors.json"), &v)
+	if len(v.FragmentationDecisions) < 10 {
+		t.Fatalf("testdata/vectors.json: %d fragmentation_decisions", len(v.FragmentationDecisions))
+	}
+	pl := newTestPlugin(t, "127.0.0.1:1", nil)
+	for i, c := range v.FragmentationDecisions {
+		graph, err := os.ReadFile(filepath.Join("..", "..", "..", c.Model))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := loadModel(&enginev1.GetModelResponse{ModelVersion: "blend", Onnx: graph, ActionMode: "fragmentation",
+			ObservationFields: ObservationFields, TypicalPods: string(c.TypicalPods)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes, p := c.setUp(pl)
+		scores, reason, err := pl.inferScores(m, p, nodes)
+		if reason != c.FallbackReason {
+			t.Fatalf("case %d: fallback reason %q (%v) in the plugin, %q by the engine", i, reason, err, c.FallbackReason)
+		}
+		if reason == "" {
+			c.check(t, i, scores)
+		}
+	}
+	// without its typical pods such a model is refused, not run without its share
+	graph, _ := os.ReadFile(filepath.Join("..", "..", "..", v.FragmentationDecisions[0].Model))
+	if _, err := loadModel(&enginev1.GetModelResponse{ModelVersion: "blend", Onnx: graph, ActionMode: "fragmentation",
+		ObservationFields: ObservationFields}); err == nil || !strings.Contains(err.Error(), "typical pods") {
+		t.Fatalf("a fragmentation model without typical pods: expected a refusal naming them, got %v", err)
 	}
 }
 

@@ -37,25 +37,29 @@ const (
 )
 
 // PluginActionModes are the action modes the plugin decodes and scores itself; a model of another mode
-// (requests, balance: they score by requests the plugin does not keep) is left to the engine.
-var PluginActionModes = []string{"full", "seed", "ceiling"}
+// (requests, balance: they score by the requests' share, which the plugin's score has no term for) is
+// left to the engine. A fragmentation model's share is scored with FGD's (fragmentation.go) over the
+// typical pods GetModel sends with it.
+var PluginActionModes = []string{"full", "seed", "ceiling", "fragmentation"}
 
 // GiB is the bytes of a gibibyte.
 const GiB = 1 << 30
 
-var actionWidth = map[string]int{"full": 5, "seed": 5, "ceiling": 6}
+var actionWidth = map[string]int{"full": 5, "seed": 5, "ceiling": 6, "fragmentation": 6}
 
-// ScoreArgs are an action's score arguments: weights on the simplex, the target utilisation and the
-// hold-back ceiling (0: none).
+// ScoreArgs are an action's score arguments: weights on the simplex, the target utilisation, the
+// hold-back ceiling (0: none) and the fragmentation share (0: none).
 type ScoreArgs struct {
-	Weights [4]float64
-	Tau     float64
-	Ceiling float64
+	Weights       [4]float64
+	Tau           float64
+	Ceiling       float64
+	Fragmentation float64
 }
 
 // Decode is rl/actions.py decode for the plugin's action modes: weights = softmax(a[0:4]) and
 // tau = sigmoid(a[4]) (0 in mode seed), ceiling = CeilingLow + (CeilingHigh - CeilingLow) *
-// sigmoid(a[5]) in mode ceiling, each pre-activation clipped to ±LogitLimit first. An error names a
+// sigmoid(a[5]) in mode ceiling, the fragmentation share sigmoid(a[5]) in mode fragmentation, each
+// pre-activation clipped to ±LogitLimit first. An error names a
 // mode it cannot decode, a wrong width or a value that is not finite.
 func Decode(pre []float32, mode string) (ScoreArgs, error) {
 	width, ok := actionWidth[mode]
@@ -88,8 +92,11 @@ func Decode(pre []float32, mode string) (ScoreArgs, error) {
 	if mode != "seed" {
 		args.Tau = sigmoid(v[4])
 	}
-	if mode == "ceiling" {
+	switch mode {
+	case "ceiling":
 		args.Ceiling = CeilingLow + (CeilingHigh-CeilingLow)*sigmoid(v[5])
+	case "fragmentation":
+		args.Fragmentation = sigmoid(v[5])
 	}
 	return args, nil
 }
@@ -103,7 +110,9 @@ type servedModel struct {
 	mode    string
 	// failClosed: the engine excludes nodes without fresh metrics (score 0) instead of scoring them neutral.
 	failClosed bool
-	scratch    sync.Pool // *inferenceScratch
+	// typical: a fragmentation model's typical pods per pool (GetModel's typical_pods); nil otherwise.
+	typical PoolTypicalPods
+	scratch sync.Pool // *inferenceScratch
 }
 
 type inferenceScratch struct {
@@ -131,7 +140,13 @@ func loadModel(reply *enginev1.GetModelResponse) (*servedModel, error) {
 		return nil, fmt.Errorf("graph of %d inputs and %d outputs: expected %d and %d (action mode %q)", a.InputSize(),
 			a.OutputSize(), ObservationSize, actionWidth[reply.ActionMode], reply.ActionMode)
 	}
-	return &servedModel{actor: a, version: reply.ModelVersion, mode: reply.ActionMode, failClosed: reply.FailClosed}, nil
+	m := &servedModel{actor: a, version: reply.ModelVersion, mode: reply.ActionMode, failClosed: reply.FailClosed}
+	if reply.ActionMode == "fragmentation" {
+		if m.typical, err = ParseTypicalPods([]byte(reply.TypicalPods)); err != nil {
+			return nil, fmt.Errorf("the fragmentation share's typical pods: %w", err)
+		}
+	}
+	return m, nil
 }
 
 // refreshModel asks the engine for its served model and keeps what the plugin can run: a new graph is
@@ -157,7 +172,8 @@ func (pl *TD3Score) refreshModel(ctx context.Context) error {
 		return nil
 	case reply.ModelVersion == known && len(reply.Onnx) == 0:
 		if m := pl.model.Load(); m != nil && m.failClosed != reply.FailClosed {
-			pl.model.Store(&servedModel{actor: m.actor, version: m.version, mode: m.mode, failClosed: reply.FailClosed})
+			pl.model.Store(&servedModel{actor: m.actor, version: m.version, mode: m.mode, failClosed: reply.FailClosed,
+				typical: m.typical})
 		}
 		modelRefreshes.WithLabelValues("unchanged").Inc()
 		return nil
@@ -234,10 +250,21 @@ func (pl *TD3Score) inferScores(m *servedModel, p *enginev1.Pod, nodes []fwk.Nod
 	if err != nil {
 		return nil, ReasonModelError, err
 	}
+	var blended []float64 // with a fragmentation share: the fresh candidates' scores blended with FGD's
+	if args.Fragmentation > 0 {
+		u := make([][4]float64, len(s.candidates))
+		for j, c := range s.candidates {
+			u[j] = c.Utilisation
+		}
+		blended = pl.blendFragmentation(p, nodes, s.fresh, u, args.Weights, args.Tau, args.Fragmentation, m.typical)
+	}
 	scores := make(map[string]int64, len(nodes))
 	next := 0 // the next fresh candidate
 	for i, n := range nodes {
 		switch {
+		case s.fresh[i] && blended != nil:
+			scores[n.Node().Name] = To100(blended[next])
+			next++
 		case s.fresh[i]:
 			scores[n.Node().Name] = UtilisationScore(s.candidates[next].Utilisation, args.Weights, args.Tau, args.Ceiling)
 			next++
@@ -248,6 +275,27 @@ func (pl *TD3Score) inferScores(m *servedModel, p *enginev1.Pod, nodes []fwk.Nod
 		}
 	}
 	return scores, "", nil
+}
+
+// blendFragmentation is the scores in [0, 1] of the fresh candidates (fresh[i] for nodes[i]; u: their
+// utilisations with the pod, in order): the weighted closeness blended with FGD's score by share
+// (BlendFragmentation), FGD's measured with typical over the nodes' allocation, each node's pool from
+// its poolLabel label. The engine's score of a fragmentation model, and its fallback's with a share.
+func (pl *TD3Score) blendFragmentation(p *enginev1.Pod, nodes []fwk.NodeInfo, fresh []bool, u [][4]float64,
+	weights [4]float64, tau, share float64, typical PoolTypicalPods) []float64 {
+	static := make([]float64, 0, len(u))
+	decrease := make([]float64, 0, len(u))
+	request := [4]float64{p.CpuMilli, p.MemMib, p.DiskGib, p.RdmaPct}
+	for i, n := range nodes {
+		if !fresh[i] {
+			continue
+		}
+		static = append(static, WeightedCloseness(u[len(static)], weights, tau))
+		free, gpuFree := NodeAllocation(n, *pl.args.NodeDiskGiB, *pl.args.NodeRDMAPct)
+		decrease = append(decrease, FragmentationDecrease(typical[n.Node().Labels[pl.args.PoolLabel]], request,
+			int64(p.GpuCount), int64(p.GpuMilli), free, gpuFree))
+	}
+	return BlendFragmentation(static, decrease, share)
 }
 
 // allocatable is a node's [CPU milli, memory MiB, disk GiB, RDMA %] as the engine's Kubernetes source reads

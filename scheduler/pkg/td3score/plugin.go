@@ -342,30 +342,27 @@ func (pl *TD3Score) fallBack(logger klog.Logger, d *decision, nodes []fwk.NodeIn
 }
 
 // blendedStaticScores is the static score of every candidate blended with FGD's by the fragmentation
-// share over the fresh ones (fragmentation.go), as the engine's fallback scores them; a candidate without
-// fresh metrics scores NeutralScore.
+// share over the fresh ones (blendFragmentation), as the engine's fallback scores them; a candidate
+// without fresh metrics scores NeutralScore.
 func (pl *TD3Score) blendedStaticScores(p *enginev1.Pod, nodes []fwk.NodeInfo) map[string]int64 {
 	snap, now := pl.metrics.Snapshot(), pl.now()
 	scores := make(map[string]int64, len(nodes))
-	fresh := make([]string, 0, len(nodes))
-	static := make([]float64, 0, len(nodes))
-	decrease := make([]float64, 0, len(nodes))
-	request := [4]float64{p.CpuMilli, p.MemMib, p.DiskGib, p.RdmaPct}
-	for _, n := range nodes {
-		node := n.Node()
-		m, ok, recentCPU, recentMem := pl.nodeState(snap, node.Name, now)
-		if !ok {
-			scores[node.Name] = To100(NeutralScore)
+	isFresh := make([]bool, len(nodes))
+	var fresh []string
+	var u [][4]float64
+	for i, n := range nodes {
+		name := n.Node().Name
+		m, ok, recentCPU, recentMem := pl.nodeState(snap, name, now)
+		if isFresh[i] = ok; !ok {
+			scores[name] = To100(NeutralScore)
 			continue
 		}
-		free, gpuFree := NodeAllocation(n, *pl.args.NodeDiskGiB, *pl.args.NodeRDMAPct)
-		fresh = append(fresh, node.Name)
-		static = append(static, WeightedCloseness(Utilisation(p.CpuMilli, p.MemMib, m, recentCPU, recentMem),
-			pl.weights, *pl.args.FallbackTau))
-		decrease = append(decrease, FragmentationDecrease(pl.typical[node.Labels[pl.args.PoolLabel]], request,
-			int64(p.GpuCount), int64(p.GpuMilli), free, gpuFree))
+		fresh = append(fresh, name)
+		u = append(u, Utilisation(p.CpuMilli, p.MemMib, m, recentCPU, recentMem))
 	}
-	for i, score := range BlendFragmentation(static, decrease, *pl.args.FallbackFragmentation) {
+	blended := pl.blendFragmentation(p, nodes, isFresh, u, pl.weights, *pl.args.FallbackTau,
+		*pl.args.FallbackFragmentation, pl.typical)
+	for i, score := range blended {
 		scores[fresh[i]] = To100(score)
 	}
 	return scores

@@ -9,6 +9,7 @@ draining. The server binds loopback unless configured otherwise.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from concurrent import futures
@@ -19,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from td3sched.engine.decision import PodSpec
 from td3sched.engine.service import EngineService
 from td3sched.engine.state import NotReady
+from td3sched.metrics.fragmentation import typical_pods_to_json
 from td3sched.rl.observation import OBSERVATION_FIELDS
 
 try:
@@ -171,7 +173,8 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
     def GetModel(self, request, context):
         """The served model's graph (only when ``known_version`` is not the one served) and what a
         scheduler running it needs: its action mode, hold, observation layout, shadow mode, staleness,
-        and the cluster's recent OOM kills (the observation's field 32, from the engine's state)."""
+        the cluster's recent OOM kills (the observation's field 32, from the engine's state) and, for a
+        fragmentation share, the typical pods it is measured with."""
         def run():
             engine = self.service.engine
             actor = engine.models.actor
@@ -183,7 +186,8 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
             graph = b"" if request.known_version == actor.version else getattr(actor, "graph", b"")
             return engine_pb2.GetModelResponse(model_version=actor.version, onnx=graph, action_mode=actor.action_mode,
                                                dimensions=list(getattr(actor, "dimensions", ())),
-                                               action_hold_s=float(getattr(actor, "action_hold_s", 0.0)), **common)
+                                               action_hold_s=float(getattr(actor, "action_hold_s", 0.0)),
+                                               typical_pods=typical_pods_json(actor), **common)
         return self._guard("get_model", context, run)
 
     def GetNodeMetrics(self, request, context):
@@ -198,6 +202,16 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
                 raise NotReady("no node metrics yet: the engine's metrics source has not published a snapshot")
             return node_metrics_reply(snap, known, state.last_refresh_failed, state.last_error)
         return self._guard("get_node_metrics", context, run)
+
+
+def typical_pods_json(actor) -> str:
+    """A served model's typical pods as GetModel sends them (``typical_pods_to_json``'s form), for a model
+    with a fragmentation share; "" for any other."""
+    typical = getattr(actor, "typical_pods", None)
+    if typical is None or "frag" not in getattr(actor, "dimensions", ()):
+        return ""
+    names, pools = typical
+    return json.dumps(typical_pods_to_json(pools, names), separators=(",", ":"))
 
 
 class GrpcFrontDoor:

@@ -23,9 +23,13 @@ constants:
                    nodes' allocation, ``state.gpu_layout`` of whole GPUs, each node's pool by name,
                    ``static_weights.blend_fragmentation`` over the fresh candidates); the plugin's Go
                    fallback with ``fallbackFragmentation`` is held to it
+    fragmentation_decisions
+                   the engine's decision serving the shipped blend (a model of action mode
+                   fragmentation) on such nodes, with the typical pods GetModel sends: what the
+                   plugin's in-process inference of such a model must answer
     actor          a shipped model's ONNX graph (``ACTOR_MODEL``) run by ONNX Runtime on observations
                    around its normaliser and past its clip, and ``rl.actions.decode`` of pre-activations
-                   in every action mode the plugin scores (full, seed, ceiling): the plugin's own
+                   in the action modes full, seed and ceiling: the plugin's own
                    inference (``scheduler/pkg/actor``) is held to both
 
 ``td3sched plugin-vectors`` writes the file (``scheduler/testdata/vectors.json``); a Python test checks
@@ -332,22 +336,27 @@ def _random_typical(rng: np.random.Generator, pools: tuple[str, ...]):
     return pools, PoolTypicalPods(tuple(sets))
 
 
-def fallback_fragmentation_vectors(rng: np.random.Generator, n: int = 24) -> list[dict]:
-    """The engine's fallback blended with FGD's score (see the module docstring): nodes as a v1.Node and
-    the scheduler's NodeInfo state them (allocatable and the bound pods' requests in whole milli-cores,
-    MiB, GiB and RDMA percents; whole GPUs, some requested; a pool label, some of a pool the typical pods
-    do not name, some without one), some with stale metrics; pods with and without GPUs."""
+def fragmentation_vectors(rng: np.random.Generator, n: int = 24, model: bool = False) -> list[dict]:
+    """Scores blended with FGD's (see the module docstring): the engine's fallback with a fragmentation
+    share, or (``model``) the engine's decision serving the shipped blend ``BLEND_MODEL`` (a model of
+    action mode fragmentation, run by ONNX Runtime, its card's typical pods). Nodes as a v1.Node and the
+    scheduler's NodeInfo state them (allocatable and the bound pods' requests in whole milli-cores, MiB,
+    GiB and RDMA percents; whole GPUs, some requested; a pool label, some of a pool the typical pods do
+    not name, some without one), some with stale metrics; pods with and without GPUs."""
     from td3sched.engine.decision import DecisionEngine, FragmentationMeasure, ModelSlot
+    from td3sched.engine.grpc_server import typical_pods_json
     from td3sched.engine.state import Allocation, ShadowState, Staleness, gpu_layout
     from td3sched.metrics.fragmentation import read_typical_pods, typical_pods_to_json
-    from td3sched.rl.card import CARD_FILE
+    from td3sched.rl.card import CARD_FILE, ONNX_FILE
+    from td3sched.rl.onnx_actor import load_actor
 
     repo = Path(__file__).resolve().parents[3]
     shipped = read_typical_pods(repo / "models" / BLEND_MODEL / CARD_FILE)
+    blend = load_actor(repo / "models" / BLEND_MODEL) if model else None
     out = []
     while len(out) < n:
         i = len(out)
-        names, typical = shipped if i % 3 == 0 else _random_typical(rng, ("p0", "p1"))
+        names, typical = shipped if model or i % 3 == 0 else _random_typical(rng, ("p0", "p1"))
         known = int(rng.choice([4, 12, 30]))
         now = float(rng.uniform(1.6e9, 1.8e9))
         cores = rng.choice([16.0, 64.0, 96.0], size=known)
@@ -370,7 +379,7 @@ def fallback_fragmentation_vectors(rng: np.random.Generator, n: int = 24) -> lis
         state.publish(NodeSnapshot(node_names, alloc, cap, observed, scraped, allocation=allocation))
         weights = rng.dirichlet(np.ones(4)) if i % 2 else np.array([1.0, 0.0, 0.0, 0.0])
         tau, share = float(rng.choice([0.0, 0.4, 0.7])), float(rng.choice([0.25, 0.5, 1.0]))
-        engine = DecisionEngine(state, ModelSlot(None), weights, tau, fallback_fragmentation=share,
+        engine = DecisionEngine(state, ModelSlot(blend), weights, tau, fallback_fragmentation=share,
                                 fallback_measure=FragmentationMeasure(names, typical))
         k = int(rng.integers(1, known + 1))
         candidates = [node_names[j] for j in np.sort(rng.choice(known, size=k, replace=False))]
@@ -382,8 +391,12 @@ def fallback_fragmentation_vectors(rng: np.random.Generator, n: int = 24) -> lis
         d = engine.decide(pod, candidates)
         if any(_near_half(float(x)) for x in d.scores):
             continue  # the two languages' last bits may round this one differently
-        out.append({"now_s": now, "weights": weights.tolist(), "tau": tau, "share": share,
-                    "typical_pods": typical_pods_to_json(typical, names),
+        if model:
+            weights, tau, share = d.weights, d.tau, d.fragmentation
+        out.append({"now_s": now, "weights": [float(w) for w in weights], "tau": float(tau), "share": float(share),
+                    "typical_pods": json.loads(typical_pods_json(blend)) if model else
+                    typical_pods_to_json(typical, names),
+                    **({"model": f"models/{BLEND_MODEL}/{ONNX_FILE}", "version": blend.version} if model else {}),
                     "nodes": [{"name": node_names[j], "allocatable": alloc[j].tolist(),
                                "requested": requested[j].tolist(), "gpus": int(gpus[j]),
                                "gpus_requested": int(gpus_requested[j]), "pool": pools[j],
@@ -415,7 +428,8 @@ def vectors(seed: int = 11) -> dict:
     out["observation"] = observation_vectors(rng)
     out["actor"] = actor_vectors(rng, out["observation"])
     out["decisions"] = decision_vectors(rng)
-    out["fallback_fragmentation"] = fallback_fragmentation_vectors(rng)
+    out["fallback_fragmentation"] = fragmentation_vectors(rng)
+    out["fragmentation_decisions"] = fragmentation_vectors(rng, 16, model=True)
     return out
 
 

@@ -916,8 +916,12 @@ type GetModelResponse struct {
 	// the observation reads it (a scheduler running the model need not query it itself). 0 before the
 	// state's first snapshot.
 	OomKillsRecent float64 `protobuf:"fixed64,9,opt,name=oom_kills_recent,json=oomKillsRecent,proto3" json:"oom_kills_recent,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A model with a fragmentation share (dimension "frag"): the typical pods its card measures the share
+	// with, per pool by name, as JSON ({"pools": [...], "sets": [...]}, metrics/fragmentation.py
+	// typical_pods_to_json); "" for other models.
+	TypicalPods   string `protobuf:"bytes,10,opt,name=typical_pods,json=typicalPods,proto3" json:"typical_pods,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetModelResponse) Reset() {
@@ -1011,6 +1015,13 @@ func (x *GetModelResponse) GetOomKillsRecent() float64 {
 		return x.OomKillsRecent
 	}
 	return 0
+}
+
+func (x *GetModelResponse) GetTypicalPods() string {
+	if x != nil {
+		return x.TypicalPods
+	}
+	return ""
 }
 
 // The node metrics the engine's shadow state holds, as its metrics source took them (before its assign
@@ -1237,7 +1248,7 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\baccepted\x18\x01 \x01(\rR\baccepted\x12\x1a\n" +
 	"\brejected\x18\x02 \x03(\tR\brejected\"6\n" +
 	"\x0fGetModelRequest\x12#\n" +
-	"\rknown_version\x18\x01 \x01(\tR\fknownVersion\"\xc6\x02\n" +
+	"\rknown_version\x18\x01 \x01(\tR\fknownVersion\"\xe9\x02\n" +
 	"\x10GetModelResponse\x12#\n" +
 	"\rmodel_version\x18\x01 \x01(\tR\fmodelVersion\x12\x12\n" +
 	"\x04onnx\x18\x02 \x01(\fR\x04onnx\x12\x1f\n" +
@@ -1251,7 +1262,9 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\badvisory\x18\a \x01(\bR\badvisory\x12\x1f\n" +
 	"\vfail_closed\x18\b \x01(\bR\n" +
 	"failClosed\x12(\n" +
-	"\x10oom_kills_recent\x18\t \x01(\x01R\x0eoomKillsRecent\"@\n" +
+	"\x10oom_kills_recent\x18\t \x01(\x01R\x0eoomKillsRecent\x12!\n" +
+	"\ftypical_pods\x18\n" +
+	" \x01(\tR\vtypicalPods\"@\n" +
 	"\x15GetNodeMetricsRequest\x12'\n" +
 	"\x10known_taken_at_s\x18\x01 \x01(\x01R\rknownTakenAtS\"\x92\x02\n" +
 	"\x16GetNodeMetricsResponse\x12\x1c\n" +
