@@ -22,7 +22,7 @@ import pytest
 from td3sched.policy.static_weights import weighted_closeness
 from tests.engine.prometheus_harness import free_port, wait_for
 from tests.k8s.conftest import HOT_NODE, NODES
-from tests.k8s.control_plane import MODEL, Engine, extender_config, plugin_config
+from tests.k8s.control_plane import MODEL, REPO, Engine, extender_config, plugin_config
 
 PLUGIN_SCHEDULER = "td3-scheduler"
 EXTENDER_SCHEDULER = "td3-extender"
@@ -131,6 +131,28 @@ def test_plugin_runs_the_engines_model_itself(cluster, engine, prometheus, names
     assert scheduler.metric("td3score_decisions_total", source="engine") == 0
     assert scheduler.metric("td3score_fallbacks_total") == 0
     assert scheduler.metric("td3score_safety_filtered_nodes_total") >= len(names)
+
+
+def test_plugin_runs_a_fragmentation_model_itself(cluster, prometheus, processes, namespace, start_scheduler,
+                                                  tmp_path):
+    """``inference: plugin`` with the shipped blend served (action mode fragmentation): GetModel sends its
+    card's typical pods with the graph, so the scheduler decides each pod itself, the share included; no
+    pod falls back. That its scores are the engine's is the Go tests' (fragmentation_decisions)."""
+    engine = Engine(tmp_path / "engine", prometheus, processes, model=str(REPO / "models" / "static-blend-dlrm-small"),
+                    kubernetes={"kubeconfig": str(cluster.kubeconfig)})  # its own decisions need the allocation
+    try:
+        engine.wait_fresh([n[0] for n in NODES])
+        scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{engine.grpc_port}", prometheus,
+                                                            inference="plugin"))
+        assert wait_for(lambda: scheduler.metric("td3score_model_refreshes_total", result="loaded") >= 1 or None,
+                        deadline_s=60, every_s=0.2), "the plugin did not load the engine's fragmentation model"
+        names = create_pods(cluster, namespace, PLUGIN_SCHEDULER, 12)
+        bound = wait_bound(cluster, namespace, names)
+        assert HOT_NODE not in bound.values(), f"a pod was bound to {HOT_NODE}, over the safety threshold"
+        assert scheduler.metric("td3score_decisions_total", source="plugin") == len(names)
+        assert scheduler.metric("td3score_fallbacks_total") == 0
+    finally:
+        engine.stop()
 
 
 def held_copy(model, folder, hold_s: float):
