@@ -106,14 +106,20 @@ def test_plugin_binds_where_the_engine_scores_highest(cluster, engine, prometheu
     assert scheduler.metric("td3score_node_metrics_refreshes_total", reader="prometheus") == 0
 
 
-def test_plugin_runs_the_engines_model_itself(cluster, engine, prometheus, namespace, start_scheduler):
-    """``inference: plugin``: the scheduler fetches the engine's graph (GetModel) and decides each pod
-    itself, no ScoreNodes call; the bindings still reach the engine (in batches), the safety filter still
-    holds. That its scores are the engine's is the Go tests' (the shared vectors)."""
+def start_inference_in_plugin(engine, prometheus, start_scheduler):
+    """The td3-scheduler with ``inference: plugin`` on ``engine``, once it has loaded the engine's model."""
     scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{engine.grpc_port}", prometheus,
                                                         inference="plugin"))
     assert wait_for(lambda: scheduler.metric("td3score_model_refreshes_total", result="loaded") >= 1 or None,
                     deadline_s=60, every_s=0.2), "the plugin did not load the engine's model"
+    return scheduler
+
+
+def test_plugin_runs_the_engines_model_itself(cluster, engine, prometheus, namespace, start_scheduler):
+    """``inference: plugin``: the scheduler fetches the engine's graph (GetModel) and decides each pod
+    itself, no ScoreNodes call; the bindings still reach the engine (in batches), the safety filter still
+    holds. That its scores are the engine's is the Go tests' (the shared vectors)."""
+    scheduler = start_inference_in_plugin(engine, prometheus, start_scheduler)
     names = create_pods(cluster, namespace, PLUGIN_SCHEDULER, 24)
     bound = wait_bound(cluster, namespace, names)
     assert HOT_NODE not in bound.values(), f"a pod was bound to {HOT_NODE}, over the safety threshold"
@@ -142,10 +148,7 @@ def test_plugin_runs_a_fragmentation_model_itself(cluster, prometheus, processes
                     kubernetes={"kubeconfig": str(cluster.kubeconfig)})  # its own decisions need the allocation
     try:
         engine.wait_fresh([n[0] for n in NODES])
-        scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{engine.grpc_port}", prometheus,
-                                                            inference="plugin"))
-        assert wait_for(lambda: scheduler.metric("td3score_model_refreshes_total", result="loaded") >= 1 or None,
-                        deadline_s=60, every_s=0.2), "the plugin did not load the engine's fragmentation model"
+        scheduler = start_inference_in_plugin(engine, prometheus, start_scheduler)
         names = create_pods(cluster, namespace, PLUGIN_SCHEDULER, 12)
         bound = wait_bound(cluster, namespace, names)
         assert HOT_NODE not in bound.values(), f"a pod was bound to {HOT_NODE}, over the safety threshold"
