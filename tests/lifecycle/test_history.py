@@ -312,3 +312,37 @@ def test_some_columns_read_as_the_whole_history_orders_them(tmp_path):
     assert some.column("pod_name").to_pylist() == ["p1", "p2", "p0"]
     with pytest.raises(ValueError, match=r"history columns \['nosuch'\]: expected some of schema_version"):
         read_history(tmp_path, ["nosuch"])
+
+
+def test_a_writer_writes_a_row_group_once_it_holds_enough_candidates(tmp_path):
+    """Rows of many candidates (a decision over thousands of nodes) are written in groups bounded by
+    their candidates, not only by their number, so the writer's buffer stays small; the file reads the
+    same."""
+    from td3sched.lifecycle.history import HistoryWriter
+
+    row = _one_row()
+    wide = {**row, "candidates": [{**row["candidates"][0], "node": f"n{j}"} for j in range(100)], "chosen_node": "n0"}
+    writer = HistoryWriter(tmp_path / "h.parquet", rows_per_group=1000, candidates_per_group=250)
+    for i in range(7):
+        writer.append({**wide, "decision_id": f"d{i}", "time_s": float(i)})
+    writer.close()
+    assert pq.ParquetFile(tmp_path / "h.parquet").metadata.num_row_groups == 3  # 3 rows (300 candidates) a group
+    back = read_history(tmp_path / "h.parquet").to_pylist()
+    assert [r["decision_id"] for r in back] == [f"d{i}" for i in range(7)] and len(back[0]["candidates"]) == 100
+
+
+def test_the_recorder_holds_pending_candidates_as_arrays_and_writes_them_as_before(tmp_path):
+    """A row waits for its pod to leave; its candidates wait as arrays (``PendingCandidates``), made into
+    the schema's records only when written: the same records."""
+    from td3sched.lifecycle.record import PendingCandidates, written
+
+    names = np.array(["a", "b"], dtype=object)
+    pending = PendingCandidates(names, np.array([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8]]), np.array([0.9, 0.1]),
+                                np.array([[0.2, 0.3], [0.4, 0.5]]))
+    row = written({"decision_id": "d", "candidates": pending})
+    assert row["candidates"] == [
+        {"node": "a", "u_cpu": 0.1, "u_mem": 0.2, "u_io": 0.3, "u_net": 0.4, "stale": False, "score": 0.9,
+         "r_cpu": 0.2, "r_mem": 0.3},
+        {"node": "b", "u_cpu": 0.5, "u_mem": 0.6, "u_io": 0.7, "u_net": 0.8, "stale": False, "score": 0.1,
+         "r_cpu": 0.4, "r_mem": 0.5}]
+    assert all(type(v) in (str, float, bool) for c in row["candidates"] for v in c.values())

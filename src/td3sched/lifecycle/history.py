@@ -71,6 +71,9 @@ U_FIELDS = ("u_cpu", "u_mem", "u_io", "u_net")
 R_FIELDS = ("r_cpu", "r_mem")
 ROWS_PER_GROUP = 4096
 """Decisions per Parquet row group (what a writer holds in memory before it writes)."""
+CANDIDATES_PER_GROUP = 1 << 18
+"""A row group is written once it holds this many candidates, whatever its rows (a decision over thousands
+of nodes is thousands of candidate records): the writer's buffer stays some hundred megabytes."""
 
 CANDIDATE_V2 = pa.struct([
     ("node", pa.string()),
@@ -143,26 +146,30 @@ class HistoryWriter:
     """Writes decisions to one Parquet file: rows are buffered and written a row group at a time to a
     temporary file beside ``path``, renamed over it by ``close`` (a failed run leaves no file)."""
 
-    def __init__(self, path, rows_per_group: int = ROWS_PER_GROUP):
+    def __init__(self, path, rows_per_group: int = ROWS_PER_GROUP,
+                 candidates_per_group: int = CANDIDATES_PER_GROUP):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         self.rows_per_group = rows_per_group
+        self.candidates_per_group = candidates_per_group
         self._rows: list[dict] = []
+        self._candidates = 0
         self._writer = pq.ParquetWriter(self.tmp, SCHEMA)
         self.written = 0
 
     def append(self, row: dict) -> None:
         _check_row(row, str(self.path))
         self._rows.append({"schema_version": SCHEMA_VERSION, **row})
-        if len(self._rows) >= self.rows_per_group:
+        self._candidates += len(row["candidates"])
+        if len(self._rows) >= self.rows_per_group or self._candidates >= self.candidates_per_group:
             self.flush()
 
     def flush(self) -> None:
         if self._rows:
             self._writer.write_table(pa.Table.from_pylist(self._rows, schema=SCHEMA))
             self.written += len(self._rows)
-            self._rows = []
+            self._rows, self._candidates = [], 0
 
     def close(self) -> None:
         """Write what is buffered, fsync and rename the file into place."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,32 @@ from td3sched.simulator.cluster import Cluster
 
 def _limit(v: float) -> float | None:
     return None if math.isinf(v) else float(v)
+
+
+@dataclass(frozen=True)
+class PendingCandidates:
+    """A pending row's candidates as arrays (names [k], utilisation [k, 4], scores [k], requested CPU and
+    memory [k, 2]): a row waits for its pod to leave, and on a cluster of thousands of nodes a day's rows
+    as lists of dicts would hold gigabytes; ``rows`` makes the schema's dicts when the row is written."""
+
+    names: np.ndarray
+    u: np.ndarray
+    scores: np.ndarray
+    r: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def rows(self) -> list[dict]:
+        return [{"node": str(n), "u_cpu": float(u[0]), "u_mem": float(u[1]), "u_io": float(u[2]),
+                 "u_net": float(u[3]), "stale": False, "score": float(s), "r_cpu": float(r[0]), "r_mem": float(r[1])}
+                for n, u, s, r in zip(self.names, self.u, self.scores, self.r)]
+
+
+def written(row: dict) -> dict:
+    """``row`` as the history schema holds it (its candidates as dicts)."""
+    c = row["candidates"]
+    return {**row, "candidates": c.rows()} if isinstance(c, PendingCandidates) else row
 
 
 class HistoryRecorder(Policy):
@@ -110,7 +137,7 @@ class HistoryRecorder(Policy):
         if seq in self._left and seq in self._rewarded:
             self._left.discard(seq)
             self._rewarded.discard(seq)
-            self.writer.append(self._rows.pop(seq))
+            self.writer.append(written(self._rows.pop(seq)))
 
     @property
     def fingerprint(self) -> str:
@@ -145,12 +172,9 @@ class HistoryRecorder(Policy):
         if model is not None:  # td3: the deterministic actor, recomputed (same input, same action)
             action = [float(x) for x in model.act(d["obs"])]
             version = getattr(model, "version", None) or model.content_sha256[:12]
-        names = cluster.names[d["nodes"]]
         where = np.flatnonzero(d["nodes"] == node)
-        candidates = [{"node": str(n), "u_cpu": float(u[0]), "u_mem": float(u[1]), "u_io": float(u[2]),
-                       "u_net": float(u[3]), "stale": False, "score": float(s), "r_cpu": float(r[0]),
-                       "r_mem": float(r[1])}
-                      for n, u, s, r in zip(names, d["u"], d["scores"], d["r"])]
+        candidates = PendingCandidates(cluster.names[d["nodes"]], np.array(d["u"], dtype=np.float64),
+                                       np.array(d["scores"], dtype=np.float64), np.array(d["r"], dtype=np.float64))
         i = pod.index
         self._decisions += 1
         return {
@@ -204,7 +228,7 @@ class HistoryRecorder(Policy):
         left and close the file; the decisions recorded."""
         self._claim(self._end_s)
         for seq in sorted(self._rows):
-            self.writer.append(self._rows[seq])
+            self.writer.append(written(self._rows[seq]))
         self._rows.clear()
         self.writer.close()
         return self._decisions
