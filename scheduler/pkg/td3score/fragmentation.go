@@ -6,8 +6,9 @@ import (
 	"math"
 	"os"
 
-	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"td3-scheduler/scheduler/pkg/nodemetrics"
 )
 
 // The fragmentation share of the static score (fallbackFragmentation): the static score blended with
@@ -203,29 +204,13 @@ func GPULayout(gpus, used int64) []int64 {
 // minus requested CPU milli, memory MiB, disk GiB and RDMA % (a node whose allocatable lists no disk or
 // RDMA has diskGiB and rdmaPct, the engine's assumptions), and its GPUs' layout.
 func NodeAllocation(nodeInfo fwk.NodeInfo, diskGiB, rdmaPct float64) ([4]float64, []int64) {
-	alloc, req := nodeInfo.GetAllocatable(), nodeInfo.GetRequested()
-	scalar := func(r fwk.Resource, name v1.ResourceName) (int64, bool) {
-		v, ok := r.GetScalarResources()[name]
-		return v, ok
-	}
-	disk := diskGiB
-	if bytes := alloc.GetEphemeralStorage(); bytes > 0 {
-		disk = float64(bytes) / GiB
-	}
-	rdma := rdmaPct
-	if v, ok := scalar(alloc, rdmaResource); ok {
-		rdma = float64(v)
-	}
-	reqRDMA, _ := scalar(req, rdmaResource)
-	free := [4]float64{
-		float64(alloc.GetMilliCPU() - req.GetMilliCPU()),
-		float64(alloc.GetMemory()-req.GetMemory()) / (1 << 20),
-		disk - float64(req.GetEphemeralStorage())/GiB,
-		rdma - float64(reqRDMA),
-	}
-	gpus, _ := scalar(alloc, gpuResource)
-	used, _ := scalar(req, gpuResource)
-	return free, GPULayout(gpus, used)
+	free, req := nodeAllocatable(nodeInfo, diskGiB, rdmaPct), nodeInfo.GetRequested()
+	requested := req.GetScalarResources()
+	free[0] -= float64(req.GetMilliCPU())
+	free[1] -= float64(req.GetMemory()) / nodemetrics.MiB
+	free[2] -= float64(req.GetEphemeralStorage()) / GiB
+	free[3] -= float64(requested[rdmaResource])
+	return free, GPULayout(nodeInfo.GetAllocatable().GetScalarResources()[gpuResource], requested[gpuResource])
 }
 
 // MinMax is scores scaled to [0, 1] over one pod's candidates (all 0 when they are equal).

@@ -298,15 +298,20 @@ func (pl *TD3Score) blendFragmentation(p *enginev1.Pod, nodes []fwk.NodeInfo, fr
 	return BlendFragmentation(static, decrease, share)
 }
 
-// allocatable is a node's [CPU milli, memory MiB, disk GiB, RDMA %] as the engine's Kubernetes source reads
-// it (kubernetes_source.node_allocatable): without ephemeral storage or RDMA, the configured defaults.
+// allocatable is nodeAllocatable with the configured disk and RDMA of a node whose allocatable lists none.
 func (pl *TD3Score) allocatable(n fwk.NodeInfo) [4]float64 {
+	return nodeAllocatable(n, *pl.args.NodeDiskGiB, *pl.args.NodeRDMAPct)
+}
+
+// nodeAllocatable is a node's [CPU milli, memory MiB, disk GiB, RDMA %] as the engine's Kubernetes source
+// reads it (kubernetes_source.node_allocatable): without ephemeral storage or RDMA, diskGiB and rdmaPct.
+func nodeAllocatable(n fwk.NodeInfo, diskGiB, rdmaPct float64) [4]float64 {
 	a := n.GetAllocatable()
 	disk := float64(a.GetEphemeralStorage()) / GiB
 	if !(disk > 0) {
-		disk = *pl.args.NodeDiskGiB
+		disk = diskGiB
 	}
-	rdma := *pl.args.NodeRDMAPct
+	rdma := rdmaPct
 	if v, ok := a.GetScalarResources()[rdmaResource]; ok {
 		rdma = float64(v)
 	}
