@@ -216,9 +216,9 @@ def _rehearse(model, out, config: RehearsalConfig, progress: Callable[[str], Non
             ("record" if seed == config.seeds[0] and who == "rolling" else "run", config.scenario, policies[who],
              seed, span, tuple(period), history) for seed, who in keys], pool)))
         for seed in config.seeds:
-            runs = {who: _metrics(records[seed, who]) for who in policies}
-            runs.setdefault("frozen", runs["rolling"])
-            runs = {"rolling": runs.pop("rolling"), "frozen": runs.pop("frozen"), **runs}
+            runs = {"rolling": _metrics(records[seed, "rolling"])}
+            runs["frozen"] = _metrics(records[seed, "frozen"]) if "frozen" in policies else runs["rolling"]
+            runs.update({spec: _metrics(records[seed, spec]) for spec in config.references})
             row["runs"][str(seed)] = runs
             say(f"day {day:g} seed {seed}: {OBJECTIVE} frozen {runs['frozen'][OBJECTIVE]:.2f}, rolling "
                 f"{runs['rolling'][OBJECTIVE]:.2f} (serving {serving})"
