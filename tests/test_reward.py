@@ -2,27 +2,45 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from td3sched.reward import RewardConfig, RewardTracker, discount, overload
-from tests.simulator.worlds import BE, P, node, pool, simulate, typical, world
+from td3sched.simulator.config import LatencyModel
+from tests.simulator.worlds import BE, P, config, node, pool, profiles_from, simulate, typical, world
 
 
 def test_a_decision_is_charged_its_cost_rate_over_the_time_to_the_next_and_the_events_in_between():
     t = RewardTracker(RewardConfig(), max_nodes=20)
-    assert t.settle(0.0, [0, 0]) == 0.0 and t.count == 0        # nothing open yet: only the baseline
+    assert t.settle(0.0, [0, 0, 0]) == 0.0 and t.count == 0     # nothing open yet: only the baseline
     t.open(0.0, [10, 1.0, 0.1, 2.0])                              # N, F x N, overload, pending
-    r = t.settle(1800.0, [1, 4])
-    # half an hour of (1 x 10 + 1 x 1 + 10 x 0.1 + 2 x 2) = 8 node-hours, plus 2 x 1 OOM + 0.25 x 4 breaches
+    r = t.settle(1800.0, [1, 4, 3.0])
+    # half an hour of (1 x 10 + 1 x 1 + 10 x 0.1 + 2 x 2) = 8 node-hours, plus 2 x 1 OOM + 0.25 x 4 breaches;
+    # the 3 pod-hours above the SLO cost nothing at the default slo_hour 0
     assert r == pytest.approx(-11.0 / 20)
     res = t.result()
     assert res["cost_node_hours"] == pytest.approx(11.0) and res["episode_reward"] == pytest.approx(-0.55)
-    assert [res[f"cost_{k}"] for k in ("nodes", "fragmentation", "overload", "pending", "oom", "slo")] == \
-        pytest.approx([5.0, 0.5, 0.5, 2.0, 2.0, 1.0])
+    assert [res[f"cost_{k}"] for k in ("nodes", "fragmentation", "overload", "pending", "oom", "slo", "slo_time")] \
+        == pytest.approx([5.0, 0.5, 0.5, 2.0, 2.0, 1.0, 0.0])
     # the next decision's events count from this settle on
     t.open(1800.0, [0, 0, 0, 0])
-    assert t.settle(3600.0, [1, 5]) == pytest.approx(-0.25 / 20)
+    assert t.settle(3600.0, [1, 5, 3.0]) == pytest.approx(-0.25 / 20)
+
+
+def test_hours_above_the_slo_are_charged_at_slo_hour_from_the_last_settle_on():
+    t = RewardTracker(RewardConfig(slo_hour=0.5), max_nodes=10)
+    t.settle(0.0, [0, 0, 2.0])                                    # hours before the first decision are not its
+    t.open(0.0, [0, 0, 0, 0])
+    assert t.settle(600.0, [0, 0, 6.0]) == pytest.approx(-0.5 * 4.0 / 10)
+    assert t.result()["cost_slo_time"] == pytest.approx(2.0) and t.result()["cost_node_hours"] == pytest.approx(2.0)
+
+
+def test_settle_refuses_a_wrong_number_of_event_counts():
+    t = RewardTracker(RewardConfig())
+    with pytest.raises(ValueError, match=r"events \[0, 0\].*expected 3 counts"):
+        t.settle(0.0, [0, 0])
 
 
 def test_open_needs_a_baseline_and_bad_settings_are_refused_by_name():
@@ -97,3 +115,25 @@ def test_an_oom_kill_at_a_bind_is_charged_to_that_decision():
     m = simulate(w, end_s=5).metrics
     assert m["container_oom"] >= 1
     assert m["cost_oom"] == pytest.approx(2.0 * m["container_oom"])
+
+
+def _breaching_run(slo_hour: float):
+    # the pattern of test_metrics_by_hand's breach episodes: a latency-sensitive pod alone on a 1000m node
+    # whose CPU goes 0.5, 0.25, 0.5 of it by 300 s slots; with slo_factor 1.5 it is above its SLO in the
+    # first and third slots: ticks 60..240 and 600..840, 9 one-minute samples, 2 episodes
+    shape = np.zeros((4, 1, 3))
+    shape[0, 0] = [0.5, 0.25, 0.5]
+    w = world([pool("a", node(cpu=1000), 1)], [P("svc", ls=True, size_cpu=1000)], profiles_from(shape),
+              config(latency=LatencyModel(base_sigma=0.0, slo_factor=1.5)))
+    return simulate(replace(w, reward=RewardConfig(slo_hour=slo_hour)), end_s=900).metrics
+
+
+def test_a_run_charges_each_minute_a_pod_spends_above_its_slo_at_slo_hour():
+    priced, free = _breaching_run(2.0), _breaching_run(0.0)
+    assert priced["sla_latency_breaches"] == free["sla_latency_breaches"] == 2
+    assert priced["cost_slo_time"] == pytest.approx(2.0 * 9 / 60)    # 9 minutes above the SLO
+    assert free["cost_slo_time"] == 0.0
+    assert priced["cost_node_hours"] == pytest.approx(free["cost_node_hours"] + 2.0 * 9 / 60)
+    # the same run otherwise: the term prices it, it does not change it
+    assert {k: v for k, v in priced.items() if not k.startswith("cost_") and k != "episode_reward"} == \
+        {k: v for k, v in free.items() if not k.startswith("cost_") and k != "episode_reward"}

@@ -13,7 +13,8 @@ The cost rate of the cluster at time t, in node-equivalents (a provisioned node 
                                                           cluster's mean allocatable CPU
 
 and each event costs at once: ``oom_kill`` per kernel OOM kill (a node out of memory, or a container
-above its limit) and ``slo_breach`` per latency-SLO breach episode.
+above its limit), ``slo_breach`` per latency-SLO breach episode and ``slo_hour`` per hour a
+latency-sensitive pod spends above its SLO (its latency samples above it, each a tick long).
 
 **A semi-MDP.** The rate is read at every decision (a scheduling cycle that consulted the policy)
 and held until the next one; decision k is charged
@@ -29,7 +30,10 @@ share a scale), and a learner discounts by the time elapsed (``discount``), as D
 nodes are the unit; stranded capacity costs what the capacity costs; a node at 100% CPU costs 1.5
 nodes more (0.15 x 10: the reference design's overload weight); a pending pod's requested capacity
 costs twice what it would cost to serve it (the work not done, and the wait); an OOM kill costs two
-node-hours (the lost work of a restarted instance); a latency breach a quarter.
+node-hours (the lost work of a restarted instance); a latency breach a quarter. ``slo_hour`` is 0 by
+default: an episode is priced once however long it lasts, and the hours above the SLO are the
+tail-priced objective's term (docs/policies.md, *Pricing the tail*), which prices a breach by its
+length.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from pydantic.dataclasses import dataclass
 
 from td3sched.quantities import SETTINGS, Share, Weight
 
-COMPONENTS = ("nodes", "fragmentation", "overload", "pending", "oom", "slo")
+COMPONENTS = ("nodes", "fragmentation", "overload", "pending", "oom", "slo", "slo_time")
 """The run's cost, split: node-hours of each rate term, then the events' node-hours."""
 
 
@@ -60,6 +64,8 @@ class RewardConfig:
     """Node-hours one OOM kill costs (node or container)."""
     slo_breach: Weight = 0.25
     """Node-hours one latency-SLO breach episode costs."""
+    slo_hour: Weight = 0.0
+    """Node-hours one hour of a latency-sensitive pod above its SLO costs (0: only the episodes count)."""
     overload_util: Share = 0.85
     """Real CPU utilisation above which a node counts as overloaded."""
 
@@ -67,7 +73,7 @@ class RewardConfig:
         return np.array([self.node_hour, self.fragmentation, self.overload, self.pending])
 
     def event_weights(self) -> np.ndarray:
-        return np.array([self.oom_kill, self.slo_breach])
+        return np.array([self.oom_kill, self.slo_breach, self.slo_hour])
 
 
 def overload(cpu_utilisation: np.ndarray, provisioned: np.ndarray, threshold: float) -> float:
@@ -107,7 +113,7 @@ class RewardTracker:
         """[a decision is open, a baseline of events exists, decisions settled]"""
         self.rates = np.zeros(4)
         """The open decision's cost rate terms."""
-        self.baseline = np.zeros(2)
+        self.baseline = np.zeros(3)
         """The run's event counts when the last decision was settled: the next one's baseline."""
         self.components = np.zeros(len(COMPONENTS))
         """Node-hours of each component so far (weighted)."""
@@ -123,9 +129,12 @@ class RewardTracker:
     def settle(self, t: float, events) -> float:
         """Charge the open decision up to ``t`` with the events since it was opened; returns its
         reward (0.0 and nothing counted when none is open). ``events``: the run's event counts
-        so far [OOM kills, SLO breaches]."""
+        so far [OOM kills, SLO breach episodes, pod-hours above the SLO]."""
+        if len(events) != len(self.event_w):
+            raise ValueError(f"events {list(events)!r}: expected {len(self.event_w)} counts (OOM kills, SLO breach "
+                             "episodes, pod-hours above the SLO)")
         return settle_decision(self.scalars, self.flags, self.rates, self.baseline, self.components, self.rate_w,
-                               self.event_w, float(t), float(events[0]), float(events[1]))
+                               self.event_w, float(t), float(events[0]), float(events[1]), float(events[2]))
 
     def open(self, t: float, rates) -> None:
         """Start a decision at ``t`` with the cost rate terms of the cluster after it."""
@@ -159,11 +168,11 @@ class StepRewardTracker(RewardTracker):
 
 
 @njit(cache=True, nogil=True)
-def settle_decision(scalars, flags, rates, baseline, components, rate_w, event_w, t, oom, slo):
+def settle_decision(scalars, flags, rates, baseline, components, rate_w, event_w, t, oom, slo, slo_time):
     """``RewardTracker.settle`` on its arrays: the open decision's rate terms over the hours since
     it opened plus the events since the baseline, added to the components; returns its reward."""
-    b_oom, b_slo = baseline[0], baseline[1]
-    baseline[0], baseline[1] = oom, slo
+    b_oom, b_slo, b_time = baseline[0], baseline[1], baseline[2]
+    baseline[0], baseline[1], baseline[2] = oom, slo, slo_time
     flags[1] = 1
     if flags[0] == 0:
         return 0.0
@@ -179,6 +188,9 @@ def settle_decision(scalars, flags, rates, baseline, components, rate_w, event_w
     cost += c
     c = event_w[1] * (slo - b_slo)
     components[5] += c
+    cost += c
+    c = event_w[2] * (slo_time - b_time)
+    components[6] += c
     cost += c
     r = -cost / scalars[2]
     scalars[1] += r

@@ -266,7 +266,7 @@ def run_events(
         # the reward
         frag_args, frag_cache, cpu_cores, inv_alloc_cpu, prov_f, prov_count, prov_alloc_cpu, overload_util,
         stale_blocks, block_sums,
-        r_scalars, r_flags, r_rates, r_baseline, r_components, rate_w, event_w, oom_events, slo_events,
+        r_scalars, r_flags, r_rates, r_baseline, r_components, rate_w, event_w, oom_events, slo_events, slo_time_events,
         # the autoscaler's scans
         next_scan, scan_s, last_scale_up_s, scale_down_delay_s, scale_down_threshold, unneeded_since, unneeded_s,
         util, ripe,
@@ -400,7 +400,7 @@ def run_events(
         pending_cpu_arr[0] += nonzero[pod, 0]
         counters[1] += 1
         settle_decision(r_scalars, r_flags, r_rates, r_baseline, r_components, rate_w, event_w, t, oom_events,
-                        slo_events)
+                        slo_events, slo_time_events)
         # Score and Select (ties at random, with the run's generator)
         nodes = scratch[:count].copy()
         out = scores[:count]
