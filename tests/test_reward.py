@@ -131,7 +131,8 @@ def _breaching_run(slo_hour: float):
 def test_a_run_charges_each_minute_a_pod_spends_above_its_slo_at_slo_hour():
     priced, free = _breaching_run(2.0), _breaching_run(0.0)
     assert priced["sla_latency_breaches"] == free["sla_latency_breaches"] == 2
-    assert priced["cost_slo_time"] == pytest.approx(2.0 * 9 / 60)    # 9 minutes above the SLO
+    assert priced["latency_breach_hours"] == free["latency_breach_hours"] == pytest.approx(9 / 60)  # 9 minutes
+    assert priced["cost_slo_time"] == pytest.approx(2.0 * 9 / 60)
     assert free["cost_slo_time"] == 0.0
     assert priced["cost_node_hours"] == pytest.approx(free["cost_node_hours"] + 2.0 * 9 / 60)
     # the same run otherwise: the term prices it, it does not change it

@@ -1248,7 +1248,8 @@ def rehearse_cmd(
     seeds: int = typer.Option(2, min=1, help="Seeds 1..N each period is served on by both models (seed 1 is the "
                                              "history)."),
     window: str = typer.Option("7d", help="The fine-tune's window of the history."),
-    steps: int = typer.Option(600, min=2, help="The fine-tune's TD3 steps (finetune --method replay)."),
+    steps: int = typer.Option(600, min=0, help="The fine-tune's TD3 steps (finetune --method replay); 0: no "
+                              "fine-tune or gate, the model against the references a period at a time."),
     learning_rate: float = typer.Option(1e-4, "--lr", help="The fine-tune's learning rate."),
     gate_window: str = typer.Option("1d", help="The window the gate replays."),
     gate_seeds: int = typer.Option(3, min=2, help="The gate's seeds 1..N."),

@@ -90,7 +90,37 @@ def test_the_report_has_a_row_per_period_and_the_totals(rehearsed, tmp_path):
     assert f"Total cost: frozen {frozen:.1f}" in text and "(4 pairs)" in text
     reference = sum(r["runs"][s][REFERENCE]["cost_node_hours"] for r in rows for s in r["runs"])
     assert f"| cost {REFERENCE} |" in text and f"- `{REFERENCE}`: total {reference:.1f}; frozen - it" in text
+    hours = sum(r["runs"][s][REFERENCE]["latency_breach_hours"] for r in rows for s in r["runs"])
+    oom = sum(r["runs"][s][REFERENCE]["oom_kills_total"] for r in rows for s in r["runs"])
+    totals = [line for line in text.splitlines() if line.startswith(f"| `{REFERENCE}` | ")]
+    assert len(totals) == 1
+    cells = totals[0].strip("| ").split(" | ")  # policy, cost, cpu_util, fragmentation, P99, OOM, overload, hours
+    assert (cells[1], cells[5], cells[7]) == (f"{reference:,.1f}", f"{oom:,.0f}", f"{hours:,.1f}")
     assert png.stat().st_size > 10_000
+
+
+def test_without_the_lifecycle_the_model_serves_every_period_beside_the_references(rehearsed, tmp_path):
+    """``steps`` 0: no history, candidate or gate; each period's runs are the ones the lifecycle's rehearsal
+    ran with the same model serving (its first period's, run for run), and the rows keep the objective's
+    parts, which add up to its cost."""
+    import dataclasses
+
+    _, rows = rehearsed
+    out = tmp_path / "plain"
+    plain = rehearse(_held(), out, dataclasses.replace(CONFIG, steps=0))
+    assert [r["day"] for r in plain] == [0.5, 0.625]
+    assert all("candidate" not in r and "gate" not in r and r["serving"] == r["frozen"] for r in plain)
+    assert plain[0]["runs"] == rows[0]["runs"]
+    assert not list((out / "history").glob("*.parquet")) and not (out / "candidates").exists()
+    for r in plain:
+        for runs in r["runs"].values():
+            m = runs[REFERENCE]
+            parts = sum(v for k, v in m.items() if k.startswith("cost_") and k != "cost_node_hours")
+            assert parts == pytest.approx(m["cost_node_hours"], rel=1e-12)
+    text = report(out)[0].read_text()
+    assert "No fine-tune (steps 0)" in text and "Candidates promoted" not in text
+    with pytest.raises(ValueError, match="rehearsal steps 1: expected 0"):
+        dataclasses.replace(CONFIG, steps=1)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -18,6 +18,10 @@ span rolled through:
 period on the same seeds, beside the two models, so that the report says what learning is worth against
 a score that needs none (paired by period and seed, as frozen and rolling are).
 
+**Without the lifecycle** (``steps`` 0): no history, fine-tune or gate; the model serves every period as
+it came, beside the references: a model against them a day at a time, paired by (day, seed), at a third of
+the rehearsal's cost.
+
 Each period's row (both models' metrics per seed, the references', the candidate, the gate's verdict and figures) is
 appended to ``rows.jsonl`` once the period is done, and a rerun of the same command goes on after the
 last row (nothing done is lost on a crash; a period cut short is run again whole, from the model that
@@ -38,12 +42,15 @@ from typing import Callable
 
 import numpy as np
 
+from td3sched.reward import COMPONENTS
+
 ROWS_FILE = "rows.jsonl"
 SETTINGS_FILE = "rehearsal.json"
 OBJECTIVE = "cost_node_hours"
 METRICS = (OBJECTIVE, "cpu_util", "fragmentation", "latency_p99_ms", "oom_kills_total", "overload_node_frac",
-           "pending_p99_s", "episode_reward")
-"""Kept per run: the gate's objective, the case study's four metrics, the gate's other safety metrics."""
+           "pending_p99_s", "episode_reward", *(f"cost_{part}" for part in COMPONENTS), "latency_breach_hours")
+"""Kept per run: the gate's objective, the case study's four metrics, the gate's other safety metrics, the
+objective's parts and the hours above the latency SLO (so the cost can be priced again from the rows)."""
 MODELS = ("frozen", "rolling")
 """The two models of a period's runs; the references are keyed by their specs beside them."""
 PERIOD_SPAN = "period"
@@ -64,7 +71,7 @@ class RehearsalConfig:
     window: str = "7d"
     """The fine-tune's window of the history."""
     steps: int = 600
-    """The fine-tune's TD3 steps."""
+    """The fine-tune's TD3 steps; 0: no fine-tune, history or gate (the model and the references alone)."""
     learning_rate: float = 1e-4
     """The fine-tune's learning rate."""
     gate_window: str = "1d"
@@ -92,6 +99,8 @@ class RehearsalConfig:
                              "day(s): expected a span of at least one positive period (--days, --period)")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"rehearsal seeds {list(self.seeds)}: expected distinct seeds")
+        if not (isinstance(self.steps, int) and (self.steps == 0 or self.steps >= 2)):
+            raise ValueError(f"rehearsal steps {self.steps!r}: expected 0 (no fine-tune) or a whole number >= 2")
         parse_window(self.window)
         parse_window(self.gate_window)
 
@@ -213,8 +222,8 @@ def _rehearse(model, out, config: RehearsalConfig, progress: Callable[[str], Non
                     **{spec: spec for spec in config.references}}
         keys = [(seed, who) for seed in config.seeds for who in policies]
         records = dict(zip(keys, run_all(_serve, [
-            ("record" if seed == config.seeds[0] and who == "rolling" else "run", config.scenario, policies[who],
-             seed, span, tuple(period), history) for seed, who in keys], pool)))
+            ("record" if config.steps and seed == config.seeds[0] and who == "rolling" else "run", config.scenario,
+             policies[who], seed, span, tuple(period), history) for seed, who in keys], pool)))
         for seed in config.seeds:
             runs = {"rolling": _metrics(records[seed, "rolling"])}
             runs["frozen"] = _metrics(records[seed, "frozen"]) if "frozen" in policies else runs["rolling"]
@@ -223,7 +232,7 @@ def _rehearse(model, out, config: RehearsalConfig, progress: Callable[[str], Non
             say(f"day {day:g} seed {seed}: {OBJECTIVE} frozen {runs['frozen'][OBJECTIVE]:.2f}, rolling "
                 f"{runs['rolling'][OBJECTIVE]:.2f} (serving {serving})"
                 + "".join(f", {spec} {runs[spec][OBJECTIVE]:.2f}" for spec in config.references))
-        if end < config.end_day - 1e-9:  # the last period's candidate would serve nothing
+        if config.steps and end < config.end_day - 1e-9:  # the last period's candidate would serve nothing
             candidate_dir = out / "candidates" / f"day-{day:g}"
             if candidate_dir.exists():  # a crash after the fine-tune: trained again, from the same seed
                 import shutil
@@ -305,6 +314,20 @@ def report(out, rows: list[dict] | None = None) -> tuple[Path, Path]:
                      + f"{pair('cpu_util', '.4f')} | "
                      f"{pair('fragmentation', '.4f')} | {pair('latency_p99_ms', '.1f')} | "
                      f"{pair('oom_kills_total', '.1f')} | {verdict} |")
+    lines += ["", "Over the periods and seeds: the cost and the OOM kills summed, the other metrics' means:", "",
+              "| policy | cost | cpu_util | fragmentation | P99 ms | OOM kills | overload | hours above the SLO |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    served = MODELS if any(r["serving"] != r["frozen"] for r in rows) else ("frozen",)  # else the same runs
+    for who in (*served, *references):
+        runs = [r["runs"][s][who] for r in rows for s in r["runs"]]
+        kept = all("latency_breach_hours" in m for m in runs)  # not in rows written before the rows kept it
+        hours = f"{sum(m['latency_breach_hours'] for m in runs):,.1f}" if kept else "-"
+        lines.append(f"| {who if who in MODELS else f'`{who}`'} | {sum(m[OBJECTIVE] for m in runs):,.1f} | "
+                     f"{np.mean([m['cpu_util'] for m in runs]):.4f} | "
+                     f"{np.mean([m['fragmentation'] for m in runs]):.4f} | "
+                     f"{np.mean([m['latency_p99_ms'] for m in runs]):.1f} | "
+                     f"{sum(m['oom_kills_total'] for m in runs):,.0f} | "
+                     f"{np.mean([m['overload_node_frac'] for m in runs]):.4f} | {hours} |")
     frozen, rolling = cost_by_run(rows, "frozen"), cost_by_run(rows, "rolling")
     diff = paired_difference(rolling, frozen)  # frozen - rolling: saved
     promoted = sum(1 for r in rows if r.get("gate", {}).get("promote"))
@@ -316,9 +339,13 @@ def report(out, rows: list[dict] | None = None) -> tuple[Path, Path]:
         to_frozen, to_rolling = paired_difference(ref, frozen), paired_difference(ref, rolling)
         lines.append(f"- `{spec}`: total {sum(ref.values()):.1f}; frozen - it {to_frozen.mean:+.2f} "
                      f"{_interval(to_frozen)}, rolling - it {to_rolling.mean:+.2f} {_interval(to_rolling)}.")
-    lines += ["", f"Total cost: frozen {sum(frozen.values()):.1f}, rolling {sum(rolling.values()):.1f}; per (period, "
-              f"seed), rolling saves {diff.mean:.2f} on average, 95% interval "
-              + _interval(diff) + f" ({len(frozen)} pairs). Candidates promoted: {promoted} of {gated}."]
+    if settings["config"]["steps"] == 0:
+        lines += ["", f"No fine-tune (steps 0): the model served every period as it came; {len(frozen)} (period, seed) "
+                  "pairs."]
+    else:
+        lines += ["", f"Total cost: frozen {sum(frozen.values()):.1f}, rolling {sum(rolling.values()):.1f}; per "
+                  f"(period, seed), rolling saves {diff.mean:.2f} on average, 95% interval " + _interval(diff)
+                  + f" ({len(frozen)} pairs). Candidates promoted: {promoted} of {gated}."]
     md = out / "report.md"
     md.write_text("\n".join(lines) + "\n")
     png = out / "rehearsal.png"

@@ -16,7 +16,8 @@ Definitions (docs/simulator.md, section Metrics), all over the evaluation span's
 - sla_violations: node OOM kills + latency SLO breaches + pods pending longer than 60 s; a breach
   is an episode: a latency-sensitive pod whose latency goes above its SLO (it counts again only
   after coming back under); also per 1,000 pods that arrived in the span. latency_breach_frac is
-  the share of latency samples above the SLO;
+  the share of latency samples above the SLO, latency_breach_hours the hours latency-sensitive pods
+  spent above it (those samples, a tick each: what the objective's ``slo_hour`` prices);
 - container_oom: containers killed for memory above their limit (each restarts in place after the
   kubelet's CrashLoopBackOff delay);
 - pending_p99_s: 99th percentile of time from entering the queue to placement (pods still pending
@@ -125,6 +126,11 @@ class MetricsCollector:
         nz = np.flatnonzero(self.lat_hist)
         return [[round(LAT_MIN_MS * math.exp((b + 1) * LAT_LOG_RATIO), 4), int(self.lat_hist[b])] for b in nz]
 
+    @property
+    def breach_hours(self) -> float:
+        """Hours latency-sensitive pods spent above their SLO so far: the samples above it, a tick each."""
+        return self.breach_samples * self.tick_s / 3600.0
+
     def latency_quantile(self, q: float) -> float:
         if self.lat_samples == 0:
             return 0.0
@@ -155,6 +161,7 @@ class MetricsCollector:
             "sla_violations_per_1k_pods": 1000.0 * violations / max(self.arrivals, 1),
             "sla_latency_breaches": self.slo_breaches,
             "latency_breach_frac": self.breach_samples / max(self.lat_samples, 1),
+            "latency_breach_hours": self.breach_hours,
             "sla_pending_too_long": self.pending_violations,
             "pending_p99_s": float(np.quantile(waits, 0.99)) if len(waits) else 0.0,
             "unschedulable": unschedulable,

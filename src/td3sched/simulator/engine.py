@@ -820,8 +820,7 @@ class Simulation(ClusterAutoscaler):
         """The run's event counts the objective prices: OOM kills (node and container), SLO breach episodes and
         pod-hours above the SLO (latency samples above it, a tick each)."""
         m = self.metrics
-        return np.array([m.oom_kills + m.container_ooms, m.slo_breaches, m.breach_samples * self.cfg.tick_s / 3600.0],
-                        dtype=np.float64)
+        return np.array([m.oom_kills + m.container_ooms, m.slo_breaches, m.breach_hours], dtype=np.float64)
 
     def _settle_decision(self, t: float) -> None:
         """Charge the open decision (reward.py) up to ``t``."""
