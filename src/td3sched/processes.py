@@ -4,24 +4,41 @@ now, and a map over one. ``evaluate`` runs its grid in such a pool, ``rl.select`
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import multiprocessing
+import os
 import signal
+import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
 
-def ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C is the parent's to handle (it stops the workers itself), so a
-    worker never prints a KeyboardInterrupt traceback of its own."""
+PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal the kernel sends a process when its parent dies (Linux)."""
+
+
+def worker_init(parent: int) -> None:
+    """Worker initializer. Ctrl-C is the parent's to handle (it stops the workers itself), so a worker
+    never prints a KeyboardInterrupt traceback of its own. On Linux a worker also asks the kernel for
+    SIGTERM when its parent dies: a parent stopped by SIGTERM or SIGKILL, which runs no cleanup of its
+    own, takes its workers with it instead of leaving them running the rest of their runs. (The signal
+    comes when the thread that started the worker ends: the pools here are always fed from the main
+    thread.) A parent already gone before that (the worker was adopted) ends the worker at once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def spawn_pool(workers: int) -> ProcessPoolExecutor:
     """``workers`` spawned processes (no state forked from the parent's threads, such as a progress
-    bar's), each ignoring SIGINT."""
+    bar's), each ignoring SIGINT and ending with its parent (``worker_init``)."""
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=ignore_sigint)
+                               initializer=worker_init, initargs=(os.getpid(),))
 
 
 def stop_pool(pool: ProcessPoolExecutor) -> None:

@@ -32,7 +32,7 @@ nodes more (0.15 x 10: the reference design's overload weight); a pending pod's 
 costs twice what it would cost to serve it (the work not done, and the wait); an OOM kill costs two
 node-hours (the lost work of a restarted instance); a latency breach a quarter. ``slo_hour`` is 0 by
 default: an episode is priced once however long it lasts, and the hours above the SLO are the
-tail-priced objective's term (docs/policies.md, *Pricing the tail*), which prices a breach by its
+tail-priced objective's term (docs/td3.md, *Pricing the tail*), which prices a breach by its
 length.
 """
 
