@@ -3,7 +3,7 @@ from the run records of `td3sched evaluate` folders or the rows of `td3sched reh
 rerun: the cost's components are in each record, weighted with the default weights of reward.py).
 
     python benchmarks/rerank.py DIR [DIR ...] [--node-hour 0.5,1,2] [--overload 5,10,20]
-                                [--slo-hour 0,1] [--against POLICY]
+                                [--slo-hour 0,1] [--against POLICY] [--pareto FILE.png]
 
 An evaluate folder gives its policies' runs by seed; a rehearsal folder its model's runs (``DIR:frozen``,
 and ``DIR:rolling`` when a candidate was promoted) and its references', by (period, seed). Prints the code
@@ -13,7 +13,8 @@ fragmentation, P99, OOM kills, the hours latency-sensitive pods spent above thei
 ``--against``, each policy's paired difference to that one (its runs minus the other's, over the runs
 both have). A weight w' for a component whose default is w scales that component by w'/w; ``slo_hour``
 prices each run's hours above the SLO (``latency_breach_hours``) in place of what its own run charged;
-every other weight stays at its default.
+every other weight stays at its default. ``--pareto`` draws each policy's mean over its runs: the nodes'
+cost against the hours above the SLO, P99, OOM kills and fragmentation, one panel each.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slo-hour", default=None, help="slo_hour weights to rank under (default: as each run priced "
                     "them); needs runs that report latency_breach_hours")
     ap.add_argument("--against", default=None, help="a policy each is compared with, paired by run")
+    ap.add_argument("--pareto", type=Path, default=None, help="a PNG of the policies' means: the nodes' cost "
+                    "against the tail and fragmentation")
     args = ap.parse_args(argv)
     runs: dict[str, dict] = defaultdict(dict)
     versions: set = set()
@@ -119,7 +122,34 @@ def main(argv: list[str] | None = None) -> int:
                             d = paired_difference(costs[args.against], costs[p])
                             span = "" if d.low is None else f" [{d.low:,.1f}, {d.high:,.1f}]"
                             print(f"    {p} - {args.against}: {d.mean:+,.1f}{span} a run ({d.n} pairs)")
+    if args.pareto is not None:
+        pareto(runs, args.pareto)
+        print(f"figure: {args.pareto}")
     return 0
+
+
+PARETO = (("latency_breach_hours", "hours above the latency SLO"), ("latency_p99_ms", "P99 latency (ms)"),
+          ("oom_kills_total", "OOM kills"), ("fragmentation", "fragmentation"))
+
+
+def pareto(runs: dict, path: Path) -> None:
+    """Each policy's mean over its runs, the nodes' cost (x) against each of ``PARETO`` (y): lower-left is
+    better on both axes."""
+    from td3sched.evaluate.plots import _figure, _save
+
+    fig = _figure(11.0, 8.0)
+    axes = fig.subplots(2, 2).ravel()
+    for ax, (metric, label) in zip(axes, PARETO):
+        for i, (policy, by) in enumerate(sorted(runs.items())):
+            ms = list(by.values())
+            x = sum(m["cost_nodes"] for m in ms) / len(ms)
+            y = sum(m[metric] for m in ms) / len(ms)
+            ax.scatter([x], [y], color=f"C{i % 10}", label=policy if ax is axes[0] else None)
+        ax.set_xlabel("nodes' cost a run (node-hours)")
+        ax.set_ylabel(f"{label}, mean a run")
+        ax.grid(alpha=0.3)
+    fig.legend(loc="outside lower center", ncols=2, fontsize=7)
+    _save(fig, path)
 
 
 if __name__ == "__main__":
