@@ -144,7 +144,8 @@ def pareto(runs: dict, path: Path) -> None:
             ms = list(by.values())
             x = sum(m["cost_nodes"] for m in ms) / len(ms)
             y = sum(m[metric] for m in ms) / len(ms)
-            ax.scatter([x], [y], color=f"C{i % 10}", label=policy if ax is axes[0] else None)
+            ax.scatter([x], [y], color=f"C{i % 10}", marker="os^D"[i // 10 % 4],  # 40 policies apart
+                       label=policy if ax is axes[0] else None)
         ax.set_xlabel("nodes' cost a run (node-hours)")
         ax.set_ylabel(f"{label}, mean a run")
         ax.grid(alpha=0.3)
