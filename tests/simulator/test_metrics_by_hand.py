@@ -16,7 +16,7 @@ import pytest
 from td3sched.metrics.collector import LAT_LOG_RATIO
 from td3sched.metrics.fragmentation import cluster_fragmentation, node_fragmentation
 from td3sched.policy.k8s_default import K8sDefault
-from td3sched.simulator.config import Autoscaler, LatencyModel
+from td3sched.simulator.config import Autoscaler, LatencyModel, SimConfig
 from td3sched.simulator.engine import PENDING, RUNNING
 from td3sched.simulator.metrics_pipeline import MetricsPipeline
 
@@ -490,10 +490,65 @@ def test_autoscaler_scale_up_estimate_counts_gpus():
     assert run.metrics["unschedulable"] == 0
 
 
+def _needed(**kw) -> SimConfig:
+    return config(autoscaler=Autoscaler(start_nodes="needed", **kw))
+
+
+def test_needed_start_sizes_each_pool_by_the_scale_up_estimate_of_the_pods_alive():
+    # span [3600, 4000): a, b, c and the GPU pod g are alive at 3600 (d left at 1000; e arrives in the
+    # span and is not counted). cpu pool, 1000 m nodes: need = max(2500 / 1000, 1500 / 4096) = 2.5 -> 3 of
+    # its 5 slots, not its count of 4. gpu pool, 2 GPUs a node: g asks for 2 x 1000 of the 2 x 1000 a node
+    # has -> 1 node, though the pool's count is 3. The nodes are ready at the span's start.
+    pods = [P("a", cpu=1000, mem=500, dur=10_000, pool="cpu"),
+            P("b", t=100, cpu=1000, mem=500, dur=10_000, pool="cpu"),
+            P("c", t=200, cpu=500, mem=500, dur=10_000, pool="cpu"), P("d", t=300, cpu=1000, dur=700, pool="cpu"),
+            P("e", t=3700, cpu=1000, dur=100, pool="cpu"),
+            P("g", t=400, cpu=100, gpus=2, gpu_milli=1000, dur=10_000, pool="gpu")]
+    pools = [pool("cpu", node(cpu=1000, mem=4096), 4, max_count=5),
+             pool("gpu", node(cpu=8000, gpus=2), 3, max_count=4)]
+    run = simulate(world(pools, pods, cfg=_needed()), start_s=3600, end_s=4000)
+    assert sorted(e["node"] for e in run.of("node_present")) == ["cpu-0000", "cpu-0001", "cpu-0002", "gpu-0000"]
+    assert {e["t"] for e in run.of("node_present")} == {3600}
+    assert {e["pod"] for e in run.of("placement") if e["t"] == 3600} == {"a", "b", "c", "g"}
+    # the same world as its pools say: 4 + 3 nodes
+    pools_start = simulate(world(pools, pods, cfg=config(autoscaler=True)), start_s=3600, end_s=4000)
+    assert len(pools_start.of("node_present")) == 7
+
+
+@pytest.mark.parametrize("min_count,max_count,expected", [(3, 5, 3), (0, 1, 1)])
+def test_needed_start_stays_within_the_pools_bounds(min_count, max_count, expected):
+    # two 1000 m pods on 1000 m nodes need 2: min_count 3 keeps 3, max_count 1 allows 1 (the other pod
+    # waits: the pool is full)
+    pods = [P("a", cpu=1000), P("b", cpu=1000)]
+    count = min(max(2, min_count), max_count)
+    w = world([pool("a", node(cpu=1000), count, max_count=max_count, min_count=min_count)], pods, cfg=_needed())
+    run = simulate(w, end_s=300)
+    assert len(run.of("node_present")) == expected
+    assert len(run.of("placement")) == min(2, expected)
+
+
+def test_needed_start_leaves_a_fixed_cluster_as_its_pools_say():
+    # no autoscaler: the cluster is what the scenario gives, whatever start_nodes says
+    cfg = config(autoscaler=Autoscaler(enabled=False, start_nodes="needed"))
+    run = simulate(world([pool("a", node(cpu=1000), 4)], [P("a", cpu=100)], cfg=cfg), end_s=60)
+    assert len(run.of("node_present")) == 4
+
+
+def test_needed_start_lets_the_scale_up_add_what_the_estimate_misses():
+    # three 600 m pods on 1000 m nodes: the estimate is ceil(1800 / 1000) = 2 nodes, but only one pod fits
+    # a node; the third waits, the scan at 10 asks for a node (the scan at 0 ran before the arrivals),
+    # ready 120 s later
+    pods = [P(f"p{i}", cpu=600) for i in range(3)]
+    run = simulate(world([pool("a", node(cpu=1000), 1, max_count=4)], pods, cfg=_needed()), end_s=300)
+    assert len(run.of("node_present")) == 2
+    assert [(e["t"], e["node"]) for e in run.of("node_added")] == [(10, "a-0002")]
+    assert [e["t"] for e in run.of("placement")] == [0, 0, 130]
+
+
 def test_new_node_overhead_counted_once():
     shape = node(cpu=1000, mem=4096, oh_cpu=100, oh_mem=200)
     pods = [P("a", cpu=1000), P("b", t=10, cpu=1000)]
-    cfg = config(autoscaler=Autoscaler(provision_delay_s=90.0))
+    cfg = config(autoscaler=Autoscaler(provision_delay_s=90.0, start_nodes="pools"))
     run = simulate(world([pool("a", shape, 1, max_count=2)], pods, cfg=cfg), end_s=155)
     # asked for at the scan at 20, ready at 110 (between ticks), b (using nothing) placed on it
     assert [(e["t"], e["pod"]) for e in run.of("placement")][-1] == (110, "b")

@@ -80,7 +80,8 @@ def small_worlds(draw):
     shape = np.array(draw(st.lists(values, min_size=4 * 3 * 4, max_size=4 * 3 * 4))).reshape(4, 3, 4)
     w = workload(pods, pool_names=tuple(names))
     autoscale = draw(st.booleans())
-    cfg = config(autoscaler=Autoscaler(enabled=autoscale, scale_down_unneeded_s=draw(st.sampled_from([120.0, 600.0]))),
+    cfg = config(autoscaler=Autoscaler(enabled=autoscale, start_nodes=draw(st.sampled_from(["pools", "needed"])),
+                                       scale_down_unneeded_s=draw(st.sampled_from([120.0, 600.0]))),
                  tick_s=draw(st.sampled_from([30.0, 60.0])), mem_level=draw(st.sampled_from([0.5, 0.85, 1.0])),
                  usage_scale=draw(st.sampled_from([1.0, 5.0])))
     typ = PoolTypicalPods.from_workload(w, names, 0.0, END_S, max_shapes=5)

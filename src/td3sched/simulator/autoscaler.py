@@ -29,7 +29,7 @@ class ClusterAutoscaler:
             self._scale_down(t)
 
     def _scale_up(self, t: float) -> bool:
-        c, w, a, q = self.cluster, self.w, self.cfg.autoscaler, self.queue
+        c, a, q = self.cluster, self.cfg.autoscaler, self.queue
         if not q.pending:
             return False
         pend = np.fromiter(q.pending, dtype=np.int64, count=len(q.pending))
@@ -41,18 +41,12 @@ class ClusterAutoscaler:
         for k, sl in enumerate(c.pool_slice):
             if len(pend) == 0:
                 break
-            cls = self.fit_class[pend]
-            mine = pend[self.template_fits[k, cls] & ((self.class_pool[cls] == k) | (self.class_pool[cls] < 0))]
+            mine = self._pool_pods(k, pend)
             free_slots = np.flatnonzero(~c.provisioned[sl]) + sl.start
             if len(mine) == 0 or len(free_slots) == 0:
                 continue
-            shape = c.allocatable[free_slots[0]]
-            gpus = int((c.gpu_capacity[free_slots[0]] > 0).sum())
-            need = float((w.request[mine].sum(axis=0) / shape).max())
-            if gpus:
-                need = max(need, float((w.gpu_count[mine] * w.gpu_milli[mine]).sum()) / (gpus * GPU_MILLI))
             inflight = int((c.provisioned[sl] & ~c.ready[sl]).sum())
-            add = free_slots[: max(0, min(int(np.ceil(need)) - inflight, len(free_slots)))]
+            add = free_slots[: max(0, min(self._nodes_needed(free_slots[0], mine) - inflight, len(free_slots)))]
             pend = pend[~np.isin(pend, mine)]
             if len(add) == 0:
                 continue
@@ -66,6 +60,38 @@ class ClusterAutoscaler:
                 if self.events:
                     self._log_node(t, "node_added", int(n))
         return added
+
+    def _pool_pods(self, k: int, pods: np.ndarray) -> np.ndarray:
+        """The pods of ``pods`` that pool ``k``'s node template fits and that select the pool or none."""
+        cls = self.fit_class[pods]
+        return pods[self.template_fits[k, cls] & ((self.class_pool[cls] == k) | (self.class_pool[cls] < 0))]
+
+    def _nodes_needed(self, slot: int, pods: np.ndarray) -> int:
+        """cluster-autoscaler's estimate of the nodes of slot ``slot``'s shape that ``pods`` need: the
+        largest of their requests' sums over the node's allocatable, GPUs included, rounded up."""
+        c, w = self.cluster, self.w
+        need = float((w.request[pods].sum(axis=0) / c.allocatable[slot]).max()) if len(pods) else 0.0
+        gpus = int((c.gpu_capacity[slot] > 0).sum())
+        if gpus:
+            need = max(need, float((w.gpu_count[pods] * w.gpu_milli[pods]).sum()) / (gpus * GPU_MILLI))
+        return int(np.ceil(need))
+
+    def _start_nodes(self, alive: np.ndarray) -> None:
+        """``autoscaler.start_nodes: needed``: start each pool with the nodes that the pods ``alive`` (a
+        mask: those the run starts with) need by the scale-up estimate, within [min_count, max_count],
+        ready from the start; pods counted for one pool are not counted again. The scale-up provisions
+        for whatever they leave pending, as for any pod."""
+        c = self.cluster
+        pods = np.flatnonzero(alive)
+        for k, (pool, sl) in enumerate(zip(c.pools, c.pool_slice)):
+            mine = self._pool_pods(k, pods)
+            pods = pods[~np.isin(pods, mine)]
+            count = min(max(self._nodes_needed(sl.start, mine), pool.min_count), pool.max_count)
+            on = np.arange(sl.stop - sl.start) < count
+            c.provisioned[sl] = on
+            c.ready[sl] = on
+            c.ready_at[sl] = np.where(on, self.start_s, np.inf)
+            c.empty_since[sl] = np.where(on, self.start_s, np.inf)
 
     def _requested_utilisation(self) -> np.ndarray:
         """cluster-autoscaler's node utilisation: max of requested CPU and memory over allocatable;

@@ -7,6 +7,7 @@ its docstring its description, and constructing one with a value out of range ra
 from __future__ import annotations
 
 from dataclasses import field
+from typing import Literal
 
 from pydantic.dataclasses import dataclass
 
@@ -79,6 +80,11 @@ class Autoscaler:
     scale_down_non_empty_candidates: Count = 30
     """Non-empty nodes checked for a drain per scan (--scale-down-non-empty-candidates-count, 30);
     at most one is drained per scan (--max-drain-parallelism, 1)."""
+    start_nodes: Literal["pools", "needed"] = "needed"
+    """The nodes each pool starts a run with: ``pools``, the scenario's ``count``; ``needed``, the nodes
+    the pods alive or arriving at the run's start request (the scale-up estimate), within [min_count, max_count]:
+    a cluster whose autoscaler has followed its load rather than one sized for another day. A cluster
+    without the autoscaler keeps its pools' ``count`` either way."""
 
 
 @dataclass(frozen=True, config=SETTINGS)

@@ -168,6 +168,10 @@ class Simulation(ClusterAutoscaler):
 
         # Pods alive when the span starts enter at start_s with what is left of their run time.
         alive = (w.arrival_s < self.start_s) & (w.arrival_s + w.duration_s > self.start_s)
+        if self.cfg.autoscaler.enabled and self.cfg.autoscaler.start_nodes == "needed":
+            # the pods the run starts with: those alive and those arriving at its first instant (a
+            # stream's steady-state prefill arrives at t = 0)
+            self._start_nodes((w.arrival_s <= self.start_s) & (w.arrival_s + w.duration_s > self.start_s))
         self.remaining[alive] = w.arrival_s[alive] + w.duration_s[alive] - self.start_s
         in_span = (w.arrival_s >= self.start_s) & (w.arrival_s < self.end_s)
         self.arrival_order = np.flatnonzero(alive | in_span)
