@@ -199,8 +199,9 @@ def test_a_recorded_run_frees_its_world(tmp_path):
     from td3sched.simulator.engine import Simulation, World
 
     def alive() -> tuple[int, int]:
-        objects = gc.get_objects()
-        return sum(isinstance(o, Simulation) for o in objects), sum(isinstance(o, World) for o in objects)
+        # type(), not isinstance(): isinstance asks a dead weak proxy among the objects for its class
+        types = [type(o) for o in gc.get_objects()]
+        return sum(issubclass(t, Simulation) for t in types), sum(issubclass(t, World) for t in types)
 
     gc.collect()
     before = alive()

@@ -548,7 +548,7 @@ def test_needed_start_lets_the_scale_up_add_what_the_estimate_misses():
 def test_new_node_overhead_counted_once():
     shape = node(cpu=1000, mem=4096, oh_cpu=100, oh_mem=200)
     pods = [P("a", cpu=1000), P("b", t=10, cpu=1000)]
-    cfg = config(autoscaler=Autoscaler(provision_delay_s=90.0, start_nodes="pools"))
+    cfg = config(autoscaler=Autoscaler(provision_delay_s=90.0))
     run = simulate(world([pool("a", shape, 1, max_count=2)], pods, cfg=cfg), end_s=155)
     # asked for at the scan at 20, ready at 110 (between ticks), b (using nothing) placed on it
     assert [(e["t"], e["pod"]) for e in run.of("placement")][-1] == (110, "b")

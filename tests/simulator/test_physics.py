@@ -85,7 +85,7 @@ def test_scale_down_drains_a_half_empty_node_whose_pods_fit_elsewhere():
         def score(self, pod, nodes, cluster):
             return np.where(nodes == 1, 1.0, 0.0) if pod.index == 1 else np.where(nodes == 0, 1.0, 0.0)
 
-    cfg = config(autoscaler=Autoscaler(scale_down_delay_after_add_s=0.0, start_nodes="pools"))
+    cfg = config(autoscaler=Autoscaler(scale_down_delay_after_add_s=0.0))
     run = simulate(world([pool("a", node(cpu=1000), 2)], pods, cfg=cfg), SecondNodeFirst(), end_s=1200)
     # unneeded from the scan at 0 (a-0001 empty until 1 s, then 30%): ripe at the scan at 600
     assert [(e["t"], e["pod"], e["reason"]) for e in run.of("eviction")] == [(600, "small", "scale_down")]
@@ -96,7 +96,7 @@ def test_scale_down_drains_a_half_empty_node_whose_pods_fit_elsewhere():
 
 def test_no_drain_when_the_pods_fit_nowhere_else():
     pods = [P("big", cpu=800), P("small", t=1, cpu=300)]
-    cfg = config(autoscaler=Autoscaler(scale_down_delay_after_add_s=0.0, start_nodes="pools"))
+    cfg = config(autoscaler=Autoscaler(scale_down_delay_after_add_s=0.0))
     run = simulate(world([pool("a", node(cpu=1000), 2)], pods, cfg=cfg), end_s=1200)
     assert run.of("eviction") == [] and run.of("node_removed") == []
 

@@ -138,11 +138,9 @@ def typical(shapes: list[tuple], weights: list[float]) -> TypicalPods:
 
 def config(autoscaler: bool | Autoscaler = False, latency: LatencyModel | None = None, **kw) -> SimConfig:
     """SimConfig with usage_scale = mem_level = 1 unless given (hand arithmetic must not depend on
-    the calibrated defaults), the autoscaler off and latency bases without spread. A hand-built
-    cluster starts as its pools say (``start_nodes="pools"``) unless an ``Autoscaler`` given says
-    otherwise: the arithmetic counts the nodes it wrote down."""
+    the calibrated defaults), the autoscaler off and latency bases without spread."""
     if isinstance(autoscaler, bool):
-        autoscaler = Autoscaler(enabled=autoscaler, start_nodes="pools")
+        autoscaler = Autoscaler(enabled=autoscaler)
     kw.setdefault("usage_scale", 1.0)
     kw.setdefault("mem_level", 1.0)
     return SimConfig(latency=latency or LatencyModel(base_sigma=0.0), autoscaler=autoscaler, **kw)

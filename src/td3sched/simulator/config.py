@@ -80,11 +80,12 @@ class Autoscaler:
     scale_down_non_empty_candidates: Count = 30
     """Non-empty nodes checked for a drain per scan (--scale-down-non-empty-candidates-count, 30);
     at most one is drained per scan (--max-drain-parallelism, 1)."""
-    start_nodes: Literal["pools", "needed"] = "needed"
+    start_nodes: Literal["pools", "needed"] = "pools"
     """The nodes each pool starts a run with: ``pools``, the scenario's ``count``; ``needed``, the nodes
-    the pods alive or arriving at the run's start request (the scale-up estimate), within [min_count, max_count]:
-    a cluster whose autoscaler has followed its load rather than one sized for another day. A cluster
-    without the autoscaler keeps its pools' ``count`` either way."""
+    that the pods alive or arriving at the run's start request (the scale-up estimate), within
+    [min_count, max_count]: a cluster whose autoscaler has followed its load, for a scenario whose counts
+    come from another day (dlrm, dlrm-small). A cluster without the autoscaler keeps its pools' ``count``
+    either way."""
 
 
 @dataclass(frozen=True, config=SETTINGS)
