@@ -51,6 +51,27 @@ def test_registered_env_runs_episodes_whose_rewards_sum_to_the_episode_reward():
     assert not _workers()
 
 
+def test_the_decision_time_and_the_reward_scale_are_the_runs():
+    """``decision_time_s`` is the pending decision's time (the next step's ``time_s`` follows it), and
+    the rewards times ``max_nodes`` are the run's cost in node-hours."""
+    env = ClusterSchedulingEnv("tiny", "train", HOURS)
+    assert env.max_nodes is None
+    env.reset(seed=3)
+    assert env.max_nodes == 26.0  # tiny's node slots: its pools' max_count, 20 + 6
+    lo, hi = env.episode.start_s, env.episode.end_s
+    total, times = 0.0, [env.decision_time_s]
+    while True:
+        _, reward, terminated, truncated, info = env.step(np.zeros(5, np.float32))
+        total += reward
+        if terminated or truncated:
+            break
+        assert info["time_s"] == env.decision_time_s
+        times.append(env.decision_time_s)
+    assert lo <= times[0] and times[-1] <= hi and times == sorted(times) and len(times) > 10
+    assert -total * env.max_nodes == pytest.approx(info["record"]["metrics"]["cost_node_hours"], rel=1e-9)
+    env.close()
+
+
 def test_a_constant_action_is_the_static_weights_run():
     """Logits 0 -> equal weights; seed mode -> tau 0: static-weights' defaults, the same run exactly."""
     env = ClusterSchedulingEnv("tiny", "train", HOURS, action_mode="seed")

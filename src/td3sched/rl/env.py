@@ -242,6 +242,14 @@ class ClusterSchedulingEnv(gym.Env):
         """Simulated time of the decision the next step answers (``info["elapsed_s"]`` runs from it)."""
         self._steps = 0
         self._return = 0.0
+        self.max_nodes: float | None = None
+        """The running episode's reward scale: each step's reward is -cost / max_nodes, its cost in
+        node-hours (``reward.py``); None before the first episode."""
+
+    @property
+    def decision_time_s(self) -> float:
+        """Simulated time of the pending decision, which the next ``step`` answers."""
+        return self._decision_t
 
     # --- Gymnasium API -------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -409,6 +417,7 @@ class ClusterSchedulingEnv(gym.Env):
         self._policy = policy
         sim = Simulation(world, policy, episode.sim_seed, episode.start_s, episode.end_s, warmup_s=self.warmup_s)
         sim.reward = StepRewardTracker(world.reward, sim._max_nodes)
+        self.max_nodes = sim.reward.max_nodes
         policy.sim = sim
         self.episode = episode
         self._steps, self._return = 0, 0.0
