@@ -42,9 +42,9 @@ import torch
 
 from td3sched.evaluate.stats import summarize
 from td3sched.rl.actions import ACTION_DIMENSIONS, ACTION_MODES, LOGIT_LIMIT, decode, encode, static_score_args
+from td3sched.rl.card import ModelError
 from td3sched.rl.counterfactual import numpy_actor
 from td3sched.rl.env import ClusterSchedulingEnv
-from td3sched.rl.card import ModelError
 from td3sched.rl.model import load_model
 
 FIELDS = {"tau": "tau", "ceiling": "ceiling", "requests": "requests", "balance": "balance", "frag": "fragmentation"}
@@ -77,7 +77,7 @@ def main() -> None:
     ap.add_argument("--action", default="fragmentation", choices=[m for m in ACTION_MODES if m != "seed"])
     ap.add_argument("--vary", default="tau", choices=sorted(FIELDS))
     ap.add_argument("--values", default="0.2,0.63,0.8", help="Comma-separated values of the varied dimension.")
-    ap.add_argument("--hold", type=float, default=600.0, help="Seconds each action holds (a model's card says its own).")
+    ap.add_argument("--hold", type=float, default=600.0, help="Seconds each action holds, in the walk and the branches (the models here were trained at 600).")
     ap.add_argument("--every", type=float, default=7200.0, help="Simulated seconds between two branched states.")
     ap.add_argument("--horizon", type=float, default=86400.0, help="Simulated seconds each branch runs.")
     ap.add_argument("--hours", default="1,3,6,12,24", help="Horizons the costs are summed over, in hours.")
@@ -100,6 +100,8 @@ def main() -> None:
         if m.action_mode != args.action:
             ap.error(f"--model {m.folder}: action mode {m.action_mode!r}, expected --action's {args.action!r}")
     hours = [float(h) for h in args.hours.split(",") if h]
+    if not hours or max(hours) * 3600.0 > args.horizon + 1e-9:
+        ap.error(f"--hours {args.hours}: expected horizons within the branches' --horizon ({args.horizon:g} s)")
     base = encode(base_args, args.action, LOGIT_LIMIT)
     changed = np.array([encode(replace(base_args, **{FIELDS[args.vary]: v}), args.action, LOGIT_LIMIT) for v in values])
     field = FIELDS[args.vary]
@@ -142,6 +144,9 @@ def main() -> None:
                     break
     finally:
         env.close()
+    if not observations:
+        raise SystemExit(f"no state branched: a branch of {args.horizon:g} s fits in no {args.episode_hours:g}-hour "
+                         "window; expected --episode-hours above --horizon")
     sc, kc, sd, kd = (np.array(x) for x in (step_cost, kept_cost, step_disc, kept_disc))
     n = len(observations)
     print(f"\n{n} states; cost of the value's branch minus the base's, node-hours (negative: the value costs less), "
