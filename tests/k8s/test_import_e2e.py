@@ -15,10 +15,14 @@ from td3sched.lifecycle.importer import import_history, read_pod_list
 from td3sched.lifecycle.rebuild import rebuild_scenario
 from td3sched.run import run_simulation
 from td3sched.scenario import load_scenario
+from td3sched.engine.prometheus_source import DEFAULT_QUERIES
 from tests.k8s.conftest import NODES
-from tests.k8s.control_plane import QUERIES
 from tests.k8s.test_scheduling_e2e import create_pods, wait_bound
 
+QUERIES = {name: q.replace("[1m]", "[15s]") for name, q in DEFAULT_QUERIES.items()}
+"""Rate windows of 15 of the harness's 1 s scrapes. The exporter's counters grow at a constant rate, so a
+rate is the same over any window of them, and a scrape that a busy machine runs seconds late leaves no
+binding without its metrics (a binding without them is skipped, ``no_metrics``)."""
 PLAIN_SCHEDULER = "plain-scheduler"
 PLAIN_CONFIG = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
                 "leaderElection": {"leaderElect": False}, "profiles": [{"schedulerName": PLAIN_SCHEDULER}]}
@@ -76,10 +80,10 @@ def test_a_cluster_history_with_deletions_replays_on_the_scenario_rebuilt_from_i
     wait_bound(cluster, namespace, names)
     for name in names[:4]:
         cluster.delete_pod(namespace, name)
-    path, _ = import_history(None, prometheus.url, tmp_path / "audit.parquet", step_s=1.0, queries=QUERIES,
-                             audit_log=cluster.audit_log)
+    path, counts = import_history(None, prometheus.url, tmp_path / "audit.parquet", step_s=1.0, queries=QUERIES,
+                                  audit_log=cluster.audit_log)
     rows = [r for r in read_history(path).to_pylist() if r["pod_namespace"] == namespace]  # this test's pods
-    assert sorted(r["pod_name"] for r in rows) == names
+    assert sorted(r["pod_name"] for r in rows) == names, counts
     left = {r["pod_name"]: (r["outcome_left_s"], r["outcome"]) for r in rows}
     assert all(left[n][1] == "departure" and left[n][0] > 0 for n in names[:4])
     assert all(left[n] == (None, None) for n in names[4:])
