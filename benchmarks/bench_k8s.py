@@ -2,8 +2,10 @@
 stock kube-scheduler alone; the td3-scheduler (TD3Score plugin, engine over gRPC) serving a model that
 decides per pod, asking the engine for every pod (td3-scheduler) or running the engine's model in the
 plugin (td3-inprocess: `inference: plugin`, no engine call on the scheduling cycle), and a model that
-holds its action (one engine call per hold, the pods of the hold scored in the plugin); and the stock
-kube-scheduler with the engine as its HTTP extender. The same fake cluster (Node objects, node_exporter metrics through a real Prometheus), the
+holds its action (one engine call per hold, the pods of the hold scored in the plugin); a fragmentation
+model run in the plugin (td3-fragmentation: `inference: plugin` with a model whose action carries FGD's
+share, by default the shipped blend, so every pod's scores also take FGD's fragmentation decrease over
+the scheduler's own allocation); and the stock kube-scheduler with the engine as its HTTP extender. The same fake cluster (Node objects, node_exporter metrics through a real Prometheus), the
 same pods.
 
 For each scheduler the pods are created first, with that scheduler's name and no scheduler running,
@@ -14,7 +16,14 @@ and process start do not count. Latency: the p99 of the scheduler's own
 as PromQL's histogram_quantile does). Goal: the plugin path at least 0.9x the stock throughput.
 
     make k8s-bin && python benchmarks/bench_k8s.py [--nodes 1000] [--pods 5000] [--model DIR] [--held-model DIR]
-        [--schedulers stock,td3-scheduler,td3-inprocess,td3-held,td3-extender] [--rounds 1] [--plugin-metrics-interval S]
+        [--fragmentation-model DIR] [--gpu-pools]
+        [--schedulers stock,td3-scheduler,td3-inprocess,td3-held,td3-extender,td3-fragmentation] [--rounds 1]
+        [--plugin-metrics-interval S]
+
+With ``--gpu-pools`` the cluster has the two pools of dlrm's typical pods (the shipped blend's card):
+every other node is labelled td3sched.io/pool=gpu and has 8 nvidia.com/gpu, the rest pool=cpu, and every
+fourth pod asks for one GPU, so that FGD's term has GPUs and typical pods to measure. Every scheduler of
+the run gets that cluster and those pods.
 
 With ``--rounds N`` the chosen schedulers run N times, the even rounds in reverse order (stock, td3-held;
 td3-held, stock; ...), and each ratio is against the stock run of its own round: on a shared machine
@@ -48,7 +57,7 @@ sys.path.insert(0, str(REPO))
 
 from td3sched.engine.prometheus_source import DEFAULT_QUERIES  # noqa: E402
 from td3sched.evaluate.stats import summarize  # noqa: E402
-from td3sched.rl.actions import card_action_hold  # noqa: E402
+from td3sched.rl.actions import card_action_dimensions, card_action_hold  # noqa: E402
 from td3sched.rl.card import read_card  # noqa: E402
 from tests.engine.prometheus_harness import (NodeExporterStub, PrometheusServer, SimulatedNode,  # noqa: E402
                                              ensure_prometheus, wait_for)
@@ -61,7 +70,11 @@ QUERIES = {name: q.replace("[1m]", f"[{5 * SCRAPE_S}s]") for name, q in DEFAULT_
 CLIENT = {"qps": 5000, "burst": 5000}
 MODEL = REPO / "models" / "td3-dlrm"
 HELD_MODEL = REPO / "models" / "td3-dlrm-held"
-SCHEDULERS = ("stock", "td3-scheduler", "td3-inprocess", "td3-held", "td3-extender")
+FRAGMENTATION_MODEL = REPO / "models" / "static-blend-dlrm-small"
+SCHEDULERS = ("stock", "td3-scheduler", "td3-inprocess", "td3-held", "td3-extender", "td3-fragmentation")
+POOL_LABEL = "td3sched.io/pool"  # the engine's and the plugin's default
+GPU_NODE = {"nvidia.com/gpu": "8"}
+GPU_POD = {"nvidia.com/gpu": "1"}
 
 
 def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
@@ -106,10 +119,12 @@ def stock_config() -> dict:
                         "leaderElection": {"leaderElect": False}, "profiles": [{"schedulerName": "stock"}]})
 
 
-def create_pods(plane: ControlPlane, namespace: str, scheduler: str, n: int, threads: int = 8) -> None:
+def create_pods(plane: ControlPlane, namespace: str, scheduler: str, n: int, gpu_pools: bool,
+                threads: int = 8) -> None:
+    """``gpu_pools``: every fourth pod also asks for one GPU."""
     def one(i):
         plane.create_pod(namespace, f"{scheduler}-{i:05d}", scheduler, cpu=f"{100 + (i % 8) * 50}m",
-                         memory=f"{128 + (i % 16) * 32}Mi")
+                         memory=f"{128 + (i % 16) * 32}Mi", extra=GPU_POD if gpu_pools and i % 4 == 0 else None)
     with futures.ThreadPoolExecutor(threads) as pool:
         list(pool.map(one, range(n)))
 
@@ -129,9 +144,9 @@ def machine_cpu() -> tuple[float, float]:
 
 
 def run(plane, processes, bins, name: str, kind: str, config: dict, namespace: str, pods: int,
-        watched: dict[str, int]) -> dict:
+        watched: dict[str, int], gpu_pools: bool) -> dict:
     """One scheduler's run; ``watched``: other processes (name -> pid) whose CPU seconds are reported."""
-    create_pods(plane, namespace, name, pods)
+    create_pods(plane, namespace, name, pods, gpu_pools)
     before = {n: cpu_seconds(pid) for n, pid in watched.items()}
     machine_before = machine_cpu()
     scheduler = Scheduler(f"bench-{name}", bins / ("td3-scheduler" if kind == "plugin" else "kube-scheduler"),
@@ -180,12 +195,13 @@ def report(results: list[dict], args) -> None:
     for r in results:
         r["x_stock"] = r["pods_per_s"] / stock[r["round"]]
     print(f"\n{args.nodes} nodes, {args.pods} pods; scheduling attempts of scheduled pods, from the scheduler's /metrics")
-    print(f"per-pod model {args.model.name}, held model {args.held_model.name}; the plugin's metrics interval "
-          f"{args.plugin_metrics_interval:g} s")
-    print(f"{'round':>5} {'scheduler':>14} {'pods/s':>8} {'x stock':>8} {'p50 ms':>8} {'p99 ms':>8} {'busy':>5}  bound  "
+    print(f"per-pod model {args.model.name}, held model {args.held_model.name}, fragmentation model "
+          f"{args.fragmentation_model.name}; {'two pools, half the nodes with 8 GPUs, a quarter of the pods asking one' if args.gpu_pools else 'no GPUs'}; "
+          f"the plugin's metrics interval {args.plugin_metrics_interval:g} s")
+    print(f"{'round':>5} {'scheduler':>17} {'pods/s':>8} {'x stock':>8} {'p50 ms':>8} {'p99 ms':>8} {'busy':>5}  bound  "
           "scores by source, fallbacks")
     for r in results:
-        print(f"{r['round']:>5} {r['scheduler']:>14} {r['pods_per_s']:>8.1f} {r['x_stock']:>8.2f} "
+        print(f"{r['round']:>5} {r['scheduler']:>17} {r['pods_per_s']:>8.1f} {r['x_stock']:>8.2f} "
               f"{r['p50_attempt_ms']:>8.1f} {r['p99_attempt_ms']:>8.1f} {100 * r['machine_busy']:>4.0f}%  {r['bound']:>5}  "
               f"{r.get('sources', '')} {r.get('fallbacks', '')}")
     for name in dict.fromkeys(r["scheduler"] for r in results if r["scheduler"] != "stock"):
@@ -204,10 +220,10 @@ def report(results: list[dict], args) -> None:
             print(f"{name}: plugin path {mean:.2f}x the stock scheduler{spread} (goal >= {GOAL_PLUGIN_RATIO}): {verdict}")
     print("\nCPU seconds per pod while each scheduler ran (from its start to its last pod), and the whole machine's:")
     names = list(results[0]["cpu_s"])
-    print(f"{'round':>5} {'scheduler':>14} " + " ".join(f"{n:>12}" for n in names) + f" {'all listed':>12} {'machine':>12}")
+    print(f"{'round':>5} {'scheduler':>17} " + " ".join(f"{n:>12}" for n in names) + f" {'all listed':>12} {'machine':>12}")
     for r in results:
         listed = sum(r["cpu_s"].values())
-        print(f"{r['round']:>5} {r['scheduler']:>14} " + " ".join(f"{1000 * r['cpu_s'][n] / r['pods']:>9.2f} ms" for n in names)
+        print(f"{r['round']:>5} {r['scheduler']:>17} " + " ".join(f"{1000 * r['cpu_s'][n] / r['pods']:>9.2f} ms" for n in names)
               + f" {1000 * listed / r['pods']:>9.2f} ms {1000 * r['machine_cpu_s'] / r['pods']:>9.2f} ms")
 
 
@@ -218,6 +234,11 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=MODEL, help="The per-pod model (default: %(default)s).")
     parser.add_argument("--held-model", type=Path, default=HELD_MODEL,
                         help="A model whose card declares action_hold_s (default: %(default)s).")
+    parser.add_argument("--fragmentation-model", type=Path, default=FRAGMENTATION_MODEL,
+                        help="A per-pod model whose action carries a fragmentation share, run in the plugin by "
+                             "td3-fragmentation (default: %(default)s).")
+    parser.add_argument("--gpu-pools", action="store_true",
+                        help="Two pools (gpu: 8 GPUs a node, every other node; cpu), every fourth pod asking one GPU.")
     parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
                         help="Which schedulers to run, comma-separated, stock first (default: %(default)s).")
     parser.add_argument("--rounds", type=int, default=1, help="Run the schedulers this many times, interleaved.")
@@ -236,14 +257,19 @@ def main() -> None:
         parser.error(f"--rounds {args.rounds}: expected at least 1")
     if not args.plugin_metrics_interval > 0:
         parser.error(f"--plugin-metrics-interval {args.plugin_metrics_interval}: expected seconds > 0")
-    for flag, folder, held in (("--model", args.model, False), ("--held-model", args.held_model, True)):
+    for flag, folder, held in (("--model", args.model, False), ("--held-model", args.held_model, True),
+                               ("--fragmentation-model", args.fragmentation_model, False)):
         try:
-            hold = card_action_hold(read_card(folder))
+            card = read_card(folder)
+            hold, dimensions = card_action_hold(card), card_action_dimensions(card)
         except (OSError, ValueError) as exc:
             parser.error(f"{flag} {folder}: {exc}")
         if bool(hold) != held:
             parser.error(f"{flag} {folder}: its card's action_hold_s is {hold:g}: expected "
                          f"{'a hold > 0' if held else 'none (a per-pod model)'}")
+        if flag == "--fragmentation-model" and "frag" not in dimensions:
+            parser.error(f"{flag} {folder}: its action is {', '.join(dimensions)}: expected a fragmentation share "
+                         "(frag)")
 
     bins, build_s = build_binaries()
     print(f"binaries: {bins.relative_to(REPO)} (make k8s-bin: {build_s:.0f} s)")
@@ -256,9 +282,15 @@ def main() -> None:
         plane.start()
         nodes = [SimulatedNode(f"node-{i:04d}", 16, 0.1 + 0.75 * ((i * 37) % 100) / 100 if i % 50 else 0.95, 64,
                                0.1 + 0.6 * ((i * 53) % 100) / 100) for i in range(args.nodes)]
+
+        def create_node(i: int) -> None:
+            gpu = args.gpu_pools and i % 2 == 0
+            plane.create_node(nodes[i].name, nodes[i].cores * 1000, int(nodes[i].mem_bytes / 2**20),
+                              extra=GPU_NODE if gpu else None,
+                              labels={POOL_LABEL: "gpu" if gpu else "cpu"} if args.gpu_pools else None)
         start = time.monotonic()
         with futures.ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda n: plane.create_node(n.name, n.cores * 1000, int(n.mem_bytes / 2**20)), nodes))
+            list(pool.map(create_node, range(args.nodes)))
         print(f"{args.nodes} fake nodes in {time.monotonic() - start:.0f} s")
         exporter = NodeExporterStub(nodes)
         (folder / "prometheus").mkdir()
@@ -273,6 +305,13 @@ def main() -> None:
         held = Engine(folder / "engine-held", prom, processes, decision_log=None, model=str(args.held_model),
                       prometheus=prometheus)
         held.wait_fresh([n.name for n in nodes[:100]])
+        fragmentation = None
+        if "td3-fragmentation" in chosen:  # serves the model's graph and typical pods to the plugin; its own
+            # decisions (the probe below, a fallback) need the nodes' allocation: it watches pods and nodes
+            fragmentation = Engine(folder / "engine-fragmentation", prom, processes, decision_log=None,
+                                   model=str(args.fragmentation_model), prometheus=prometheus,
+                                   kubernetes={"kubeconfig": str(plane.kubeconfig)})
+            fragmentation.wait_fresh([n.name for n in nodes[:100]])
 
         def plugin(address: str, name: str, **extra) -> dict:
             config = with_client(plugin_config(address, prom, metricsIntervalSeconds=args.plugin_metrics_interval,
@@ -289,13 +328,17 @@ def main() -> None:
         watched = {"apiserver": plane.apiserver.proc.pid, "etcd": plane.etcd.proc.pid,
                    "engine": engine.process.proc.pid, "engine-held": held.process.proc.pid,
                    "prometheus": prom.proc.pid, "bench": os.getpid()}
+        if fragmentation is not None:
+            configs["td3-fragmentation"] = ("plugin", plugin(f"127.0.0.1:{fragmentation.grpc_port}",
+                                                             "td3-fragmentation", inference="plugin"))
+            watched["engine-fragmentation"] = fragmentation.process.proc.pid
         results = []
         for round_ in range(1, args.rounds + 1):
             for name in (chosen if round_ % 2 else chosen[::-1]):
                 kind, config = configs[name]
                 namespace = f"bench-{name}-{round_}"
                 plane.create_namespace(namespace)
-                r = run(plane, processes, bins, name, kind, config, namespace, args.pods, watched)
+                r = run(plane, processes, bins, name, kind, config, namespace, args.pods, watched, args.gpu_pools)
                 r["round"] = round_
                 results.append(r)
                 print(f"  round {round_} {name}: {r['bound']}/{r['pods']} bound in {r['seconds']:.1f} s: "

@@ -250,11 +250,12 @@ class ControlPlane:
         self.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                     "metadata": {"name": name}})
 
-    def create_node(self, name: str, cpu_milli: int, mem_mib: int, pods: int = 110, extra: dict | None = None) -> None:
+    def create_node(self, name: str, cpu_milli: int, mem_mib: int, pods: int = 110, extra: dict | None = None,
+                    labels: dict | None = None) -> None:
         """A Node with its status written as a kubelet would: capacity = allocatable, no taints;
-        ``extra``: more resources ({"nvidia.com/gpu": "8"})."""
+        ``extra``: more resources ({"nvidia.com/gpu": "8"}); ``labels``: more labels."""
         self.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
-            "name": name, "labels": {"kubernetes.io/hostname": name, "td3sched.test/fake": "true"}}})
+            "name": name, "labels": {"kubernetes.io/hostname": name, "td3sched.test/fake": "true", **(labels or {})}}})
         resources = {"cpu": f"{cpu_milli}m", "memory": f"{mem_mib}Mi", "pods": str(pods), "ephemeral-storage": "100Gi",
                      **(extra or {})}
         self.write_node_status(name, resources)
