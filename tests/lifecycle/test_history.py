@@ -13,12 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from td3sched.lifecycle.history import (COLUMNS, SCHEMA, SCHEMA_VERSION, VERSION_KEY, Decisions, HistoryError,
-                                        read_history, write_history)
+from td3sched.lifecycle.history import (CANDIDATE, COLUMNS, SCHEMA, SCHEMA_VERSION, VERSION_KEY, Decisions,
+                                        HistoryError, read_history, write_history)
 from td3sched.lifecycle.record import record_simulation
 from td3sched.policy.base import RELEASE_REASONS
 from td3sched.policy.static_weights import weighted_closeness
 from td3sched.run import run_simulation
+from td3sched.scenario import load_scenario
 
 SPEC = "static-weights:w=0.5/0.3/0.1/0.1:tau=0.4"
 
@@ -52,9 +53,10 @@ def rows(draw):
         "model_version": draw(st.one_of(st.none(), st.text(max_size=12))),
         "action": draw(st.one_of(st.none(), st.lists(finite, min_size=5, max_size=5))),
         "weights": draw(st.one_of(st.none(), st.lists(finite, min_size=4, max_size=4))),
-        "tau": draw(maybe_float), "outcome_left_s": draw(maybe_float),
+        "tau": draw(maybe_float), "wait_s": draw(maybe_float), "outcome_left_s": draw(maybe_float),
         "outcome": draw(st.one_of(st.none(), st.sampled_from(RELEASE_REASONS))),
-        "outcome_kills": draw(st.one_of(st.none(), st.integers(0, 2**31 - 1))), "reward": draw(maybe_float),
+        "outcome_kills": draw(st.one_of(st.none(), st.integers(0, 2**31 - 1))),
+        "outcome_overload_h": draw(maybe_float), "outcome_slo_h": draw(maybe_float), "reward": draw(maybe_float),
         "elapsed_s": draw(maybe_float),
     }
 
@@ -77,8 +79,12 @@ def _one_row() -> dict:
             "candidates": [{"node": "a", "u_cpu": 0.1, "u_mem": 0.2, "u_io": 0.0, "u_net": 0.0, "stale": False,
                             "score": 50.0, "r_cpu": 0.3, "r_mem": 0.4}],
             "chosen_node": "a", "chosen_index": 0, "model_version": None, "action": None, "weights": None,
-            "tau": None, "outcome_left_s": None, "outcome": None, "outcome_kills": None, "reward": None,
-            "elapsed_s": None}
+            "tau": None, "wait_s": 3.0, "outcome_left_s": None, "outcome": None, "outcome_kills": None,
+            "outcome_overload_h": 0.5, "outcome_slo_h": 0.25, "reward": None, "elapsed_s": None}
+
+
+V4_COLUMNS = ["wait_s", "outcome_overload_h", "outcome_slo_h"]
+"""The columns schema version 4 added: an older file lacks them."""
 
 
 def test_another_schema_version_is_refused_naming_the_file(tmp_path):
@@ -97,7 +103,25 @@ def _older(row: dict, version: int) -> pa.Table:
     schema = pa.schema([pa.field("candidates", pa.list_(CANDIDATE_V2), nullable=False) if f.name == "candidates" else f
                         for f in SCHEMA])
     table = pa.Table.from_pylist([{"schema_version": version, **old}], schema=schema)
+    if version < 4:
+        table = table.drop_columns(V4_COLUMNS)
     return table.replace_schema_metadata({VERSION_KEY: str(version).encode()})
+
+
+def test_a_version_3_file_reads_with_the_pods_life_null(tmp_path):
+    """Histories written before the wait and the outcome's overload and SLO hours (schema 3) still read,
+    with those columns null; a version 4 file must have them."""
+    row = _one_row()
+    table = _older(row, 3)
+    v3 = table.set_column(table.schema.get_field_index("candidates"), pa.field("candidates", pa.list_(CANDIDATE)),
+                          pa.array([row["candidates"]], pa.list_(CANDIDATE)))
+    pq.write_table(v3, tmp_path / "v3.parquet")
+    back = read_history(tmp_path / "v3.parquet").to_pylist()
+    assert back == [{"schema_version": 3, **row, **dict.fromkeys(V4_COLUMNS)}]
+    v4 = v3.replace_schema_metadata({VERSION_KEY: b"4"})
+    pq.write_table(v4, tmp_path / "v4.parquet")
+    with pytest.raises(HistoryError, match=r"v4.parquet: column 'wait_s' missing"):
+        read_history(tmp_path / "v4.parquet")
 
 
 def test_a_version_1_file_reads_with_the_later_columns_null(tmp_path):
@@ -107,7 +131,8 @@ def test_a_version_1_file_reads_with_the_later_columns_null(tmp_path):
     v1 = _older(row, 1).drop_columns(["outcome", "outcome_kills"])
     pq.write_table(v1, tmp_path / "v1.parquet")
     back = read_history(tmp_path).to_pylist()
-    expected = {**row, "candidates": [{**c, "r_cpu": None, "r_mem": None} for c in row["candidates"]]}
+    expected = {**row, "candidates": [{**c, "r_cpu": None, "r_mem": None} for c in row["candidates"]],
+                **dict.fromkeys(V4_COLUMNS)}
     assert back == [{"schema_version": 1, **expected}]
     assert back[0]["outcome"] is None and back[0]["outcome_kills"] is None
     d = Decisions.from_table(read_history(tmp_path).set_column(
@@ -265,41 +290,102 @@ def test_the_vectorised_reading_of_decisions_is_the_plain_one(tmp_path, batch):
 
 
 def test_outcomes_are_the_event_logs_releases_and_kills(tmp_path):
-    """Each recorded placement's outcome (how the pod left, its container's kills while on the node)
-    is what the run's event log says happened between that placement and the pod's release. Memory at
-    0.9 of the pods' size kills containers; tiny's autoscaler drains nodes."""
+    """Each recorded placement's outcome (how the pod left, its container's kills and the ticks its node
+    spent over the objective's overload threshold while it was there) and its wait are what the run's
+    event log says happened: from the pod's arrival (or its eviction) to the placement, and from the
+    placement to the pod's release. Memory at 0.9 of the pods' size kills containers; tiny's autoscaler
+    drains nodes; CPU at twice the profiles' overloads nodes."""
     events = tmp_path / "events.jsonl"
-    _, _, n = record_simulation("tiny", SPEC, 1, "test", tmp_path / "h", overrides=["simulator.mem_level=0.9"],
-                                events_path=events)
-    episodes = {}  # (pod, placement time) -> [node, outcome, kills]
-    current, early = {}, {}
+    _, _, n = record_simulation("tiny", SPEC, 1, "test", tmp_path / "h",
+                                overrides=["simulator.mem_level=0.9", "simulator.usage_scale=2.0"],
+                                events_path=events, events_detail=True)
+    tick_h = 60.0 / 3600.0  # tiny's tick
+    episodes = {}  # (pod, placement time) -> [node, outcome, kills, overloaded ticks, wait]
+    current, early, queued, alloc = {}, {}, {}, {}
     for line in events.read_text().splitlines():
         e = json.loads(line)
         kind = e["event"]
-        if kind == "placement":
+        if "allocatable" in e:
+            alloc[e["index"]] = (e["node"], e["allocatable"][0])
+        elif kind == "tick":
+            hot = {alloc[i][0] for i, cpu in zip(e["nodes"], e["cpu_milli"]) if cpu > 0.85 * alloc[i][1]}
+            for episode in current.values():
+                episode[3] += episode[0] in hot
+        elif kind == "arrival":
+            queued[e["pod"]] = e["t"]
+        elif kind == "placement":
             t, k = early.pop(e["pod"], (e["t"], 0))
-            current[e["pod"]] = episodes[e["pod"], e["t"]] = [e["node"], None, k if t == e["t"] else 0]
+            wait = e["t"] - queued[e["pod"]] if e["pod"] in queued else None
+            current[e["pod"]] = episodes[e["pod"], e["t"]] = [e["node"], None, k if t == e["t"] else 0, 0, wait]
         elif kind in ("container_oom", "oom_kill") and e["pod"] in current:
             current[e["pod"]][2] += 1
         elif kind == "container_oom":  # killed by its bind (over its limit at once): logged before the placement
             early[e["pod"]] = (e["t"], early.get(e["pod"], (e["t"], 0))[1] + 1)
         elif kind in ("departure", "eviction") and e["pod"] in current:
             current.pop(e["pod"])[1] = "departure" if kind == "departure" else f"evicted:{e['reason']}"
+            if kind == "eviction":  # its controller recreates it at once: it waits from now
+                queued[e["pod"]] = e["t"]
     # the log starts with the measured span; the recorder also records the warm-up's placements
     rows = [r for r in read_history(tmp_path / "h").to_pylist() if (r["pod_name"], round(r["time_s"], 3)) in episodes]
     assert len(rows) > n / 2
     matched = 0
     for row in rows:
-        node, outcome, kills = episodes[row["pod_name"], round(row["time_s"], 3)]
+        node, outcome, kills, hot, wait = episodes[row["pod_name"], round(row["time_s"], 3)]
         assert row["chosen_node"] == node and row["outcome"] == outcome
-        if outcome is None:  # still on its node when the run ended
-            assert row["outcome_left_s"] is None and row["outcome_kills"] is None
+        if wait is not None:
+            assert row["wait_s"] == pytest.approx(wait, abs=2e-3)  # the log's times are rounded to the millisecond
+        # a pod still on its node when the run ended has no release, and its counts so far
+        assert row["outcome_kills"] == kills and row["outcome_overload_h"] == pytest.approx(hot * tick_h)
+        assert row["outcome_slo_h"] >= 0.0
+        if outcome is None:
+            assert row["outcome_left_s"] is None
         else:
-            assert row["outcome_kills"] == kills and row["outcome_left_s"] >= row["time_s"]
+            assert row["outcome_left_s"] >= row["time_s"]
             matched += 1
     outcomes = {r["outcome"] for r in rows}
     assert matched > 100 and {"departure", "evicted:scale_down"} <= outcomes
     assert sum(r["outcome_kills"] or 0 for r in rows) > 10  # not vacuous: kills were attributed
+    assert sum(r["outcome_overload_h"] or 0 for r in rows) > 10 * tick_h  # ... and overloaded ticks
+
+
+def test_a_pods_wait_is_the_event_logs_time_from_its_arrival_to_its_placement(tmp_path):
+    """``wait_s``: from the pod's arrival to the placement, in a cluster that starts with 6 nodes and
+    scales up (pods wait for the new nodes) with no warm-up (the event log has every arrival)."""
+    events = tmp_path / "events.jsonl"
+    record_simulation("tiny", SPEC, 1, "test", tmp_path / "h", events_path=events,
+                      overrides=["nodes.pools.cpu.count=4", "nodes.pools.gpu.count=2", "simulator.warmup_days=0"])
+    arrived, waits = {}, {}
+    for line in events.read_text().splitlines():
+        e = json.loads(line)
+        if e["event"] in ("arrival", "eviction"):  # an evicted pod is recreated at once and waits from then
+            arrived[e["pod"]] = e["t"]
+        elif e["event"] == "placement":
+            waits[e["pod"], e["t"]] = e["t"] - arrived[e["pod"]]
+    rows = read_history(tmp_path / "h").to_pylist()
+    assert len(rows) == len(waits)
+    for row in rows:
+        assert row["wait_s"] == pytest.approx(waits[row["pod_name"], round(row["time_s"], 3)], abs=2e-3)
+    assert sum(r["wait_s"] > 60 for r in rows) > 10  # not vacuous: pods waited for nodes
+
+
+def test_a_pods_hours_above_its_slo_are_its_own_and_add_up_to_at_most_the_runs(tmp_path):
+    """``outcome_slo_h``: latency-sensitive pods only, never more than the time the pod was on its node,
+    and summed over every placement, the run's own hours above the SLO but those of pods waiting to be
+    scheduled (served at the cap, on no node); CPU at twice the profiles' drives latency over the
+    SLO. Without a warm-up every placement is the measured span's."""
+    record, _, _ = record_simulation("tiny", SPEC, 1, "test", tmp_path / "h", overrides=["simulator.usage_scale=2.0",
+                                                                                       "simulator.warmup_days=0"])
+    rows = read_history(tmp_path / "h").to_pylist()
+    world = load_scenario("tiny").build(1).workload
+    ls = dict(zip(world.name, world.latency_sensitive))
+    above = [r for r in rows if r["outcome_slo_h"] > 0]
+    assert above and all(ls[r["pod_name"]] for r in above)
+    end_s = record["span"]["end_s"]
+    for r in rows:
+        left = r["outcome_left_s"] if r["outcome_left_s"] is not None else end_s
+        assert r["outcome_slo_h"] <= (left - r["time_s"]) / 3600.0 + 1 / 60
+    total = sum(r["outcome_slo_h"] for r in rows)
+    assert 0 < total <= record["metrics"]["latency_breach_hours"] + 1e-9
 
 
 def test_some_columns_read_as_the_whole_history_orders_them(tmp_path):

@@ -95,6 +95,7 @@ def test_imported_decisions_see_the_metrics_of_their_bind_time(recorded, tmp_pat
     rows = read_history(path).to_pylist()
     assert [r["pod_name"] for r in rows] == ["web-0", "web-1", "web-2", "web-3"]
     assert [r["outcome_kills"] for r in rows] == [None, 1, None, 0]
+    assert [r["wait_s"] for r in rows] == [None] * 4  # these pods carry no creationTimestamp
     for r, t in zip(rows, before + after):
         assert r["source"] == "import" and r["policy"] == "cluster:default-scheduler" and r["time_s"] == t
         assert r["chosen_node"] == "node-c" and r["model_version"] is None and r["weights"] is None
@@ -152,6 +153,7 @@ def test_an_audit_log_gives_the_decisions_of_the_same_bindings_as_the_pod_list(r
                    "target": {"kind": "Node", "name": "node-b"}}
         lines.append(_audit({**ref, "subresource": "binding"}, float(t), request=binding))
         listed.append(_pod(f"api-{i}", "node-b", t, cpu=f"{100 * (i + 1)}m"))
+        listed[-1]["metadata"]["creationTimestamp"] = _stamp(t - 1.0)  # the audit log's create
     lines.append(_audit({"resource": "pods", "namespace": "shop", "name": "ghost", "subresource": "binding"},
                         float(times[-1]), request={"target": {"name": "node-a"}}))  # its creation is not logged
     lines.append(_audit({"resource": "pods", "namespace": "shop", "name": "api-0", "subresource": "binding"},
@@ -171,6 +173,7 @@ def test_an_audit_log_gives_the_decisions_of_the_same_bindings_as_the_pod_list(r
     for a, b in zip(by_audit, by_list, strict=True):
         assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
     assert [r["chosen_node"] for r in by_audit] == ["node-b"] * 3
+    assert [r["wait_s"] for r in by_audit] == [1.0] * 3  # created a second before the binding
     assert [(r["outcome_left_s"], r["outcome"]) for r in by_audit] == [(None, None), (deleted, "departure"),
                                                                         (None, None)]
 

@@ -45,7 +45,7 @@ actor's action decoded by ``rl.actions.decode``, the candidates scored by
 ``policy.static_weights.product_score``; a decision agrees when its chosen node has the top score
 (ties are exact float equality, as the simulator's Select; the simulator breaks them at random).
 The requests and balance modes need a history whose candidates carry their requested utilisation
-(schema version 3, the simulator's or an import's).
+(schema version 3 or later, the simulator's or an import's).
 ``expected_top1`` counts a tie of m nodes as 1/m: the share of choices a run would repeat. Both are
 reported on the decisions trained on and on the held-out newest ``validation_share``.
 

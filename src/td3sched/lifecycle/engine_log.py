@@ -24,7 +24,8 @@ pod's latest bound row before it that has none, with ``outcome`` ``departure``; 
 there is none. ``outcome_kills`` of a row whose pod's binding the pod watch saw is the OOM kills its
 ``kills`` records reported for that row (the pod's latest bound row before each; 0 without one, null
 when a record said unknown), so far for a pod still running; without a pod watch it is null, as are
-``reward`` and ``elapsed_s``.
+``reward`` and ``elapsed_s``. The engine does not see a pod's wait, its node's overload or its latency:
+``wait_s``, ``outcome_overload_h`` and ``outcome_slo_h`` are null.
 
 A log is the file and its rotated files (``.N`` ... ``.1``, oldest first, then the file): all read.
 Records cut by a crash are skipped and counted.
@@ -101,8 +102,9 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
                 "scenario": None, "seed": None, "policy": f"engine:fallback:{reason}" if reason else "engine",
                 **_pod_columns(pod), "workload": None, "observation": r.get("observation"), "candidates": cands, "chosen_node": None, "chosen_index": None,
                 "model_version": r.get("model_version") or None, "action": r.get("action"), "weights": r.get("weights"),
-                "tau": r.get("tau"), "outcome_left_s": None, "outcome": None, "outcome_kills": None,
-                "reward": None, "elapsed_s": None,
+                "tau": r.get("tau"), "wait_s": None, "outcome_left_s": None, "outcome": None,
+                "outcome_kills": None, "outcome_overload_h": None, "outcome_slo_h": None, "reward": None,
+                "elapsed_s": None,
             }
             if row["observation"] is not None and None in row["observation"]:
                 row["observation"] = None  # a non-finite value was logged as null: no usable observation

@@ -6,9 +6,9 @@ and the node the pod went to. Three sources write the same schema: the simulator
 (``lifecycle.engine_log``), and later a cluster's own bindings. The learning lifecycle reads it:
 behaviour cloning (``lifecycle.bc``) and fine-tuning.
 
-Schema ``SCHEMA_VERSION`` 3 (docs/lifecycle.md has the table with units and meanings):
+Schema ``SCHEMA_VERSION`` 4 (docs/lifecycle.md has the table with units and meanings):
 
-    schema_version  int16     3
+    schema_version  int16     4
     source          string    simulator | engine | import
     decision_id     string    unique within its file
     time_s          float64   simulated seconds (simulator) or Unix seconds (engine)
@@ -32,12 +32,21 @@ Schema ``SCHEMA_VERSION`` 3 (docs/lifecycle.md has the table with units and mean
     action          list<float64>   the actor's pre-activations, null without a model
     weights         list<float64>   the score's weights [cpu, mem, io, net], null when the policy has none
     tau             float64   the score's target utilisation, null when the policy has none
+    wait_s          float64   seconds the pod waited in the scheduling queue before this decision bound
+                              it (the pending term's part of its life); null when not known
     outcome_left_s  float64   when the pod left the node (departure, eviction); null: still
                               there when the record ended, or not known (filled after the decision)
     outcome         string    why it left: departure (it ran to its end), evicted:scale_down,
                               evicted:memory_pressure (policy.base.RELEASE_REASONS); null as outcome_left_s
     outcome_kills   int32     kills of its container while on the node (its memory limit or the node's
                               OOM killer; each one restarts it there); null when not known
+    outcome_overload_h  float64   hours its node's real CPU was above the objective's overload threshold
+                              (reward.py, 85%) while the pod was on it, counted at the simulator's ticks;
+                              null as outcome_kills
+    outcome_slo_h   float64   hours a latency-sensitive pod spent above its latency SLO while on the node
+                              (its samples above it, and those it served at the cap waiting for a
+                              container restart: the objective's slo_hour term), 0 for any other pod;
+                              null as outcome_kills
     reward          float64   the decision's reward (reward.py: minus the cluster's cost until the next
                               decision, over the maximum node count); null when not known
     elapsed_s       float64   seconds from the decision to the next one (the reward's period); null
@@ -45,8 +54,9 @@ Schema ``SCHEMA_VERSION`` 3 (docs/lifecycle.md has the table with units and mean
 
 The file's Arrow schema metadata holds ``td3sched.history.schema_version``; a reader refuses a file
 of an unknown version, or one missing a column, naming the file and what was expected. Version 1 files
-(without ``outcome`` and ``outcome_kills``) are read with those columns null, and files before version
-3 with the candidates' ``r_cpu`` and ``r_mem`` null. A history is a
+(without ``outcome`` and ``outcome_kills``) are read with those columns null, files before version
+3 with the candidates' ``r_cpu`` and ``r_mem`` null, and files before version 4 with ``wait_s``,
+``outcome_overload_h`` and ``outcome_slo_h`` null. A history is a
 folder of such files (or one file): ``read_history`` reads them all, in name order.
 """
 
@@ -59,8 +69,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 3
-ADDED_IN = {"outcome": 2, "outcome_kills": 2}
+SCHEMA_VERSION = 4
+ADDED_IN = {"outcome": 2, "outcome_kills": 2, "wait_s": 4, "outcome_overload_h": 4, "outcome_slo_h": 4}
 """Columns added after version 1, by the version that added them: an older file reads them as null."""
 CANDIDATE_FIELDS_ADDED_IN = 3
 """The version that added the candidates' ``R_FIELDS``: an older file reads them as null."""
@@ -112,9 +122,12 @@ SCHEMA = pa.schema([
     pa.field("action", pa.list_(pa.float64())),
     pa.field("weights", pa.list_(pa.float64())),
     pa.field("tau", pa.float64()),
+    pa.field("wait_s", pa.float64()),
     pa.field("outcome_left_s", pa.float64()),
     pa.field("outcome", pa.string()),
     pa.field("outcome_kills", pa.int32()),
+    pa.field("outcome_overload_h", pa.float64()),
+    pa.field("outcome_slo_h", pa.float64()),
     pa.field("reward", pa.float64()),
     pa.field("elapsed_s", pa.float64()),
 ], metadata={VERSION_KEY: str(SCHEMA_VERSION).encode()})
@@ -327,8 +340,8 @@ class Decisions:
         a requests share reads)."""
         if np.isnan(self.r).any():
             raise HistoryError("the history's candidates lack their requested utilisation (r_cpu, r_mem), which "
-                               "the requests and balance action modes score with: expected a history of schema version 3 from "
-                               "the simulator (simulate --record-history) or import-history")
+                               "the requests and balance action modes score with: expected a history of schema "
+                               "version 3 or later from the simulator (simulate --record-history) or import-history")
 
     @classmethod
     def from_table(cls, table: pa.Table) -> "Decisions":

@@ -23,6 +23,9 @@ Decisions are rebuilt from the pods' bindings and the nodes' metrics at bind tim
 - **kills** (``outcome_kills``): in a PodList, where its container statuses pin them down (``_kills``:
   a container restarted at most once, the restart's cause in ``lastState``); else, and in an audit
   log, null;
+- **waits** (``wait_s``): the bind time minus the pod's ``metadata.creationTimestamp`` (in an audit log
+  without it, the time of the pod's create); what the pod's node went through and its time above a
+  latency SLO (``outcome_overload_h``, ``outcome_slo_h``) are not in either source: null;
 - **metrics**: the engine's Prometheus queries (``engine.prometheus_source``, the same PromQL) as
   range queries (``/api/v1/query_range``) over the bindings' span, step ``step_s``; a binding at time t
   sees each series' latest point at or before t (what an instant query at that grid time returns).
@@ -84,18 +87,29 @@ class Binding:
     """When the pod left the node (it finished, or was deleted), None while it runs or when unknown."""
     kills: int | None = None
     """OOM kills of its containers on the node, each followed by a restart (``_kills``); None when unknown."""
+    created_s: float | None = None
+    """When the pod was created (its ``metadata.creationTimestamp``, else the audit log's create), None when
+    unknown: its wait before the binding is ``time_s - created_s``."""
+
+    @property
+    def wait_s(self) -> float | None:
+        """Seconds from the pod's creation to its binding (0 at least: both can be whole seconds)."""
+        return None if self.created_s is None else max(self.time_s - self.created_s, 0.0)
 
 
 def _binding(pod: dict, node, time_s: float, where: str, left_s: float | None = None,
-             kills: int | None = None) -> Binding:
+             kills: int | None = None, created_s: float | None = None) -> Binding:
     """The Binding of a Kubernetes pod object to ``node`` at ``time_s`` (a bad pod: HistoryError
-    naming ``where``)."""
+    naming ``where``); its creation time from the object, else ``created_s``."""
     try:
         spec_pod = pod_from_k8s(pod, where)
     except ValueError as exc:
         raise HistoryError(str(exc)) from None
     scheduler = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
-    return Binding(spec_pod, str(node), time_s, str(scheduler), left_s, kills)
+    created = (pod.get("metadata") or {}).get("creationTimestamp")
+    if created:
+        created_s = _time(created, f"{where}.metadata.creationTimestamp")
+    return Binding(spec_pod, str(node), time_s, str(scheduler), left_s, kills, created_s)
 
 
 FINISHED_PHASES = ("Succeeded", "Failed")
@@ -185,19 +199,21 @@ def bindings_from_audit_log(path) -> tuple[list[Binding], int]:
                 raise HistoryError(f"{where}: pod create without a request or response object: expected an audit "
                                    "policy of level Request or RequestResponse for pods")
             name = (pod.get("metadata") or {}).get("name") or key[1]
-            pods[(key[0] or str((pod.get("metadata") or {}).get("namespace") or ""), name)] = pod
+            stamp = event.get("stageTimestamp") or event.get("requestReceivedTimestamp")
+            pods[(key[0] or str((pod.get("metadata") or {}).get("namespace") or ""), name)] = (
+                pod, _time(stamp, where) if stamp else None)
         elif ref.get("subresource") == "binding":
             target = ((event.get("requestObject") or {}).get("target") or {}).get("name")
             if not target:
                 raise HistoryError(f"{where}: binding without requestObject.target.name: expected an audit policy "
                                    "of level Request or RequestResponse for pods/binding")
-            pod = pods.get(key)
-            if pod is None:
+            created = pods.get(key)
+            if created is None:
                 skipped += 1
                 continue
             stamp = event.get("stageTimestamp") or event.get("requestReceivedTimestamp")
             bound_at[key] = len(out)
-            out.append(_binding(pod, target, _time(stamp, where), where))
+            out.append(_binding(created[0], target, _time(stamp, where), where, created_s=created[1]))
     out.sort(key=lambda b: b.time_s)
     return out, skipped
 
@@ -292,7 +308,7 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
     with tempfile.TemporaryDirectory(prefix="td3sched-import-") as tmp:
         log = DecisionLog(Path(tmp) / "decisions.jsonl", fsync_interval_s=60.0)
         service = EngineService(DecisionEngine(state, ModelSlot(None)), log)
-        schedulers, lefts, kills = {}, {}, {}
+        schedulers, lefts, kills, waits = {}, {}, {}, {}
         state.set_requested({})
         departing: list[tuple[float, int, str, np.ndarray]] = []  # a heap: (left, order, node, requests)
         for k, b in enumerate(bindings):
@@ -309,6 +325,7 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
             schedulers[decision_id] = b.scheduler
             lefts[decision_id] = b.left_s
             kills[decision_id] = b.kills
+            waits[decision_id] = b.wait_s
             req = requested_row(b.pod.request(b.time_s))
             state.add_requested(b.node, req)
             if b.left_s is not None:
@@ -326,7 +343,8 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
         left = lefts[row["decision_id"]]
         row.update(source="import", policy=f"cluster:{schedulers[row['decision_id']]}", model_version=None,
                    action=None, weights=None, tau=None, outcome_left_s=left,
-                   outcome=None if left is None else "departure", outcome_kills=kills[row["decision_id"]])
+                   outcome=None if left is None else "departure", outcome_kills=kills[row["decision_id"]],
+                   wait_s=waits[row["decision_id"]])
     counts.update(decisions=log_counts["decisions"], bound=log_counts["bound"],
                   departures=sum(left is not None for left in lefts.values()),
                   kills_known=sum(k is not None for k in kills.values()))

@@ -12,9 +12,16 @@ bit), and each scored decision becomes a row of the history schema (``lifecycle.
 - ``score`` is the wrapped policy's own score of each candidate; ``weights`` and ``tau`` are recorded
   for the policies of the product's score (static-weights, best-static, td3), ``action`` and
   ``model_version`` for td3;
+- ``wait_s``: the pod's time in the scheduling queue until this decision (the simulation's
+  ``queued_at``, which its pending-time metric reads too);
 - ``outcome_left_s`` and ``outcome`` are filled when the pod leaves the node (the time, and its
-  departure or the eviction's reason), ``outcome_kills`` with its container's kills while there (read
-  from the simulation's ``kills_on_node``; null with no simulation watched, as at ``close``);
+  departure or the eviction's reason), and with them what happened to it there, read from the
+  simulation's per-pod counters: ``outcome_kills`` its container's kills (``kills_on_node``),
+  ``outcome_overload_h`` the hours its node was over the objective's overload threshold
+  (``overload_ticks_on_node``) and ``outcome_slo_h`` the hours it spent above its latency SLO
+  (``slo_ticks_on_node``), ticks of ``tick_s`` each. For a pod still on its node when the run ends
+  (``close`` given the simulation), ``outcome_left_s`` and ``outcome`` stay null and the three counts are
+  those so far, as the engine's log gives a running pod's kills; null with no simulation watched;
 - ``reward`` and ``elapsed_s``: the decision's reward as TD3 learns it (``reward.py``: the cluster's
   cost from this decision to the next, its events included, over the maximum node count; with any
   held-back cycle in between, as the env's steps count them) and the seconds to the next decision
@@ -187,8 +194,9 @@ class HistoryRecorder(Policy):
             "cpu_limit_milli": _limit(pod.cpu_limit_milli), "mem_limit_mib": _limit(pod.mem_limit_mib),
             "observation": [float(x) for x in d["obs"]], "candidates": candidates,
             "chosen_node": str(cluster.names[node]), "chosen_index": int(where[0]) if len(where) else None,
-            "model_version": version, "action": action, "weights": weights, "tau": tau, "outcome_left_s": None,
-            "outcome": None, "outcome_kills": None, "reward": None, "elapsed_s": None,
+            "model_version": version, "action": action, "weights": weights, "tau": tau, "wait_s": None,
+            "outcome_left_s": None, "outcome": None, "outcome_kills": None, "outcome_overload_h": None,
+            "outcome_slo_h": None, "reward": None, "elapsed_s": None,
         }
 
     def bound(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
@@ -202,6 +210,8 @@ class HistoryRecorder(Policy):
             self._on_node[pod.index] = seq
             sim = self._sim() if self._sim is not None else None
             if sim is not None:  # a warm-up decision's cost is not the run's: its reward stays null
+                queued = float(sim.queued_at[pod.index])
+                row["wait_s"] = float(pod.time_s) - queued if math.isfinite(queued) else None
                 self._last = (row, sim.reward if sim.measuring else None, sim.reward.count)
             else:
                 self._done(self._rewarded, seq)  # no simulation watched: no reward to wait for
@@ -216,16 +226,30 @@ class HistoryRecorder(Policy):
             row["outcome_left_s"], row["outcome"] = float(pod.time_s), reason
             sim = self._sim() if self._sim is not None else None
             if sim is not None:
-                row["outcome_kills"] = int(sim.kills_on_node[pod.index])
+                self._outcome_counts(row, sim, pod.index)
             self._done(self._left, seq)
         self.inner.released(pod, node, cluster, reason)
+
+    @staticmethod
+    def _outcome_counts(row: dict, sim, pod: int) -> None:
+        """What happened to ``pod`` on its node, from the simulation's per-pod counters (see the module's
+        docstring)."""
+        tick_h = sim.cfg.tick_s / 3600.0
+        row["outcome_kills"] = int(sim.kills_on_node[pod])
+        row["outcome_overload_h"] = int(sim.overload_ticks_on_node[pod]) * tick_h
+        row["outcome_slo_h"] = int(sim.slo_ticks_on_node[pod]) * tick_h
 
     def choose_gpus(self, pod: PodRequest, node: int, cluster: Cluster) -> np.ndarray | None:
         return self.inner.choose_gpus(pod, node, cluster)
 
-    def close(self) -> int:
+    def close(self, sim=None) -> int:
         """Give the last decision its reward (the run settled it at the span's end), write every row
-        left and close the file; the decisions recorded."""
+        left and close the file; the decisions recorded. ``sim``: the finished simulation, whose
+        counters give the pods still on their nodes their outcome so far (the recorder holds it only
+        weakly, so a caller that wants them keeps it until here)."""
+        if sim is not None:
+            for pod, seq in self._on_node.items():
+                self._outcome_counts(self._rows[seq], sim, pod)
         self._claim(self._end_s)
         for seq in sorted(self._rows):
             self.writer.append(written(self._rows[seq]))
@@ -253,6 +277,10 @@ def record_simulation(scenario: str, policy: str, seed: int, span: str, out_dir,
     out_dir = Path(out_dir)
     state: dict = {}
 
+    def watch(sim) -> None:
+        state["sim"] = sim  # until close: the pods still on their nodes get their outcome so far
+        state["recorder"].watch(sim)
+
     def wrap(inner, world, spec):
         path = out_dir / history_file_name(scenario, span, seed, spec)
         w = world.workload
@@ -263,10 +291,10 @@ def record_simulation(scenario: str, policy: str, seed: int, span: str, out_dir,
 
     try:
         record = run_simulation(scenario, policy, seed, span, overrides or [], progress=progress, wrap_policy=wrap,
-                                on_simulation=lambda sim: state["recorder"].watch(sim), **run_kwargs)
+                                on_simulation=watch, **run_kwargs)
     except BaseException:
         if "recorder" in state:
             state["recorder"].writer.abort()
         raise
-    decisions = state["recorder"].close()
+    decisions = state["recorder"].close(state.pop("sim", None))
     return record, state["path"], decisions

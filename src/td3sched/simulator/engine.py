@@ -137,6 +137,14 @@ class Simulation(ClusterAutoscaler):
         """Kills of a pod's container (its own memory limit or the node's OOM killer) since it was last
         put on a node, for the policy hooks told of its release (``Policy.released``); zeroed after
         each release. A run with hooks never takes the compiled path, so only Python binds count."""
+        self.overload_ticks_on_node = np.zeros(p, dtype=np.int64)
+        """Ticks at which the node a pod is on had its real CPU above the objective's overload threshold
+        (``RewardConfig.overload_util``), since the pod was put there; kept, and zeroed after each release,
+        as ``kills_on_node``, for a policy told of releases (``_count_pod_outcomes``)."""
+        self.slo_ticks_on_node = np.zeros(p, dtype=np.int64)
+        """Ticks a latency-sensitive pod served above its latency SLO on its node, or waited there for a
+        container restart (served at the cap), since it was put there: its breach samples while bound
+        (``kernels.tick_latency``); kept as ``overload_ticks_on_node``."""
         self.last_crash_s = np.full(p, -np.inf)
         self._mem_check: list[int] = []
         """Nodes that got a pod's usage since their last memory check (checked after the bind)."""
@@ -496,6 +504,8 @@ class Simulation(ClusterAutoscaler):
         if self._policy_counts_releases:
             self.policy.released(self.pod_request(pod, t), node, c, reason)
         self.kills_on_node[pod] = 0
+        self.overload_ticks_on_node[pod] = 0
+        self.slo_ticks_on_node[pod] = 0
         self.gen[pod] += 1
         self.running_pods.remove(pod)
         return node
@@ -884,6 +894,8 @@ class Simulation(ClusterAutoscaler):
             run.pods, run.node, run.latency_sensitive, run.base_ms, run.pressure, run.crashed, run.n, self.breaching,
             io_factor, float(lat.weight_cpu), float(lat.rho_cap), float(lat.slo_factor), self.ls_index, self.state,
             w.app, self.base_ms, cap_factor, PENDING)
+        if self._policy_counts_releases:
+            self._count_pod_outcomes(usage, run)
         sample = self._heatmap_nodes
         node_util = np.where(c.provisioned[sample], usage[sample, 0] / c.allocatable[sample, 0], np.nan)
         self.metrics.tick(pods_cpu=float(pods_cpu), pods_mem=float(pods_mem), alloc_cpu=float(alloc[0]),
@@ -892,6 +904,17 @@ class Simulation(ClusterAutoscaler):
                           breach_samples=breach_samples, node_util=node_util,
                           cpu_demand=raw_total, cpu_unserved=unserved, cpu_throttled=throttled,
                           batch_demand=batch_demand, pods_demand=pods_demand)
+
+    def _count_pod_outcomes(self, usage: np.ndarray, run) -> None:
+        """A tick's part of each running pod's outcome on its node: whether the node is over the objective's
+        overload threshold (delivered CPU, as the objective reads it), and whether a latency-sensitive
+        pod served above its SLO (``breaching``, which ``tick_latency`` has just set) or waited for a
+        container restart."""
+        n = run.n
+        pods = run.pods[:n]
+        over = usage[:, 0] > self.reward.cfg.overload_util * self.cluster.allocatable[:, 0]
+        self.overload_ticks_on_node[pods] += over[run.node[:n]]
+        self.slo_ticks_on_node[pods] += run.latency_sensitive[:n] & (run.crashed[:n] | self.breaching[pods])
 
     def _evict(self, pod: int, t: float, reason: str = "scale_down") -> None:
         """The pod is evicted (a drain for scale-down, or the kubelet under memory pressure) and
