@@ -113,7 +113,7 @@ def main() -> None:
                                action_hold_s=args.hold, warmup_hours=args.warmup_h,
                                warmup_score=args.base if args.warmup_h else None)
     # per state: [value] -> one-step and kept costs at each horizon, discounted returns; the observations
-    step_cost, kept_cost, step_disc, kept_disc, observations, own = [], [], [], [], [], []
+    step_cost, kept_cost, step_disc, kept_disc, observations, own, base_cost = [], [], [], [], [], [], []
     started = time.perf_counter()
     try:
         for seed in range(1, args.seeds + 1):
@@ -127,6 +127,7 @@ def main() -> None:
                     one = env.branches(np.vstack([base, changed]), args.horizon, lambda o: base, workers=args.workers)
                     kept = env.branches(changed, args.horizon, None, workers=args.workers)
                     b0 = one[0]
+                    base_cost.append([cost_within(b0, h) * max_nodes for h in hours])
                     step_cost.append([[(cost_within(b, h) - cost_within(b0, h)) * max_nodes for h in hours] for b in one[1:]])
                     kept_cost.append([[(cost_within(b, h) - cost_within(b0, h)) * max_nodes for h in hours] for b in kept])
                     d0 = b0.discounted(gamma_per_hour=args.gamma_per_hour)
@@ -164,10 +165,13 @@ def main() -> None:
     names = [f"{getattr(base_args, field):g} (base)"] + [f"{v:g}" for v in values]
     single = int(np.argmin(final.mean(axis=0)))
     best = final.argmin(axis=1)
+    room = final.min(axis=1) - final[:, single]
+    base_total = np.array(base_cost)[:, -1]
     print(f"\nkept for {hours[-1]:g} h, the value that costs least: {names[single]} over all states; per state "
           + ", ".join(f"{names[i]} at {np.sum(best == i)}" for i in range(len(names)) if np.any(best == i))
           + f". Choosing per state with hindsight instead of {names[single]}: "
-          f"{interval(final.min(axis=1) - final[:, single])} node-hours a state")
+          f"{interval(room)} node-hours a state, {100 * np.mean(room) / np.mean(base_total):+.2f}% of the base's "
+          f"{np.mean(base_total):,.0f} node-hours over those {hours[-1]:g} h")
     for m, model in enumerate(models):
         with torch.no_grad():
             x = torch.from_numpy(model.normalizer.normalize(np.asarray(observations, dtype=np.float32)))
