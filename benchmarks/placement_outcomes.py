@@ -14,7 +14,8 @@ prints:
 - their hours above the SLO on a node, and the share of those that the pods placed on the hottest tenth
   of nodes (by the chosen node's CPU utilisation with the pod, ``u_cpu``, as the deciding policy saw it)
   spent;
-- by tenth of the chosen node's ``u_cpu``: the placements, the coolest candidate's ``u_cpu`` (what another
+- by tenth of the chosen node's ``u_cpu``: the placements, their candidates (the nodes with fresh
+  metrics the policy scored) and the pod's CPU request, the coolest candidate's ``u_cpu`` (what another
   choice could have given the pod), their mean hours on the node, the hours above the SLO per hour on
   the node, and the hours of node overload per hour on the node;
 - the rank correlation (Spearman) of the chosen ``u_cpu`` with the pod's rate above the SLO, and how
@@ -59,11 +60,11 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=2, help="Runs (seeds 1..N).")
     args = ap.parse_args()
 
-    chosen_u, coolest_u, on_h, slo_h, over_h = [], [], [], [], []
+    chosen_u, coolest_u, on_h, slo_h, over_h, k_cands, cores = [], [], [], [], [], [], []
     for seed in range(1, args.seeds + 1):
         with tempfile.TemporaryDirectory(prefix="placement-outcomes-") as tmp:
             record, path, n = record_simulation(args.scenario, args.policy, seed, args.span, tmp, args.overrides)
-            table = read_history(path, ["pod_name", "candidates", "chosen_index", "outcome_left_s",
+            table = read_history(path, ["pod_name", "cpu_milli", "candidates", "chosen_index", "outcome_left_s",
                                         "outcome_slo_h", "outcome_overload_h"]).to_pylist()
         world = load_scenario(args.scenario, args.overrides).build(seed).workload
         ls = dict(zip(world.name, world.latency_sensitive))
@@ -81,11 +82,13 @@ def main() -> None:
             on_h.append((left - row["time_s"]) / 3600.0)
             slo_h.append(row["outcome_slo_h"])
             over_h.append(row["outcome_overload_h"])
+            k_cands.append(len(u))
+            cores.append(row["cpu_milli"] / 1000.0)
             kept += 1
         print(f"seed {seed}: {n:,} decisions, {kept:,} placements of latency-sensitive pods; the measured span's "
               f"hours above the SLO {record['metrics']['latency_breach_hours']:,.1f}", flush=True)
-    chosen_u, coolest_u, on_h, slo_h, over_h = (np.asarray(x, dtype=np.float64) for x in
-                                                (chosen_u, coolest_u, on_h, slo_h, over_h))
+    chosen_u, coolest_u, on_h, slo_h, over_h, k_cands, cores = (
+        np.asarray(x, dtype=np.float64) for x in (chosen_u, coolest_u, on_h, slo_h, over_h, k_cands, cores))
     if not len(chosen_u):
         raise SystemExit("no placement of a latency-sensitive pod")
     order = np.argsort(chosen_u, kind="stable")  # tenths of equal counts, by the chosen node's u_cpu
@@ -96,15 +99,17 @@ def main() -> None:
     print(f"hours above the SLO on a node, over the placements' stays: {slo_h.sum():,.1f} in {on_h.sum():,.0f} "
           f"hours there; by the pods placed on the hottest tenth of nodes: "
           f"{100 * slo_h[hot].sum() / max(slo_h.sum(), 1e-12):.1f}% of those")
-    print("| chosen node's u_cpu (tenth) | placements | coolest candidate's u_cpu (mean) | hours on the node (mean) "
-          "| hours above the SLO per hour there | node overload hours per hour there |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| chosen node's u_cpu (tenth) | placements | candidates (mean) | the pod's CPU request, cores (mean) "
+          "| coolest candidate's u_cpu (mean) | hours on the node (mean) | hours above the SLO per hour there "
+          "| node overload hours per hour there |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for k in range(10):
         m = tenth == k
         hours = on_h[m].sum()
         if not m.any():
             continue
-        print(f"| {chosen_u[m].min():.2f}-{chosen_u[m].max():.2f} | {m.sum():,} | {coolest_u[m].mean():.2f} | "
+        print(f"| {chosen_u[m].min():.2f}-{chosen_u[m].max():.2f} | {m.sum():,} | {k_cands[m].mean():.1f} | "
+              f"{cores[m].mean():.1f} | {coolest_u[m].mean():.2f} | "
               f"{on_h[m].mean():.2f} | "
               f"{slo_h[m].sum() / hours if hours else float('nan'):.4f} | "
               f"{over_h[m].sum() / hours if hours else float('nan'):.4f} |")
