@@ -325,6 +325,10 @@ def test_the_watch_reports_a_bound_pods_oom_kills(cluster, namespace, tmp_path):
     records, _ = read_log(tmp_path / "decisions.jsonl")
     kills = [(r["pod"]["name"], r["node"], r["kills"]) for r in records if r["kind"] == "kills"]
     assert kills == [("oom", "node-4", 1), ("oom", "node-4", None)]
+    # the watch's binding carries the pod's creationTimestamp (whole seconds): the history's wait
+    watched = [r for r in records if r["kind"] == "binding" and r["source"] == "pod_watch"]
+    assert [r["pod"]["name"] for r in watched] == ["oom"]
+    assert 0.0 <= watched[0]["time_s"] - watched[0]["created_s"] < DEADLINE_S + 1.0
 
 
 # --- failures --------------------------------------------------------------------------------------------

@@ -163,3 +163,27 @@ def test_the_pod_watchs_kills_reach_the_bound_rows(tmp_path, actor):
     rows = read_history(path).to_pylist()
     assert [(r["pod_name"], r["outcome_kills"]) for r in rows] == [("web-0", 2), ("web-1", None), ("web-2", 0),
                                                                   ("web-3", None)]
+
+
+def test_the_pod_watchs_creation_times_give_the_bound_rows_their_wait(tmp_path, actor):
+    """``wait_s``: from the creation time the pod watch logs with its binding to the decision, whichever of
+    the two reports came first; 0 at least; null for a pod only ReportBinding told of."""
+    log = DecisionLog(tmp_path / "decisions.jsonl", fsync_interval_s=0.05)
+    snap = snapshot(3)
+    service, clock = make_service(actor, snap, max_age_s=60, log=log)
+    pods = [PodSpec(f"web-{i}", namespace="shop", cpu_milli=500, mem_mib=256) for i in range(4)]
+    created = [clock.t + 3.0, clock.t - 7.0, clock.t - 12.5, clock.t]  # web-0: a clock ahead of the engine's
+    for i, pod in enumerate(pods):
+        decision_id, _ = service.score_nodes(pod, list(snap.names))
+        clock.t += 2.0
+        if i == 2:  # the pod watch first, then ReportBinding
+            service.report_binding(pod, "node-1", source="pod_watch", created_s=created[i] + 20.0 * i)
+        service.report_binding(pod, "node-1", decision_id)
+        if i < 2:
+            service.report_binding(pod, "node-1", source="pod_watch", created_s=created[i] + 20.0 * i)
+        clock.t += 18.0
+    log.close()
+    path, counts = convert_log(tmp_path / "decisions.jsonl", tmp_path / "engine.parquet")
+    rows = read_history(path).to_pylist()
+    assert [r["chosen_node"] for r in rows] == ["node-1"] * 4
+    assert [r["wait_s"] for r in rows] == [0.0, 7.0, 12.5, None]

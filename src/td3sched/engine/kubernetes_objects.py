@@ -15,6 +15,7 @@ twin, ``engine.twin``, holds the extender to that).
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from fractions import Fraction
@@ -194,6 +195,18 @@ def node_names_from_list(node_list, where: str = "Nodes") -> list[str]:
             raise ValueError(f"{where}.items[{i}].metadata.name: missing: expected the node's name")
         names.append(name)
     return names
+
+
+def created_s(pod: dict) -> float | None:
+    """The pod's ``metadata.creationTimestamp`` (RFC 3339, as the API server writes it) in Unix seconds;
+    None when it has none or it cannot be read."""
+    text = (pod.get("metadata") or {}).get("creationTimestamp")
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def restart_counts(pod: dict) -> dict[str, int] | None:

@@ -55,7 +55,7 @@ import numpy as np
 from td3sched.engine.decision import PodSpec
 from td3sched.engine.kubernetes_objects import (DEFAULT_POOL_LABEL, GIB, GPU_RESOURCE, MIB, RDMA_RESOURCE,
                                                 SERVICE_ACCOUNT_DIR,
-                                                oom_kills_since, pod_from_k8s, quantity, restart_counts)
+                                                created_s, oom_kills_since, pod_from_k8s, quantity, restart_counts)
 from td3sched.engine.metrics import EngineMetrics
 from td3sched.engine.service import EngineService
 from td3sched.engine.state import REQUESTED_COLUMNS, NodeInventory, NotReady, requested_row
@@ -360,13 +360,13 @@ class KubernetesSource:
         """The pod's row of ``REQUESTED_COLUMNS``, None when its spec cannot be read."""
         return None if isinstance(spec, ValueError) else requested_row(spec.request(0.0))
 
-    def _report(self, spec: PodSpec | ValueError, node: str) -> None:
+    def _report(self, spec: PodSpec | ValueError, node: str, pod: dict) -> None:
         if isinstance(spec, ValueError):
             self.metrics.bindings.labels("pod_watch", "invalid_pod").inc()
             log.warning("binding not counted: %s", spec)
             return
         try:
-            self.service.report_binding(spec, node, source="pod_watch")
+            self.service.report_binding(spec, node, source="pod_watch", created_s=created_s(pod))
         except (KeyError, NotReady):
             self.metrics.bindings.labels("pod_watch", "unknown_node").inc()
             log.info("binding of Pod %s/%s to %s not counted: the state does not know the node", spec.namespace,
@@ -405,7 +405,7 @@ class KubernetesSource:
             held = self.bound.get(key)
             moved = held is None or held[2] != node
             if not first and moved:
-                self._report(spec, node)  # bound while the watch was away
+                self._report(spec, node, pod)  # bound while the watch was away
             self._kills(key, pod, node, fresh=first or moved)
         for key in self.bound.keys() - bound.keys():
             namespace, name, node, _ = self.bound[key]
@@ -440,7 +440,7 @@ class KubernetesSource:
         self.bound[key] = (namespace, name, node, req)
         if req is not None:
             self.state.add_requested(node, req)
-        self._report(spec, node)
+        self._report(spec, node, pod)
 
     def start(self) -> None:
         for w in self.watches:

@@ -141,17 +141,20 @@ class EngineService:
             d, candidates=list(candidates), scores=d.scores[i], excluded=d.excluded[i], stale=d.stale[i],
             held_back=d.held_back[i] if d.held_back is not None else None, utilisation=None)
 
-    def report_binding(self, pod: PodSpec, node: str, decision_id: str = "", source: str = "report_binding") -> bool:
+    def report_binding(self, pod: PodSpec, node: str, decision_id: str = "", source: str = "report_binding",
+                       created_s: float | None = None) -> bool:
         """Feed the assign cache (``KeyError`` for an unknown node): the one path of ``ReportBinding``
         and of the pod watch (``source``: report_binding, pod_watch). A binding the other source has
         already counted (``ShadowState.report_binding``) is logged but not counted again. True when
-        counted."""
+        counted. ``created_s``: when the pod was created (Unix seconds; the pod watch reads it), logged
+        with the binding so that the history knows the pod's wait."""
         counted = self.engine.state.report_binding(node, pod.request(0.0).nonzero_cpu_mem,
                                                    pod=binding_key(pod.namespace, pod.name), source=source)
         self.metrics.bindings.labels(source, "counted" if counted else "duplicate").inc()
         if self.log is not None:
             self.log.append({"kind": "binding", "time_s": self.engine.state.clock(), "decision_id": decision_id,
-                             "pod": _pod_record(pod), "node": node, "source": source, "counted": counted})
+                             "pod": _pod_record(pod), "node": node, "source": source, "counted": counted,
+                             **({} if created_s is None else {"created_s": float(created_s)})})
             self.metrics.log_records.inc()
         return counted
 

@@ -24,8 +24,10 @@ pod's latest bound row before it that has none, with ``outcome`` ``departure``; 
 there is none. ``outcome_kills`` of a row whose pod's binding the pod watch saw is the OOM kills its
 ``kills`` records reported for that row (the pod's latest bound row before each; 0 without one, null
 when a record said unknown), so far for a pod still running; without a pod watch it is null, as are
-``reward`` and ``elapsed_s``. The engine does not see a pod's wait, its node's overload or its latency:
-``wait_s``, ``outcome_overload_h`` and ``outcome_slo_h`` are null.
+``reward`` and ``elapsed_s``. ``wait_s`` of a bound row is the time from the pod's creation, which the pod
+watch's binding records carry (``created_s``), to the decision; null for a binding only ReportBinding or
+the extender told of. The engine does not see its node's overload over the pod's life or its latency:
+``outcome_overload_h`` and ``outcome_slo_h`` are null.
 
 A log is the file and its rotated files (``.N`` ... ``.1``, oldest first, then the file): all read.
 Records cut by a crash are skipped and counted.
@@ -33,6 +35,7 @@ Records cut by a crash are skipped and counted.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from td3sched.engine.decision_log import SCHEMA_VERSION as LOG_SCHEMA, read_log
@@ -119,6 +122,7 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
                 watched.add((pod.get("namespace"), pod.get("name")))
             if row is not None and (row["pod_namespace"], row["pod_name"]) != (pod.get("namespace"), pod.get("name")):
                 rows.append(_held_row(row, r, pod, where, held_rows))
+                _set_wait(rows[-1], r)
                 bound_by_pod.setdefault((rows[-1]["pod_namespace"], rows[-1]["pod_name"]), []).append(rows[-1])
                 counts["held"] += 1
                 continue
@@ -127,10 +131,17 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
                            if x["chosen_node"] is None and x["time_s"] <= float(r.get("time_s", 0.0))]
                 row = waiting[-1] if waiting else None
             if row is None:
+                # the second report of a binding (the pod watch's after ReportBinding's): its creation time
+                # still belongs to the row the first one bound
+                bound = [x for x in bound_by_pod.get((pod.get("namespace"), pod.get("name")), [])
+                         if x["chosen_node"] == str(r.get("node")) and x["time_s"] <= float(r.get("time_s", 0.0))]
+                if bound and bound[-1]["wait_s"] is None:
+                    _set_wait(bound[-1], r)
                 counts["bindings_unmatched"] += 1
                 continue
             node = str(r["node"])
             row["chosen_node"] = node
+            _set_wait(row, r)
             names = [c["node"] for c in row["candidates"]]
             row["chosen_index"] = names.index(node) if node in names else None
             bound_by_pod.setdefault((row["pod_namespace"], row["pod_name"]), []).append(row)
@@ -159,6 +170,14 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
         if row["chosen_node"] is not None and (row["pod_namespace"], row["pod_name"]) in watched:
             row["outcome_kills"] = kills.get(row["decision_id"], 0)
     return rows, counts
+
+
+def _set_wait(row: dict, binding: dict) -> None:
+    """The row's ``wait_s``: from the pod's creation (a binding the pod watch logged carries it) to the
+    row's decision, 0 at least (clocks of two machines)."""
+    created = binding.get("created_s")
+    if isinstance(created, (int, float)) and not isinstance(created, bool) and math.isfinite(created):
+        row["wait_s"] = max(float(row["time_s"]) - float(created), 0.0)
 
 
 def _held_row(hold: dict, binding: dict, pod: dict, where: str, held_rows: dict[str, int]) -> dict:
