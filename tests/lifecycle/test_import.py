@@ -17,7 +17,7 @@ pytest.importorskip("grpc")
 
 from td3sched.engine.prometheus_source import DEFAULT_QUERIES  # noqa: E402
 from td3sched.lifecycle.history import Decisions, read_history  # noqa: E402
-from td3sched.lifecycle.importer import bindings_from_pod_list, import_history  # noqa: E402
+from td3sched.lifecycle.importer import bindings_from_audit_log, bindings_from_pod_list, import_history  # noqa: E402
 
 from tests.engine.prometheus_harness import (NodeExporterStub, PrometheusServer, SimulatedNode,  # noqa: E402
                                              ensure_prometheus)
@@ -176,6 +176,29 @@ def test_an_audit_log_gives_the_decisions_of_the_same_bindings_as_the_pod_list(r
     assert [r["wait_s"] for r in by_audit] == [1.0] * 3  # created a second before the binding
     assert [(r["outcome_left_s"], r["outcome"]) for r in by_audit] == [(None, None), (deleted, "departure"),
                                                                         (None, None)]
+
+
+def test_an_audit_log_binds_the_pod_created_before_the_binding_wherever_the_create_is_written(tmp_path):
+    """An API server writes a create's ResponseComplete event once its response is sent: the scheduler may
+    have bound the pod, and the binding's event been written, first. A name used again binds its newer pod."""
+    ref = {"resource": "pods", "namespace": "shop", "name": "api"}
+    first, second = _pod("api", None, None, cpu="100m"), _pod("api", None, None, cpu="700m")
+    binding = {"target": {"kind": "Node", "name": "node-b"}}
+    lines = [
+        _audit({**ref, "subresource": "binding"}, 100.0, request=binding),  # written before its pod's create
+        _audit(ref, 100.5, request=first, response=first),  # received at 100.499, after the binding: not its pod
+        _audit(ref, 99.9, request=first, response=first),  # the create the first binding made
+        _audit(ref, 200.0, code=200, verb="delete"),
+        _audit(ref, 300.0, request=second, response=second),  # the name used again
+        _audit({**ref, "subresource": "binding"}, 301.0, request={"target": {"name": "node-a"}}),
+    ]
+    log = tmp_path / "audit.log"
+    log.write_text("\n".join(lines) + "\n")
+    bindings, skipped = bindings_from_audit_log(log)
+    assert skipped == 0
+    assert [(b.node, b.time_s, b.left_s) for b in bindings] == [("node-b", 100.0, 200.0), ("node-a", 301.0, None)]
+    assert [round(b.wait_s, 6) for b in bindings] == [0.1, 1.0]
+    assert [b.pod.cpu_milli for b in bindings] == [100.0, 700.0]
 
 
 @pytest.mark.parametrize("statuses, kills", [

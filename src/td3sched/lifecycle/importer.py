@@ -11,8 +11,10 @@ Decisions are rebuilt from the pods' bindings and the nodes' metrics at bind tim
     Request or RequestResponse for pods and pods/binding): each successful ``create`` of a
     ``pods/binding`` (stage ResponseComplete) is a binding to its ``requestObject.target.name``, at its
     ``stageTimestamp`` (microseconds); the pod is the one of the latest successful pod ``create``
-    before it (``responseObject``, else ``requestObject``). Bindings of pods whose creation is not in
-    the log are counted and skipped;
+    received before it (``responseObject``, else ``requestObject``), wherever in the log: an API server
+    writes a create's ResponseComplete event once its response is sent, and a scheduler watching the
+    pod may have bound it, and the binding's event been written, first. Bindings of pods whose creation
+    is not in the log are counted and skipped;
 
   requests, limits and QoS are read as the engine's extender reads a v1.Pod
   (``engine.kubernetes_objects``);
@@ -164,13 +166,11 @@ def bindings_from_pod_list(pod_list, where: str = "PodList") -> tuple[list[Bindi
 def bindings_from_audit_log(path) -> tuple[list[Binding], int]:
     """(bindings in time order, bindings skipped: their pod's creation is not in the log) of an API
     server audit log (see the module's docstring)."""
-    pods: dict[tuple[str, str], dict] = {}
-    out, skipped = [], 0
-    bound_at: dict[tuple[str, str], int] = {}  # pod -> its latest binding's index in out
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise HistoryError(f"audit log {path}: not found: expected the API server's --audit-log-path file") from None
+    events = []  # (where, event, pod key) of the successful pod creates, bindings and deletes, in the log's order
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -186,34 +186,43 @@ def bindings_from_audit_log(path) -> tuple[list[Binding], int]:
         code = (event.get("responseStatus") or {}).get("code", 0)
         if ref.get("resource") != "pods" or not 200 <= int(code) < 300:
             continue
-        key = (str(ref.get("namespace") or ""), str(ref.get("name") or ""))
-        if event["verb"] == "delete":
-            k = bound_at.pop(key, None) if not ref.get("subresource") else None
-            if k is not None:
-                stamp = event.get("stageTimestamp") or event.get("requestReceivedTimestamp")
-                out[k] = dataclasses.replace(out[k], left_s=_time(stamp, where))
+        events.append((where, event, (str(ref.get("namespace") or ""), str(ref.get("name") or ""))))
+    # the creates first: a create's event can come after the binding of the pod it made
+    creates: dict[tuple[str, str], list[tuple[float, dict, float | None]]] = {}  # pod -> (received, object, time)
+    for where, event, key in events:
+        if event["verb"] != "create" or event["objectRef"].get("subresource"):
             continue
-        if not ref.get("subresource"):
-            pod = event.get("responseObject") or event.get("requestObject")
-            if not isinstance(pod, dict):
-                raise HistoryError(f"{where}: pod create without a request or response object: expected an audit "
-                                   "policy of level Request or RequestResponse for pods")
-            name = (pod.get("metadata") or {}).get("name") or key[1]
-            stamp = event.get("stageTimestamp") or event.get("requestReceivedTimestamp")
-            pods[(key[0] or str((pod.get("metadata") or {}).get("namespace") or ""), name)] = (
-                pod, _time(stamp, where) if stamp else None)
-        elif ref.get("subresource") == "binding":
+        pod = event.get("responseObject") or event.get("requestObject")
+        if not isinstance(pod, dict):
+            raise HistoryError(f"{where}: pod create without a request or response object: expected an audit "
+                               "policy of level Request or RequestResponse for pods")
+        name = (pod.get("metadata") or {}).get("name") or key[1]
+        stamp = event.get("stageTimestamp") or event.get("requestReceivedTimestamp")
+        received = event.get("requestReceivedTimestamp") or stamp
+        creates.setdefault((key[0] or str((pod.get("metadata") or {}).get("namespace") or ""), name), []).append(
+            (_time(received, where) if received else -math.inf, pod, _time(stamp, where) if stamp else None))
+    out, skipped = [], 0
+    bound_at: dict[tuple[str, str], int] = {}  # pod -> its latest binding's index in out
+    for where, event, key in events:
+        subresource = event["objectRef"].get("subresource")
+        stamp = event.get("stageTimestamp") or event.get("requestReceivedTimestamp")
+        if event["verb"] == "delete":
+            k = bound_at.pop(key, None) if not subresource else None
+            if k is not None:
+                out[k] = dataclasses.replace(out[k], left_s=_time(stamp, where))
+        elif subresource == "binding":
             target = ((event.get("requestObject") or {}).get("target") or {}).get("name")
             if not target:
                 raise HistoryError(f"{where}: binding without requestObject.target.name: expected an audit policy "
                                    "of level Request or RequestResponse for pods/binding")
-            created = pods.get(key)
-            if created is None:
+            t = _time(stamp, where)
+            made = [c for c in creates.get(key, ()) if c[0] <= t]
+            if not made:
                 skipped += 1
                 continue
-            stamp = event.get("stageTimestamp") or event.get("requestReceivedTimestamp")
+            _, pod, created_s = max(made, key=lambda c: c[0])
             bound_at[key] = len(out)
-            out.append(_binding(created[0], target, _time(stamp, where), where, created_s=created[1]))
+            out.append(_binding(pod, target, t, where, created_s=created_s))
     out.sort(key=lambda b: b.time_s)
     return out, skipped
 
