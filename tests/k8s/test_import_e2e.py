@@ -64,7 +64,7 @@ def test_history_imported_from_a_real_api_server_and_prometheus(cluster, prometh
     # the log is the whole test API server's: other tests' bindings are in it too (some of pods whose
     # creation it never saw, e.g. across an API server restart, which the importer skips and counts)
     mine = [r for r in read_history(path2).to_pylist() if r["pod_namespace"] == namespace]
-    assert len(mine) == 10 and counts2["bindings"] >= 10
+    assert len(mine) == 10 and counts2["bindings"] >= 10, counts2
     by_pod = {r["pod_name"]: r for r in rows}
     for r in mine:
         other = by_pod[r["pod_name"]]
