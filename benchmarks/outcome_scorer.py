@@ -27,6 +27,13 @@ one run:
    95% intervals: the nodes' part of the cost (node-hours), the hours above the SLO, P99, and the
    objective's cost with the hours above the SLO priced at each ``--slo-hour`` (``rerank.cost``).
 
+``--target node`` credits a placement with what it shares of its node's tail instead: the hours the
+latency-sensitive pods on the node (the pod included) spent above their SLO while the pod was there
+(``outcome_node_slo_h``, schema 5), for every pod, latency-sensitive or not; the critic also reads whether the
+pod is latency-sensitive and the latency-sensitive pods already on each candidate (``NEIGHBOUR_FEATURES``), and
+the score listens to it for every pod. A pod that heats its neighbours is charged for it, not only a pod that
+is itself hot.
+
 What it measures: whether a per-placement credit of the tail buys hours above the SLO cheaper than nodes
 do, and at what price of the SLO hour a score that hears it beats the base.
 """
@@ -34,6 +41,7 @@ do, and at what price of the SLO hour a score that hears it beats the base.
 from __future__ import annotations
 
 import argparse
+import heapq
 import sys
 import tempfile
 import time
@@ -59,6 +67,9 @@ from td3sched.version import code_version  # noqa: E402
 
 FEATURES = ("u_cpu", "u_mem", "u_io", "u_net", "r_cpu", "r_mem", "cpu cores", "mem GiB", "gpus",
             "u_cpu - coolest", "u_cpu - mean", "candidates (log)")
+NEIGHBOUR_FEATURES = ("pod latency-sensitive", "latency-sensitive cores on the node", "latency-sensitive pods on the node")
+"""What ``--target node`` adds: whether the pod is latency-sensitive, and the latency-sensitive pods already on each
+candidate (their CPU requests in cores, and their count), as a scheduler that sees the pods' classes knows them."""
 
 
 def placement_features(u: np.ndarray, r: np.ndarray, cpu_milli: float, mem_mib: float, gpus: int) -> np.ndarray:
@@ -71,54 +82,79 @@ def placement_features(u: np.ndarray, r: np.ndarray, cpu_milli: float, mem_mib: 
     return np.hstack([u, r, pod, rel]).astype(np.float32)
 
 
-def placements(path: Path, ls: dict, end_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Features [n, F] of the chosen nodes, the pods' hours above the SLO [n] and hours on the node [n], for the
-    history file's placements of latency-sensitive pods with every candidate fresh."""
-    rows = read_history(path, ["pod_name", "cpu_milli", "mem_mib", "gpu_count", "candidates", "chosen_index",
-                               "outcome_left_s", "outcome_slo_h"]).to_pylist()
+def placements(path: Path, ls: dict, end_s: float, target: str = "pod") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Features [n, F] of the chosen nodes, the target hours [n] and hours on the node [n], for the history file's
+    placements with every candidate fresh. ``target`` "pod": latency-sensitive pods' placements, their own hours
+    above the SLO (``outcome_slo_h``); "node": every placement, the hours the latency-sensitive pods on the node
+    spent above theirs while the pod was there (``outcome_node_slo_h``), with ``NEIGHBOUR_FEATURES`` rebuilt by
+    replaying the history's placements and departures in time order."""
+    column = "outcome_slo_h" if target == "pod" else "outcome_node_slo_h"
+    rows = read_history(path, ["pod_name", "cpu_milli", "mem_mib", "gpu_count", "candidates", "chosen_node",
+                               "chosen_index", "outcome_left_s", column]).to_pylist()
     x, slo, on = [], [], []
-    for row in rows:
-        i = row["chosen_index"]
-        cands = row["candidates"]
-        if not ls[row["pod_name"]] or i is None or row["outcome_slo_h"] is None or any(c["stale"] for c in cands):
-            continue
-        u = np.array([[c["u_cpu"], c["u_mem"], c["u_io"], c["u_net"]] for c in cands])
-        r = np.array([[c["r_cpu"], c["r_mem"]] for c in cands])
+    ls_cores: dict[str, float] = {}
+    ls_pods: dict[str, int] = {}
+    leaving: list[tuple[float, int, str, float]] = []
+    for k, row in enumerate(rows):
+        while leaving and leaving[0][0] <= row["time_s"]:
+            _, _, node, cores = heapq.heappop(leaving)
+            ls_cores[node] -= cores
+            ls_pods[node] -= 1
+        i, cands, node = row["chosen_index"], row["candidates"], row["chosen_node"]
+        pod_ls = bool(ls[row["pod_name"]])
         left = row["outcome_left_s"] if row["outcome_left_s"] is not None else end_s
-        x.append(placement_features(u, r, row["cpu_milli"], row["mem_mib"], row["gpu_count"])[i])
-        slo.append(row["outcome_slo_h"])
-        on.append(max(left - row["time_s"], 0.0) / 3600.0)
-    return np.array(x, dtype=np.float32).reshape(-1, len(FEATURES)), np.array(slo), np.array(on)
+        usable = i is not None and row[column] is not None and not any(c["stale"] for c in cands)
+        if usable and (pod_ls or target == "node"):
+            u = np.array([[c["u_cpu"], c["u_mem"], c["u_io"], c["u_net"]] for c in cands])
+            r = np.array([[c["r_cpu"], c["r_mem"]] for c in cands])
+            f = placement_features(u, r, row["cpu_milli"], row["mem_mib"], row["gpu_count"])[i]
+            if target == "node":
+                f = np.concatenate([f, [float(pod_ls), ls_cores.get(node, 0.0), float(ls_pods.get(node, 0))]])
+            x.append(f)
+            slo.append(row[column])
+            on.append(max(left - row["time_s"], 0.0) / 3600.0)
+        if pod_ls and node is not None:
+            cores = row["cpu_milli"] / 1000.0
+            ls_cores[node] = ls_cores.get(node, 0.0) + cores
+            ls_pods[node] = ls_pods.get(node, 0) + 1
+            heapq.heappush(leaving, (left if row["outcome_left_s"] is not None else np.inf, k, node, cores))
+    width = len(FEATURES) + (len(NEIGHBOUR_FEATURES) if target == "node" else 0)
+    return np.array(x, dtype=np.float32).reshape(-1, width), np.array(slo), np.array(on)
 
 
 def record_placements(job) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """One seed's recorded run of ``base`` over ``days`` (in a worker process): its placements (``placements``)
     and the decisions recorded."""
-    scenario, base, seed, days, overrides = job
+    scenario, base, seed, days, overrides, target = job
     overrides = [*overrides, f"spans.outcome=[{days[0]},{days[1]}]"]
     with tempfile.TemporaryDirectory(prefix="outcome-scorer-") as tmp:
         record, path, n = record_simulation(scenario, base, seed, "outcome", tmp, overrides)
         world = load_scenario(scenario, overrides).build(seed).workload
-        return (*placements(path, dict(zip(world.name, world.latency_sensitive)), record["span"]["end_s"]), n)
+        ls = dict(zip(world.name, world.latency_sensitive))
+        return (*placements(path, ls, record["span"]["end_s"], target), n)
 
 
 def collect(args, pool, days: tuple[int, int], seeds: range) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     xs, slos, ons = [], [], []
-    jobs = [(args.scenario, args.base, seed, days, args.overrides) for seed in seeds]
+    jobs = [(args.scenario, args.base, seed, days, args.overrides, args.target) for seed in seeds]
+    whose = "of latency-sensitive pods" if args.target == "pod" else "(every pod; the node's latency-sensitive pods')"
     for seed, (x, slo, on, n) in zip(seeds, pool.map(record_placements, jobs)):
-        print(f"  days {days[0]}-{days[1]} seed {seed}: {n:,} decisions, {len(x):,} placements of latency-sensitive "
-              f"pods, {slo.sum():,.1f} hours above the SLO in {on.sum():,.0f} on their nodes", flush=True)
+        print(f"  days {days[0]}-{days[1]} seed {seed}: {n:,} decisions, {len(x):,} placements {whose}, "
+              f"{slo.sum():,.1f} hours above the SLO in {on.sum():,.0f} on their nodes", flush=True)
         xs.append(x), slos.append(slo), ons.append(on)
     return np.concatenate(xs), np.concatenate(slos), np.concatenate(ons)
 
 
 class RateModel:
     """``rate(features)``: a 2 x 32 network on standardised features, the squared error weighted by the hours on
-    the node; predictions clipped to [0, 1] (a share of time)."""
+    the node; predictions clipped to [0, ``cap``] (a share of time: 1 for a pod's own hours, the node's
+    latency-sensitive pods' count for theirs, unbounded here)."""
 
-    def __init__(self, x: np.ndarray, slo: np.ndarray, on: np.ndarray, seed: int = 0, steps: int = 3000):
+    def __init__(self, x: np.ndarray, slo: np.ndarray, on: np.ndarray, seed: int = 0, steps: int = 3000,
+                 cap: float = 1.0):
         import torch
 
+        self.cap = cap
         torch.manual_seed(seed)
         keep = on > 0
         x, y, w = x[keep], slo[keep] / on[keep], on[keep] / on[keep].mean()
@@ -144,7 +180,7 @@ class RateModel:
             h = h @ w + b
             if i < len(self.layers) - 1:
                 h = np.maximum(h, 0.0)
-        return np.clip(h[:, 0], 0.0, 1.0)
+        return np.clip(h[:, 0], 0.0, self.cap)
 
 
 def by_cpu_tenth(x: np.ndarray, slo: np.ndarray, on: np.ndarray):
@@ -164,50 +200,63 @@ def weighted_corr(a: np.ndarray, b: np.ndarray, w: np.ndarray) -> float:
 
 
 class OutcomeAware(Policy):
-    """``inner`` with each candidate's score moved by the predicted rate above the SLO of the pod on it (for
-    latency-sensitive pods): ``minmax(inner's scores) - lam x rate(placement_features)``. Filter, Bind and
-    Release go to ``inner`` unchanged."""
+    """``inner`` with each candidate's score moved by the predicted rate above the SLO on it: ``minmax(inner's
+    scores) - lam x rate(placement_features)``. ``target`` "pod": the pod's own rate, for latency-sensitive pods;
+    "node": the node's latency-sensitive pods' rate while the pod is there, for every pod (with
+    ``NEIGHBOUR_FEATURES``, kept from the binds and releases this policy is told of). Filter, Bind and Release go
+    to ``inner`` unchanged."""
 
-    def __init__(self, inner: Policy, rate, lam: float, latency_sensitive: np.ndarray):
-        self.inner, self.rate, self.lam, self.ls = inner, rate, float(lam), latency_sensitive
+    def __init__(self, inner: Policy, rate, lam: float, latency_sensitive: np.ndarray, target: str = "pod"):
+        self.inner, self.rate, self.lam, self.ls, self.target = inner, rate, float(lam), latency_sensitive, target
         self.name = inner.name
 
     def attach(self, context) -> None:
         super().attach(context)
         self.inner.attach(context)
         self.cache = AssignCache(context.cluster.size, horizon_s=context.window_s + context.scrape_s)
+        self.ls_cores = np.zeros(context.cluster.size)
+        self.ls_pods = np.zeros(context.cluster.size)
 
     def filter(self, pod, nodes, cluster):
         return self.inner.filter(pod, nodes, cluster)
 
     def score(self, pod, nodes, cluster):
         s = np.asarray(self.inner.score(pod, nodes, cluster), dtype=np.float64)
-        if not self.ls[pod.index] or len(nodes) < 2:
+        if (self.target == "pod" and not self.ls[pod.index]) or len(nodes) < 2:
             return s
         span = s.max() - s.min()
         s = (s - s.min()) / span if span > 0 else np.zeros_like(s)
         u = utilisation(pod, nodes, cluster, self.cache.usage_since(cluster.last_scrape_s))
         r = requested_utilisation(pod, nodes, cluster)
         x = placement_features(u, r, pod.request[0], pod.request[1], pod.gpu_count)
+        if self.target == "node":
+            x = np.hstack([x, np.column_stack([np.full(len(nodes), float(self.ls[pod.index])), self.ls_cores[nodes],
+                                               self.ls_pods[nodes]])])
         return s - self.lam * self.rate(x)
 
     def bound(self, pod, node, cluster):
         self.cache.add(node, pod.time_s, pod.nonzero_cpu_mem)
+        if self.ls[pod.index]:
+            self.ls_cores[node] += pod.request[0] / 1000.0
+            self.ls_pods[node] += 1
         self.inner.bound(pod, node, cluster)
 
     def choose_gpus(self, pod, node, cluster):
         return self.inner.choose_gpus(pod, node, cluster)
 
     def released(self, pod, node, cluster, reason="departure"):
+        if self.ls[pod.index]:
+            self.ls_cores[node] -= pod.request[0] / 1000.0
+            self.ls_pods[node] -= 1
         self.inner.released(pod, node, cluster, reason)
 
 
 def test_run(job) -> tuple[dict, float]:
     """One test run (in a worker process): the policy, or with ``lam`` > 0 the policy listening to ``model``."""
-    scenario, base, seed, overrides, lam, model = job
+    scenario, base, seed, overrides, lam, model, target = job
 
     def wrap(inner, world, spec):
-        return inner if lam == 0 else OutcomeAware(inner, model, lam, world.workload.latency_sensitive)
+        return inner if lam == 0 else OutcomeAware(inner, model, lam, world.workload.latency_sensitive, target)
 
     t = time.perf_counter()
     m = run_simulation(scenario, base, seed, "outcome", overrides, wrap_policy=wrap)["metrics"]
@@ -228,7 +277,11 @@ def main() -> None:
     ap.add_argument("--slo-hour", default="0,0.5,1", help="prices of an hour above the SLO to compare at")
     ap.add_argument("--workers", type=int, default=1, help="processes for the test runs")
     ap.add_argument("--data", type=Path, default=None, help="an .npz of the collected placements: written after "
-                    "collecting, read instead of collecting when it exists (the same --base, days and seeds)")
+                    "collecting, read instead of collecting when it exists (the same --base, --target, days and seeds)")
+    ap.add_argument("--target", choices=("pod", "node"), default="pod", help="what the critic predicts: the "
+                    "latency-sensitive pod's own hours above the SLO (pod), or those of the latency-sensitive pods on "
+                    "the node while the pod is there, for every pod (node: its own part of the node's tail and its "
+                    "neighbours')")
     ap.add_argument("--reference", action="append", default=[], help="another policy run on the test days beside "
                     "them, paired with the base the same way (repeatable): e.g. the base at another tau")
     args = ap.parse_args()
@@ -252,7 +305,8 @@ def main() -> None:
         if args.data is not None:
             np.savez(args.data, x=x, slo=slo, on=on, xh=xh, sloh=sloh, onh=onh)
 
-    model, tenth = RateModel(x, slo, on), by_cpu_tenth(x, slo, on)
+    model = RateModel(x, slo, on, cap=1.0 if args.target == "pod" else np.inf)
+    tenth = by_cpu_tenth(x, slo, on)
     keep = onh > 0
     measured = sloh[keep] / onh[keep]
     print(f"\nfit on {len(x):,} placements ({slo.sum():,.0f} hours above the SLO), checked on {keep.sum():,}: "
@@ -263,10 +317,12 @@ def main() -> None:
     overrides = [*args.overrides, f"spans.outcome=[{test[0]},{test[1]}]"]
     rows = [f"lam {lam:g}" for lam in [0.0, *lams]] + list(args.reference)
     runs: dict[str, dict[int, dict]] = {row: {} for row in rows}
-    jobs = [(args.scenario, args.base, seed, overrides, lam, model) for lam in [0.0, *lams] for seed in test_seeds]
-    jobs += [(args.scenario, spec, seed, overrides, 0.0, None) for spec in args.reference for seed in test_seeds]
+    jobs = [(args.scenario, args.base, seed, overrides, lam, model, args.target) for lam in [0.0, *lams]
+            for seed in test_seeds]
+    jobs += [(args.scenario, spec, seed, overrides, 0.0, None, args.target) for spec in args.reference
+             for seed in test_seeds]
     with ProcessPoolExecutor(args.workers, mp_context=get_context("fork")) as pool:
-        for row, (_, _, seed, _, _, _), (m, seconds) in zip([r for r in rows for _ in test_seeds], jobs,
+        for row, (_, _, seed, _, _, _, _), (m, seconds) in zip([r for r in rows for _ in test_seeds], jobs,
                                                              pool.map(test_run, jobs)):
             runs[row][seed] = m
             print(f"  {row} seed {seed}: cost {m['cost_node_hours']:,.0f}, nodes {m['cost_nodes']:,.0f}, hours "

@@ -56,7 +56,8 @@ def rows(draw):
         "tau": draw(maybe_float), "wait_s": draw(maybe_float), "outcome_left_s": draw(maybe_float),
         "outcome": draw(st.one_of(st.none(), st.sampled_from(RELEASE_REASONS))),
         "outcome_kills": draw(st.one_of(st.none(), st.integers(0, 2**31 - 1))),
-        "outcome_overload_h": draw(maybe_float), "outcome_slo_h": draw(maybe_float), "reward": draw(maybe_float),
+        "outcome_overload_h": draw(maybe_float), "outcome_slo_h": draw(maybe_float),
+        "outcome_node_slo_h": draw(maybe_float), "reward": draw(maybe_float),
         "elapsed_s": draw(maybe_float),
     }
 
@@ -80,11 +81,14 @@ def _one_row() -> dict:
                             "score": 50.0, "r_cpu": 0.3, "r_mem": 0.4}],
             "chosen_node": "a", "chosen_index": 0, "model_version": None, "action": None, "weights": None,
             "tau": None, "wait_s": 3.0, "outcome_left_s": None, "outcome": None, "outcome_kills": None,
-            "outcome_overload_h": 0.5, "outcome_slo_h": 0.25, "reward": None, "elapsed_s": None}
+            "outcome_overload_h": 0.5, "outcome_slo_h": 0.25, "outcome_node_slo_h": 0.75, "reward": None,
+            "elapsed_s": None}
 
 
 V4_COLUMNS = ["wait_s", "outcome_overload_h", "outcome_slo_h"]
 """The columns schema version 4 added: an older file lacks them."""
+V5_COLUMNS = ["outcome_node_slo_h"]
+"""The column schema version 5 added."""
 
 
 def test_another_schema_version_is_refused_naming_the_file(tmp_path):
@@ -105,6 +109,8 @@ def _older(row: dict, version: int) -> pa.Table:
     table = pa.Table.from_pylist([{"schema_version": version, **old}], schema=schema)
     if version < 4:
         table = table.drop_columns(V4_COLUMNS)
+    if version < 5:
+        table = table.drop_columns(V5_COLUMNS)
     return table.replace_schema_metadata({VERSION_KEY: str(version).encode()})
 
 
@@ -117,11 +123,26 @@ def test_a_version_3_file_reads_with_the_pods_life_null(tmp_path):
                           pa.array([row["candidates"]], pa.list_(CANDIDATE)))
     pq.write_table(v3, tmp_path / "v3.parquet")
     back = read_history(tmp_path / "v3.parquet").to_pylist()
-    assert back == [{"schema_version": 3, **row, **dict.fromkeys(V4_COLUMNS)}]
+    assert back == [{"schema_version": 3, **row, **dict.fromkeys(V4_COLUMNS + V5_COLUMNS)}]
     v4 = v3.replace_schema_metadata({VERSION_KEY: b"4"})
     pq.write_table(v4, tmp_path / "v4.parquet")
     with pytest.raises(HistoryError, match=r"v4.parquet: column 'wait_s' missing"):
         read_history(tmp_path / "v4.parquet")
+
+
+def test_a_version_4_file_reads_with_the_neighbours_hours_null(tmp_path):
+    """Histories written before the hours a pod's neighbours spent above their SLO (schema 4) still read,
+    with that column null; a version 5 file must have it."""
+    row = _one_row()
+    table = _older(row, 4)
+    v4 = table.set_column(table.schema.get_field_index("candidates"), pa.field("candidates", pa.list_(CANDIDATE)),
+                          pa.array([row["candidates"]], pa.list_(CANDIDATE)))
+    pq.write_table(v4, tmp_path / "v4.parquet")
+    assert read_history(tmp_path / "v4.parquet").to_pylist() == [{"schema_version": 4, **row,
+                                                                  "outcome_node_slo_h": None}]
+    pq.write_table(v4.replace_schema_metadata({VERSION_KEY: b"5"}), tmp_path / "v5.parquet")
+    with pytest.raises(HistoryError, match=r"v5.parquet: column 'outcome_node_slo_h' missing"):
+        read_history(tmp_path / "v5.parquet")
 
 
 def test_a_version_1_file_reads_with_the_later_columns_null(tmp_path):
@@ -132,7 +153,7 @@ def test_a_version_1_file_reads_with_the_later_columns_null(tmp_path):
     pq.write_table(v1, tmp_path / "v1.parquet")
     back = read_history(tmp_path).to_pylist()
     expected = {**row, "candidates": [{**c, "r_cpu": None, "r_mem": None} for c in row["candidates"]],
-                **dict.fromkeys(V4_COLUMNS)}
+                **dict.fromkeys(V4_COLUMNS + V5_COLUMNS)}
     assert back == [{"schema_version": 1, **expected}]
     assert back[0]["outcome"] is None and back[0]["outcome_kills"] is None
     d = Decisions.from_table(read_history(tmp_path).set_column(
@@ -386,6 +407,24 @@ def test_a_pods_hours_above_its_slo_are_its_own_and_add_up_to_at_most_the_runs(t
         assert r["outcome_slo_h"] <= (left - r["time_s"]) / 3600.0 + 1 / 60
     total = sum(r["outcome_slo_h"] for r in rows)
     assert 0 < total <= record["metrics"]["latency_breach_hours"] + 1e-9
+
+
+def test_a_pods_share_of_its_nodes_tail_holds_its_own_hours_and_at_most_the_nodes(tmp_path):
+    """``outcome_node_slo_h``: the hours the latency-sensitive pods on the pod's node spent above their SLO
+    while it was there: at least its own, at most what every latency-sensitive pod the node ever held
+    spent there, and not only latency-sensitive pods'."""
+    record_simulation("tiny", SPEC, 1, "test", tmp_path / "h", overrides=["simulator.usage_scale=2.0",
+                                                                        "simulator.warmup_days=0"])
+    rows = read_history(tmp_path / "h").to_pylist()
+    ls = dict(zip(*(lambda w: (w.name, w.latency_sensitive))(load_scenario("tiny").build(1).workload)))
+    node_total: dict[str, float] = {}
+    for r in rows:
+        node_total[r["chosen_node"]] = node_total.get(r["chosen_node"], 0.0) + r["outcome_slo_h"]
+    for r in rows:
+        assert r["outcome_slo_h"] - 1e-9 <= r["outcome_node_slo_h"] <= node_total[r["chosen_node"]] + 1e-9
+    neighbours = [r for r in rows if not ls[r["pod_name"]] and r["outcome_node_slo_h"] > 0]
+    assert neighbours  # not vacuous: pods that are not latency-sensitive shared hot nodes
+    assert any(r["outcome_node_slo_h"] > r["outcome_slo_h"] + 1e-9 for r in rows if ls[r["pod_name"]])
 
 
 def test_some_columns_read_as_the_whole_history_orders_them(tmp_path):

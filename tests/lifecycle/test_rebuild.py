@@ -26,7 +26,7 @@ FIXED = ["nodes.pools.cpu.count=20", "nodes.pools.cpu.min_count=20", "nodes.pool
 CLUSTER_ONLY = {"scenario": None, "seed": None, "policy": "cluster:default-scheduler", "workload": None,
                 "observation": None, "model_version": None, "action": None, "weights": None, "tau": None,
                 "outcome": None, "outcome_kills": None, "outcome_overload_h": None, "outcome_slo_h": None,
-                "reward": None, "elapsed_s": None, "source": "import"}
+                "outcome_node_slo_h": None, "reward": None, "elapsed_s": None, "source": "import"}
 """What an imported history lacks of a simulator's: only times, pods, candidates, choices and departures stay."""
 
 
@@ -125,7 +125,8 @@ def _decision(i: int, t: float, pod: str, cpu: float, node: str, requested: dict
             "mem_limit_mib": None, "observation": None, "candidates": cands, "chosen_node": node,
             "chosen_index": [c["node"] for c in cands].index(node), "model_version": None, "action": None,
             "weights": None, "tau": None, "outcome_left_s": left, "outcome": None if left is None else "departure",
-            "outcome_kills": None, "outcome_overload_h": None, "outcome_slo_h": None, "wait_s": None, "reward": None,
+            "outcome_kills": None, "outcome_overload_h": None, "outcome_slo_h": None, "outcome_node_slo_h": None,
+            "wait_s": None, "reward": None,
             "elapsed_s": None}
 
 

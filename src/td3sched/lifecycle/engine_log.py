@@ -27,7 +27,7 @@ when a record said unknown), so far for a pod still running; without a pod watch
 ``reward`` and ``elapsed_s``. ``wait_s`` of a bound row is the time from the pod's creation, which the pod
 watch's binding records carry (``created_s``), to the decision; null for a binding only ReportBinding or
 the extender told of. The engine does not see its node's overload over the pod's life or its latency:
-``outcome_overload_h`` and ``outcome_slo_h`` are null.
+``outcome_overload_h``, ``outcome_slo_h`` and ``outcome_node_slo_h`` are null.
 
 A log is the file and its rotated files (``.N`` ... ``.1``, oldest first, then the file): all read.
 Records cut by a crash are skipped and counted.
@@ -106,8 +106,8 @@ def decisions_from_log(path) -> tuple[list[dict], dict]:
                 **_pod_columns(pod), "workload": None, "observation": r.get("observation"), "candidates": cands, "chosen_node": None, "chosen_index": None,
                 "model_version": r.get("model_version") or None, "action": r.get("action"), "weights": r.get("weights"),
                 "tau": r.get("tau"), "wait_s": None, "outcome_left_s": None, "outcome": None,
-                "outcome_kills": None, "outcome_overload_h": None, "outcome_slo_h": None, "reward": None,
-                "elapsed_s": None,
+                "outcome_kills": None, "outcome_overload_h": None, "outcome_slo_h": None,
+                "outcome_node_slo_h": None, "reward": None, "elapsed_s": None,
             }
             if row["observation"] is not None and None in row["observation"]:
                 row["observation"] = None  # a non-finite value was logged as null: no usable observation

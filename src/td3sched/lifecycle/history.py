@@ -6,9 +6,9 @@ and the node the pod went to. Three sources write the same schema: the simulator
 (``lifecycle.engine_log``), and later a cluster's own bindings. The learning lifecycle reads it:
 behaviour cloning (``lifecycle.bc``) and fine-tuning.
 
-Schema ``SCHEMA_VERSION`` 4 (docs/lifecycle.md has the table with units and meanings):
+Schema ``SCHEMA_VERSION`` 5 (docs/lifecycle.md has the table with units and meanings):
 
-    schema_version  int16     4
+    schema_version  int16     5
     source          string    simulator | engine | import
     decision_id     string    unique within its file
     time_s          float64   simulated seconds (simulator) or Unix seconds (engine)
@@ -47,6 +47,9 @@ Schema ``SCHEMA_VERSION`` 4 (docs/lifecycle.md has the table with units and mean
                               (its samples above it, and those it served at the cap waiting for a
                               container restart: the objective's slo_hour term), 0 for any other pod;
                               null as outcome_kills
+    outcome_node_slo_h  float64   hours the latency-sensitive pods on the node (the pod included) spent above
+                              their SLO while the pod was on it: its own part of the node's tail and its
+                              neighbours'; null as outcome_kills
     reward          float64   the decision's reward (reward.py: minus the cluster's cost until the next
                               decision, over the maximum node count); null when not known
     elapsed_s       float64   seconds from the decision to the next one (the reward's period); null
@@ -56,7 +59,8 @@ The file's Arrow schema metadata holds ``td3sched.history.schema_version``; a re
 of an unknown version, or one missing a column, naming the file and what was expected. Version 1 files
 (without ``outcome`` and ``outcome_kills``) are read with those columns null, files before version
 3 with the candidates' ``r_cpu`` and ``r_mem`` null, and files before version 4 with ``wait_s``,
-``outcome_overload_h`` and ``outcome_slo_h`` null. A history is a
+``outcome_overload_h`` and ``outcome_slo_h`` null, and files before version 5 with ``outcome_node_slo_h``
+null. A history is a
 folder of such files (or one file): ``read_history`` reads them all, in name order.
 """
 
@@ -69,8 +73,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 4
-ADDED_IN = {"outcome": 2, "outcome_kills": 2, "wait_s": 4, "outcome_overload_h": 4, "outcome_slo_h": 4}
+SCHEMA_VERSION = 5
+ADDED_IN = {"outcome": 2, "outcome_kills": 2, "wait_s": 4, "outcome_overload_h": 4, "outcome_slo_h": 4,
+            "outcome_node_slo_h": 5}
 """Columns added after version 1, by the version that added them: an older file reads them as null."""
 CANDIDATE_FIELDS_ADDED_IN = 3
 """The version that added the candidates' ``R_FIELDS``: an older file reads them as null."""
@@ -128,6 +133,7 @@ SCHEMA = pa.schema([
     pa.field("outcome_kills", pa.int32()),
     pa.field("outcome_overload_h", pa.float64()),
     pa.field("outcome_slo_h", pa.float64()),
+    pa.field("outcome_node_slo_h", pa.float64()),
     pa.field("reward", pa.float64()),
     pa.field("elapsed_s", pa.float64()),
 ], metadata={VERSION_KEY: str(SCHEMA_VERSION).encode()})

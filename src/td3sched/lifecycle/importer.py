@@ -27,7 +27,8 @@ Decisions are rebuilt from the pods' bindings and the nodes' metrics at bind tim
   log, null;
 - **waits** (``wait_s``): the bind time minus the pod's ``metadata.creationTimestamp`` (in an audit log
   without it, the time of the pod's create); what the pod's node went through and its time above a
-  latency SLO (``outcome_overload_h``, ``outcome_slo_h``) are not in either source: null;
+  latency SLO (``outcome_overload_h``, ``outcome_slo_h``, ``outcome_node_slo_h``) are not in either source:
+  null;
 - **metrics**: the engine's Prometheus queries (``engine.prometheus_source``, the same PromQL) as
   range queries (``/api/v1/query_range``) over the bindings' span, step ``step_s``; a binding at time t
   sees each series' latest point at or before t (what an instant query at that grid time returns).

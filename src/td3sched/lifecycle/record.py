@@ -18,9 +18,11 @@ bit), and each scored decision becomes a row of the history schema (``lifecycle.
   departure or the eviction's reason), and with them what happened to it there, read from the
   simulation's per-pod counters: ``outcome_kills`` its container's kills (``kills_on_node``),
   ``outcome_overload_h`` the hours its node was over the objective's overload threshold
-  (``overload_ticks_on_node``) and ``outcome_slo_h`` the hours it spent above its latency SLO
-  (``slo_ticks_on_node``), ticks of ``tick_s`` each. For a pod still on its node when the run ends
-  (``close`` given the simulation), ``outcome_left_s`` and ``outcome`` stay null and the three counts are
+  (``overload_ticks_on_node``), ``outcome_slo_h`` the hours it spent above its latency SLO
+  (``slo_ticks_on_node``) and ``outcome_node_slo_h`` the hours the latency-sensitive pods on its node, it
+  included, spent above theirs while it was there (``colocated_slo_ticks``), ticks of ``tick_s`` each.
+  For a pod still on its node when the run ends (``close`` given the simulation), ``outcome_left_s`` and
+  ``outcome`` stay null and the four counts are
   those so far, as the engine's log gives a running pod's kills; null with no simulation watched;
 - ``reward`` and ``elapsed_s``: the decision's reward as TD3 learns it (``reward.py``: the cluster's
   cost from this decision to the next, its events included, over the maximum node count; with any
@@ -196,7 +198,7 @@ class HistoryRecorder(Policy):
             "chosen_node": str(cluster.names[node]), "chosen_index": int(where[0]) if len(where) else None,
             "model_version": version, "action": action, "weights": weights, "tau": tau, "wait_s": None,
             "outcome_left_s": None, "outcome": None, "outcome_kills": None, "outcome_overload_h": None,
-            "outcome_slo_h": None, "reward": None, "elapsed_s": None,
+            "outcome_slo_h": None, "outcome_node_slo_h": None, "reward": None, "elapsed_s": None,
         }
 
     def bound(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
@@ -226,18 +228,19 @@ class HistoryRecorder(Policy):
             row["outcome_left_s"], row["outcome"] = float(pod.time_s), reason
             sim = self._sim() if self._sim is not None else None
             if sim is not None:
-                self._outcome_counts(row, sim, pod.index)
+                self._outcome_counts(row, sim, pod.index, node)
             self._done(self._left, seq)
         self.inner.released(pod, node, cluster, reason)
 
     @staticmethod
-    def _outcome_counts(row: dict, sim, pod: int) -> None:
-        """What happened to ``pod`` on its node, from the simulation's per-pod counters (see the module's
+    def _outcome_counts(row: dict, sim, pod: int, node: int) -> None:
+        """What happened to ``pod`` on ``node``, from the simulation's per-pod counters (see the module's
         docstring)."""
         tick_h = sim.cfg.tick_s / 3600.0
         row["outcome_kills"] = int(sim.kills_on_node[pod])
         row["outcome_overload_h"] = int(sim.overload_ticks_on_node[pod]) * tick_h
         row["outcome_slo_h"] = int(sim.slo_ticks_on_node[pod]) * tick_h
+        row["outcome_node_slo_h"] = sim.colocated_slo_ticks(pod, node) * tick_h
 
     def choose_gpus(self, pod: PodRequest, node: int, cluster: Cluster) -> np.ndarray | None:
         return self.inner.choose_gpus(pod, node, cluster)
@@ -249,7 +252,7 @@ class HistoryRecorder(Policy):
         weakly, so a caller that wants them keeps it until here)."""
         if sim is not None:
             for pod, seq in self._on_node.items():
-                self._outcome_counts(self._rows[seq], sim, pod)
+                self._outcome_counts(self._rows[seq], sim, pod, int(sim.node[pod]))
         self._claim(self._end_s)
         for seq in sorted(self._rows):
             self.writer.append(written(self._rows[seq]))

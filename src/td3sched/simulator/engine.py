@@ -145,6 +145,11 @@ class Simulation(ClusterAutoscaler):
         """Ticks a latency-sensitive pod served above its latency SLO on its node, or waited there for a
         container restart (served at the cap), since it was put there: its breach samples while bound
         (``kernels.tick_latency``); kept as ``overload_ticks_on_node``."""
+        self.node_slo_ticks = np.zeros(0, dtype=np.int64)  # per node, set once the cluster exists
+        """Ticks latency-sensitive pods on each node served above their SLO (``slo_ticks_on_node`` summed over
+        the node's pods), since the run began."""
+        self.node_slo_mark = np.zeros(p, dtype=np.int64)
+        """``node_slo_ticks`` of a pod's node when the pod was put there: ``colocated_slo_ticks`` counts from it."""
         self.last_crash_s = np.full(p, -np.inf)
         self._mem_check: list[int] = []
         """Nodes that got a pod's usage since their last memory check (checked after the bind)."""
@@ -220,6 +225,7 @@ class Simulation(ClusterAutoscaler):
         self._now = self.start_s
         self._next_evict_s = np.full(self.cluster.size, -np.inf)
         """The eviction manager may evict on a node again from this time (monitoring period)."""
+        self.node_slo_ticks = np.zeros(self.cluster.size, dtype=np.int64)
         lat = self.cfg.latency
         self._lat_weights = np.array([lat.weight_cpu, lat.weight_disk, lat.weight_net])
         self._lat_capacity = np.ascontiguousarray(self.cluster.capacity_usage[:, [2, 3]])
@@ -456,6 +462,7 @@ class Simulation(ClusterAutoscaler):
             c.app_count[self.app_row[w.app[pod]], node] += 1
         self.state[pod] = RUNNING
         self.node[pod] = node
+        self.node_slo_mark[pod] = self.node_slo_ticks[node]
         usage = self._usage_of(pod, t)
         if usage[1] > w.mem_limit_mib[pod]:
             usage = self._limit_memory(np.array([pod]), usage[None, :], t)[0]
@@ -914,7 +921,16 @@ class Simulation(ClusterAutoscaler):
         pods = run.pods[:n]
         over = usage[:, 0] > self.reward.cfg.overload_util * self.cluster.allocatable[:, 0]
         self.overload_ticks_on_node[pods] += over[run.node[:n]]
-        self.slo_ticks_on_node[pods] += run.latency_sensitive[:n] & (run.crashed[:n] | self.breaching[pods])
+        above = run.latency_sensitive[:n] & (run.crashed[:n] | self.breaching[pods])
+        self.slo_ticks_on_node[pods] += above
+        np.add.at(self.node_slo_ticks, run.node[:n], above.astype(np.int64))
+
+    def colocated_slo_ticks(self, pod: int, node: int) -> int:
+        """Ticks the latency-sensitive pods on ``node`` (``pod`` included) served above their SLO since ``pod``
+        was last put there: what its stay shared of the node's tail, its own part and its neighbours'. Read
+        while ``pod`` is on ``node``, or when it is released from it (as ``slo_ticks_on_node``, for a policy
+        told of releases)."""
+        return int(self.node_slo_ticks[node] - self.node_slo_mark[pod])
 
     def _evict(self, pod: int, t: float, reason: str = "scale_down") -> None:
         """The pod is evicted (a drain for scale-down, or the kubelet under memory pressure) and
