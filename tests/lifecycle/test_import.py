@@ -39,11 +39,12 @@ def _pod(name: str, node: str | None, bound_s: float | None, cpu: str = "500m", 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    """Prometheus scraping three nodes every second for ~25 s; node-a's CPU goes from 50% to 20% busy
-    at ``change_s``. Yields (url, change_s, end_s, nodes)."""
+    """Prometheus scraping four nodes every second for ~30 s; node-a's CPU goes from 50% to 20% busy
+    at ``change_s``; node-d's is 90% busy throughout (over the objective's 85%). Yields (url, change_s,
+    end_s, nodes)."""
     binary = ensure_prometheus()
     nodes = {"node-a": SimulatedNode("node-a", 4, 0.5, 16, 0.25), "node-b": SimulatedNode("node-b", 8, 0.25, 32, 0.5),
-             "node-c": SimulatedNode("node-c", 2, 0.3, 8, 0.4)}
+             "node-c": SimulatedNode("node-c", 2, 0.3, 8, 0.4), "node-d": SimulatedNode("node-d", 2, 0.9, 8, 0.4)}
     exporter = NodeExporterStub(list(nodes.values()))
     prom = PrometheusServer(binary, tmp_path_factory.mktemp("prometheus"), f"127.0.0.1:{exporter.port}")
     prom.start()
@@ -99,7 +100,7 @@ def test_imported_decisions_see_the_metrics_of_their_bind_time(recorded, tmp_pat
     for r, t in zip(rows, before + after):
         assert r["source"] == "import" and r["policy"] == "cluster:default-scheduler" and r["time_s"] == t
         assert r["chosen_node"] == "node-c" and r["model_version"] is None and r["weights"] is None
-        assert sorted(c["node"] for c in r["candidates"]) == ["node-a", "node-b", "node-c"]
+        assert sorted(c["node"] for c in r["candidates"]) == ["node-a", "node-b", "node-c", "node-d"]
         assert r["cpu_milli"] == 500 and r["mem_mib"] == 256 and len(r["observation"]) == 35
     u_a = [next(c for c in r["candidates"] if c["node"] == "node-a")["u_cpu"] for r in rows]
     request = 500 / 4000  # the pod's CPU request over node-a's 4 cores (nothing was bound there)
@@ -114,6 +115,26 @@ def test_imported_decisions_see_the_metrics_of_their_bind_time(recorded, tmp_pat
     r_a = {next((c["r_cpu"], c["r_mem"]) for c in r["candidates"] if c["node"] == "node-a") for r in rows}
     assert r_a == {(500 / 4000, 256 / 16384)}
     Decisions.from_table(read_history(path)).require_requests()
+
+
+def test_a_pods_overload_hours_are_its_nodes_steps_over_the_threshold_while_it_was_there(recorded, tmp_path):
+    """``outcome_overload_h``: the steps (1 s) of the pod's stay at which its node's CPU was over 85% busy:
+    every step on node-d (90%), none on node-c (30%); a pod still running counts to the latest departure."""
+    url, change_s, _, _ = recorded
+    t0 = int(change_s) - 3  # as the first test's: Prometheus has a 5 s rate window of node-d by then
+    pods = [_pod("hot-0", "node-d", t0), _pod("cool-0", "node-c", t0), _pod("hot-1", "node-d", t0 + 2)]
+    for pod in pods[:2]:
+        pod["metadata"]["deletionTimestamp"] = _stamp(t0 + 6)
+    path, counts = import_history({"items": pods}, url, tmp_path / "import.parquet", step_s=1.0, queries=QUERIES)
+    assert counts["bound"] == 3
+    rows = {r["pod_name"]: r for r in read_history(path).to_pylist()}
+    # one point a step from the binding to the departure: 6 s and 4 s; a scrape a busy machine delayed past the
+    # 5 s rate window would leave a point out (not over)
+    assert rows["hot-0"]["outcome_overload_h"] == pytest.approx(6 / 3600, abs=1 / 3600)
+    assert rows["hot-1"]["outcome_overload_h"] == pytest.approx(4 / 3600, abs=1 / 3600)
+    assert rows["cool-0"]["outcome_overload_h"] == 0.0
+    with pytest.raises(ValueError, match=r"overload_util=1.5: expected a share of the node's CPU in \(0, 1\]"):
+        import_history({"items": pods}, url, tmp_path / "x.parquet", overload_util=1.5)
 
 
 def test_a_pod_list_without_items_is_refused():

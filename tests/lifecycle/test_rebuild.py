@@ -25,9 +25,10 @@ FIXED = ["nodes.pools.cpu.count=20", "nodes.pools.cpu.min_count=20", "nodes.pool
 """tiny with every node slot provisioned and no autoscaling: the rebuilt cluster's nodes are fixed too."""
 CLUSTER_ONLY = {"scenario": None, "seed": None, "policy": "cluster:default-scheduler", "workload": None,
                 "observation": None, "model_version": None, "action": None, "weights": None, "tau": None,
-                "outcome": None, "outcome_kills": None, "outcome_overload_h": None, "outcome_slo_h": None,
-                "outcome_node_slo_h": None, "reward": None, "elapsed_s": None, "source": "import"}
-"""What an imported history lacks of a simulator's: only times, pods, candidates, choices and departures stay."""
+                "outcome": None, "outcome_kills": None, "outcome_slo_h": None, "outcome_node_slo_h": None,
+                "reward": None, "elapsed_s": None, "source": "import"}
+"""What an imported history lacks of a simulator's: only times, pods, candidates, choices, departures and the
+nodes' overload hours stay."""
 
 
 def node_list_of(scenario) -> dict:

@@ -26,11 +26,16 @@ Decisions are rebuilt from the pods' bindings and the nodes' metrics at bind tim
   a container restarted at most once, the restart's cause in ``lastState``); else, and in an audit
   log, null;
 - **waits** (``wait_s``): the bind time minus the pod's ``metadata.creationTimestamp`` (in an audit log
-  without it, the time of the pod's create); what the pod's node went through and its time above a
-  latency SLO (``outcome_overload_h``, ``outcome_slo_h``, ``outcome_node_slo_h``) are not in either source:
-  null;
+  without it, the time of the pod's create);
+- **overload** (``outcome_overload_h``): the hours its node's CPU was above the objective's overload
+  threshold (``RewardConfig.overload_util``, 85%: ``cpu_busy_cores`` over ``cpu_cores``) while the pod was
+  on it, from the same range queries, a step each, from the binding to the departure; a pod still
+  running counts to the end of the range (the latest binding or departure): so far, as a simulator's
+  history counts a pod still on its node. Missing points count as not over; null for a node without a
+  CPU series. Its time above a latency SLO (``outcome_slo_h``, ``outcome_node_slo_h``) is in neither
+  source: null;
 - **metrics**: the engine's Prometheus queries (``engine.prometheus_source``, the same PromQL) as
-  range queries (``/api/v1/query_range``) over the bindings' span, step ``step_s``; a binding at time t
+  range queries (``/api/v1/query_range``) over the bindings' and departures' span, step ``step_s``; a binding at time t
   sees each series' latest point at or before t (what an instant query at that grid time returns).
 
 - **requests** (the candidates' ``r_cpu``, ``r_mem``): each node's requests at a binding are the sum
@@ -74,6 +79,7 @@ from td3sched.engine.service import EngineService
 from td3sched.engine.state import ShadowState, Staleness, requested_row
 from td3sched.lifecycle.engine_log import decisions_from_log
 from td3sched.lifecycle.history import HistoryError, write_history
+from td3sched.reward import RewardConfig
 
 MAX_POINTS = 10_000
 """Points per series in one range query (Prometheus refuses more than 11,000): longer spans are split."""
@@ -257,7 +263,7 @@ class MetricsHistory:
     def __init__(self, source: PrometheusSource, start_s: float, end_s: float, step_s: float = DEFAULT_STEP_S):
         if not step_s > 0:
             raise ValueError(f"step_s={step_s!r}: expected seconds > 0")
-        self.source = source
+        self.source, self.step_s = source, step_s
         self.series: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
         for name, query in source.queries.items():
             points: dict[str, list] = {}
@@ -282,6 +288,18 @@ class MetricsHistory:
         i = int(np.searchsorted(times, t, side="right")) - 1
         return float(values[i]) if i >= 0 else math.nan
 
+    def overload_hours(self, node: str, start_s: float, end_s: float, util: float) -> float | None:
+        """Hours of ``[start_s, end_s)`` that ``node``'s CPU was above ``util`` of its cores: its
+        ``cpu_busy_cores`` points in the span over the ``cpu_cores`` of their time, a step each (a missing
+        point is not over); None for a node without both series."""
+        busy, cores = self.series["cpu_busy_cores"].get(node), self.series["cpu_cores"].get(node)
+        if busy is None or cores is None:
+            return None
+        times, values = busy
+        within = (times >= start_s) & (times < end_s)
+        limit = np.array([self._at(*cores, t) for t in times[within]]) * util
+        return int(np.count_nonzero(values[within] > limit)) * self.step_s / 3600.0
+
     def snapshot_at(self, t: float):
         values: dict = {}
         for name, by_node in self.series.items():
@@ -296,29 +314,35 @@ class MetricsHistory:
 
 def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_STEP_S, max_age_s: float = 60.0,
                    queries: dict[str, str] | None = None, node_label: str = "", node_names: dict | None = None,
-                   progress: Callable[[str], None] | None = None, audit_log=None) -> tuple[Path, dict]:
+                   progress: Callable[[str], None] | None = None, audit_log=None,
+                   overload_util: float = RewardConfig().overload_util) -> tuple[Path, dict]:
     """Rebuild the decisions of ``pod_list`` (a v1.PodList), or of the API server audit log ``audit_log``
     (``pod_list`` None), on the metrics of ``prometheus_url`` and write them to the Parquet file ``out``:
-    (the file, counts)."""
+    (the file, counts). ``overload_util``: the CPU share above which a node counts as overloaded
+    (``outcome_overload_h``)."""
+    if not 0.0 < overload_util <= 1.0:
+        raise ValueError(f"overload_util={overload_util!r}: expected a share of the node's CPU in (0, 1]")
     say = progress or (lambda line: None)
     bindings, skipped = bindings_from_pod_list(pod_list) if audit_log is None else bindings_from_audit_log(audit_log)
     if not bindings:
         raise HistoryError(f"{'pod list' if audit_log is None else f'audit log {audit_log}'}: no binding to import "
                            f"({skipped} skipped)")
-    start_s, end_s = bindings[0].time_s, bindings[-1].time_s
+    start_s = bindings[0].time_s
+    end_s = max([bindings[-1].time_s, *(b.left_s for b in bindings if b.left_s is not None)])
     clock = [start_s]
     state = ShadowState(lambda: clock[0], Staleness(max_age_s, "fail-open"))
     source = PrometheusSource(prometheus_url, state, dict(queries or DEFAULT_QUERIES), node_label=node_label,
                               node_names=dict(node_names or {}))
     t0 = time.perf_counter()
     metrics = MetricsHistory(source, start_s - step_s, end_s, step_s)
-    say(f"{len(bindings):,} bindings from {start_s:.0f} to {end_s:.0f} (Unix s); metrics read in "
+    say(f"{len(bindings):,} bindings from {start_s:.0f} to {bindings[-1].time_s:.0f} (Unix s); metrics to the "
+        f"latest departure, {end_s:.0f}, read in "
         f"{time.perf_counter() - t0:.1f} s")
     counts = {"bindings": len(bindings), "pods_skipped": skipped, "no_metrics": 0}
     with tempfile.TemporaryDirectory(prefix="td3sched-import-") as tmp:
         log = DecisionLog(Path(tmp) / "decisions.jsonl", fsync_interval_s=60.0)
         service = EngineService(DecisionEngine(state, ModelSlot(None)), log)
-        schedulers, lefts, kills, waits = {}, {}, {}, {}
+        schedulers, lefts, kills, waits, nodes, bound_at = {}, {}, {}, {}, {}, {}
         state.set_requested({})
         departing: list[tuple[float, int, str, np.ndarray]] = []  # a heap: (left, order, node, requests)
         for k, b in enumerate(bindings):
@@ -336,6 +360,7 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
             lefts[decision_id] = b.left_s
             kills[decision_id] = b.kills
             waits[decision_id] = b.wait_s
+            nodes[decision_id], bound_at[decision_id] = b.node, b.time_s
             req = requested_row(b.pod.request(b.time_s))
             state.add_requested(b.node, req)
             if b.left_s is not None:
@@ -350,11 +375,13 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
         log.close()
         rows, log_counts = decisions_from_log(Path(tmp) / "decisions.jsonl")
     for row in rows:
-        left = lefts[row["decision_id"]]
-        row.update(source="import", policy=f"cluster:{schedulers[row['decision_id']]}", model_version=None,
+        d = row["decision_id"]
+        left = lefts[d]
+        overload_h = metrics.overload_hours(nodes[d], bound_at[d], end_s if left is None else left, overload_util)
+        row.update(source="import", policy=f"cluster:{schedulers[d]}", model_version=None,
                    action=None, weights=None, tau=None, outcome_left_s=left,
-                   outcome=None if left is None else "departure", outcome_kills=kills[row["decision_id"]],
-                   wait_s=waits[row["decision_id"]])
+                   outcome=None if left is None else "departure", outcome_kills=kills[d],
+                   wait_s=waits[d], outcome_overload_h=overload_h)
     counts.update(decisions=log_counts["decisions"], bound=log_counts["bound"],
                   departures=sum(left is not None for left in lefts.values()),
                   kills_known=sum(k is not None for k in kills.values()))
