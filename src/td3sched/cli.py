@@ -926,17 +926,30 @@ REGISTRY_HELP = "Model registry folder (default: $TD3SCHED_REGISTRY, else ./regi
 def history_from_log_cmd(
     log: Path = typer.Argument(..., help="The engine's decision log (decision_log.path; its rotated files are read too)."),
     out_path: Path = typer.Option(..., "--out", help="Parquet file to write, e.g. history/engine-2026-12-01.parquet."),
+    prometheus: Optional[str] = typer.Option(None, "--prometheus", metavar="URL", help="Prometheus scraping "
+                                             "node_exporter on every node: each bound pod's overload hours "
+                                             "(outcome_overload_h) from its node's CPU over its stay; without it null."),
+    step_s: float = typer.Option(15.0, "--step", help="With --prometheus: the range queries' step in seconds."),
+    node_label: str = typer.Option("", help="With --prometheus: a label holding the node name; \"\" uses the "
+                                   "instance without its port."),
 ) -> None:
     """The engine's decision log as scheduling history (the schema of simulate --record-history)."""
     from td3sched.lifecycle.engine_log import convert_log
     from td3sched.outputs import check_file
 
+    outcomes = None
+    if prometheus is not None:
+        from td3sched.lifecycle.importer import overload_from_prometheus
+
+        def outcomes(rows):
+            return overload_from_prometheus(rows, prometheus, step_s, node_label=node_label)
     try:
         check_file(out_path, "--out")
-        path, counts = convert_log(log, out_path)
-    except (ValueError, FileNotFoundError) as exc:
+        path, counts = convert_log(log, out_path, outcomes)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
         _fail(str(exc))
-    console.print(f"{counts['decisions']:,} decisions ({counts['bound']:,} with their bound node; "
+    overload = f"; {counts['outcomes_known']:,} with their overload hours" if outcomes is not None else ""
+    console.print(f"{counts['decisions']:,} decisions ({counts['bound']:,} with their bound node{overload}; "
                   f"{counts['bindings_unmatched']:,} bindings matched no decision; {counts['lines_skipped']:,} lines "
                   f"skipped) -> {escape(str(path))}")
 

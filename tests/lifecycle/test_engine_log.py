@@ -78,6 +78,11 @@ def test_history_from_log_on_the_command_line(tmp_path, actor):
     assert read_history(tmp_path / "h").column("chosen_node").to_pylist() == ["node-2"]
     bad = CliRunner().invoke(app, ["history-from-log", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x.parquet")])
     assert bad.exit_code == 2 and "missing.jsonl: not found" in " ".join(bad.output.split())
+    # --prometheus: a Prometheus that does not answer is named, and nothing is written
+    down = CliRunner().invoke(app, ["history-from-log", str(tmp_path / "decisions.jsonl"), "--out",
+                                    str(tmp_path / "p" / "engine.parquet"), "--prometheus", "http://127.0.0.1:9"])
+    assert down.exit_code == 2 and "http://127.0.0.1:9" in " ".join(down.output.split())
+    assert not (tmp_path / "p" / "engine.parquet").exists()
 
 
 def test_the_pods_of_a_hold_become_rows_with_the_holds_action(tmp_path, actor):

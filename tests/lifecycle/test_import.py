@@ -17,7 +17,8 @@ pytest.importorskip("grpc")
 
 from td3sched.engine.prometheus_source import DEFAULT_QUERIES  # noqa: E402
 from td3sched.lifecycle.history import Decisions, read_history  # noqa: E402
-from td3sched.lifecycle.importer import bindings_from_audit_log, bindings_from_pod_list, import_history  # noqa: E402
+from td3sched.lifecycle.importer import (bindings_from_audit_log, bindings_from_pod_list, import_history,  # noqa: E402
+                                       overload_from_prometheus)
 
 from tests.engine.prometheus_harness import (NodeExporterStub, PrometheusServer, SimulatedNode,  # noqa: E402
                                              ensure_prometheus)
@@ -135,6 +136,13 @@ def test_a_pods_overload_hours_are_its_nodes_steps_over_the_threshold_while_it_w
     assert rows["cool-0"]["outcome_overload_h"] == 0.0
     with pytest.raises(ValueError, match=r"overload_util=1.5: expected a share of the node's CPU in \(0, 1\]"):
         import_history({"items": pods}, url, tmp_path / "x.parquet", overload_util=1.5)
+    # the engine's decision log gets them the same way (history-from-log --prometheus), from the rows alone
+    again = [{**r, "outcome_overload_h": None} for r in rows.values()]
+    again.append({**again[0], "chosen_node": None})  # a decision never bound: nothing to count
+    assert overload_from_prometheus(again, url, 1.0, queries=QUERIES) == 3
+    assert [r["outcome_overload_h"] for r in again] == [r["outcome_overload_h"] for r in rows.values()] + [None]
+    with pytest.raises(ValueError, match=r"prometheus.queries: missing \['cpu_busy_cores'"):
+        overload_from_prometheus(again, url, 1.0, queries={"cpu_cores": QUERIES["cpu_cores"]})
 
 
 def test_a_pod_list_without_items_is_refused():

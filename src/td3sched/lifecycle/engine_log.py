@@ -27,7 +27,8 @@ when a record said unknown), so far for a pod still running; without a pod watch
 ``reward`` and ``elapsed_s``. ``wait_s`` of a bound row is the time from the pod's creation, which the pod
 watch's binding records carry (``created_s``), to the decision; null for a binding only ReportBinding or
 the extender told of. The engine does not see its node's overload over the pod's life or its latency:
-``outcome_overload_h``, ``outcome_slo_h`` and ``outcome_node_slo_h`` are null.
+``outcome_overload_h``, ``outcome_slo_h`` and ``outcome_node_slo_h`` are null; ``convert_log``'s
+``outcomes`` (``history-from-log --prometheus``) fills the overload hours from Prometheus' range queries.
 
 A log is the file and its rotated files (``.N`` ... ``.1``, oldest first, then the file): all read.
 Records cut by a crash are skipped and counted.
@@ -200,11 +201,16 @@ def _pod_columns(pod: dict) -> dict:
             "cpu_limit_milli": pod.get("cpu_limit_milli"), "mem_limit_mib": pod.get("mem_limit_mib")}
 
 
-def convert_log(log_path, out_path) -> tuple[Path, dict]:
-    """Write the history of a decision log to the Parquet file ``out_path``: (the file, counts)."""
+def convert_log(log_path, out_path, outcomes=None) -> tuple[Path, dict]:
+    """Write the history of a decision log to the Parquet file ``out_path``: (the file, counts). ``outcomes``:
+    called with the rows before they are written, to fill what the log lacks (``history-from-log
+    --prometheus``: the overload hours, ``importer.overload_from_prometheus``); what it returns is counted as
+    ``outcomes_known``."""
     from td3sched.lifecycle.history import write_history
 
     rows, counts = decisions_from_log(log_path)
     if not rows:
         raise HistoryError(f"decision log {log_path}: no decision record in it ({counts})")
+    if outcomes is not None:
+        counts["outcomes_known"] = outcomes(rows)
     return write_history(out_path, rows), counts

@@ -258,14 +258,17 @@ def read_pod_list(source: str, token: str | None = None, timeout_s: float = 30.0
 
 class MetricsHistory:
     """The engine's queries over a past span, as range queries; ``snapshot_at(t)`` the snapshot of each
-    series' latest point at or before t."""
+    series' latest point at or before t. ``names``: only those queries (``snapshot_at`` needs them all)."""
 
-    def __init__(self, source: PrometheusSource, start_s: float, end_s: float, step_s: float = DEFAULT_STEP_S):
+    def __init__(self, source: PrometheusSource, start_s: float, end_s: float, step_s: float = DEFAULT_STEP_S,
+                 names: tuple[str, ...] | None = None):
         if not step_s > 0:
             raise ValueError(f"step_s={step_s!r}: expected seconds > 0")
         self.source, self.step_s = source, step_s
         self.series: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
         for name, query in source.queries.items():
+            if names is not None and name not in names:
+                continue
             points: dict[str, list] = {}
             lo = start_s
             while lo <= end_s:
@@ -312,6 +315,46 @@ class MetricsHistory:
         return snapshot_from_values(values, self.source.disk_gib, self.source.rdma_pct, t)
 
 
+CPU_QUERIES = ("cpu_cores", "cpu_busy_cores")
+"""The queries a pod's overload hours read."""
+
+
+def fill_overload_hours(rows: list[dict], metrics: MetricsHistory, end_s: float, util: float) -> int:
+    """Set ``outcome_overload_h`` of each row with a chosen node: the hours its node's CPU was above ``util``
+    (``MetricsHistory.overload_hours``) from the decision to its departure (``outcome_left_s``), or to
+    ``end_s`` for a pod still there. The rows that got a value."""
+    known = 0
+    for row in rows:
+        if row["chosen_node"] is None:
+            continue
+        left = row["outcome_left_s"]
+        row["outcome_overload_h"] = metrics.overload_hours(row["chosen_node"], row["time_s"],
+                                                           end_s if left is None else left, util)
+        known += row["outcome_overload_h"] is not None
+    return known
+
+
+def overload_from_prometheus(rows: list[dict], prometheus_url: str, step_s: float = DEFAULT_STEP_S,
+                             queries: dict[str, str] | None = None, node_label: str = "",
+                             node_names: dict | None = None,
+                             overload_util: float = RewardConfig().overload_util) -> int:
+    """``fill_overload_hours`` of history rows (the engine's decision log, ``lifecycle.engine_log``) from the
+    CPU range queries of ``prometheus_url`` over the rows' span, to the latest departure. The rows that got a
+    value."""
+    if not 0.0 < overload_util <= 1.0:
+        raise ValueError(f"overload_util={overload_util!r}: expected a share of the node's CPU in (0, 1]")
+    bound = [r for r in rows if r["chosen_node"] is not None]
+    if not bound:
+        return 0
+    start_s = min(r["time_s"] for r in bound)
+    end_s = max(max(r["time_s"], r["outcome_left_s"] or r["time_s"]) for r in bound)
+    state = ShadowState(lambda: end_s, Staleness(60.0, "fail-open"))
+    source = PrometheusSource(prometheus_url, state, dict(queries or DEFAULT_QUERIES), node_label=node_label,
+                              node_names=dict(node_names or {}))
+    metrics = MetricsHistory(source, start_s - step_s, end_s, step_s, names=CPU_QUERIES)
+    return fill_overload_hours(rows, metrics, end_s, overload_util)
+
+
 def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_STEP_S, max_age_s: float = 60.0,
                    queries: dict[str, str] | None = None, node_label: str = "", node_names: dict | None = None,
                    progress: Callable[[str], None] | None = None, audit_log=None,
@@ -342,7 +385,7 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
     with tempfile.TemporaryDirectory(prefix="td3sched-import-") as tmp:
         log = DecisionLog(Path(tmp) / "decisions.jsonl", fsync_interval_s=60.0)
         service = EngineService(DecisionEngine(state, ModelSlot(None)), log)
-        schedulers, lefts, kills, waits, nodes, bound_at = {}, {}, {}, {}, {}, {}
+        schedulers, lefts, kills, waits = {}, {}, {}, {}
         state.set_requested({})
         departing: list[tuple[float, int, str, np.ndarray]] = []  # a heap: (left, order, node, requests)
         for k, b in enumerate(bindings):
@@ -360,7 +403,6 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
             lefts[decision_id] = b.left_s
             kills[decision_id] = b.kills
             waits[decision_id] = b.wait_s
-            nodes[decision_id], bound_at[decision_id] = b.node, b.time_s
             req = requested_row(b.pod.request(b.time_s))
             state.add_requested(b.node, req)
             if b.left_s is not None:
@@ -377,11 +419,10 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
     for row in rows:
         d = row["decision_id"]
         left = lefts[d]
-        overload_h = metrics.overload_hours(nodes[d], bound_at[d], end_s if left is None else left, overload_util)
         row.update(source="import", policy=f"cluster:{schedulers[d]}", model_version=None,
                    action=None, weights=None, tau=None, outcome_left_s=left,
-                   outcome=None if left is None else "departure", outcome_kills=kills[d],
-                   wait_s=waits[d], outcome_overload_h=overload_h)
+                   outcome=None if left is None else "departure", outcome_kills=kills[d], wait_s=waits[d])
+    fill_overload_hours(rows, metrics, end_s, overload_util)
     counts.update(decisions=log_counts["decisions"], bound=log_counts["bound"],
                   departures=sum(left is not None for left in lefts.values()),
                   kills_known=sum(k is not None for k in kills.values()))
