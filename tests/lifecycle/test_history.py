@@ -99,12 +99,15 @@ def test_another_schema_version_is_refused_naming_the_file(tmp_path):
         read_history(tmp_path)
 
 
-def _older(row: dict, version: int) -> pa.Table:
-    """A file of an older schema version: its candidates without the requested utilisation."""
+def _older(row: dict, version: int, requests: bool = False) -> pa.Table:
+    """A file of an older schema version: its candidates without the requested utilisation, unless
+    ``requests`` (schema 3 added them)."""
     from td3sched.lifecycle.history import CANDIDATE_V2
 
-    old = {**row, "candidates": [{k: v for k, v in c.items() if not k.startswith("r_")} for c in row["candidates"]]}
-    schema = pa.schema([pa.field("candidates", pa.list_(CANDIDATE_V2), nullable=False) if f.name == "candidates" else f
+    old = row if requests else {**row, "candidates": [{k: v for k, v in c.items() if not k.startswith("r_")}
+                                                      for c in row["candidates"]]}
+    candidate = CANDIDATE if requests else CANDIDATE_V2
+    schema = pa.schema([pa.field("candidates", pa.list_(candidate), nullable=False) if f.name == "candidates" else f
                         for f in SCHEMA])
     table = pa.Table.from_pylist([{"schema_version": version, **old}], schema=schema)
     if version < 4:
@@ -118,9 +121,7 @@ def test_a_version_3_file_reads_with_the_pods_life_null(tmp_path):
     """Histories written before the wait and the outcome's overload and SLO hours (schema 3) still read,
     with those columns null; a version 4 file must have them."""
     row = _one_row()
-    table = _older(row, 3)
-    v3 = table.set_column(table.schema.get_field_index("candidates"), pa.field("candidates", pa.list_(CANDIDATE)),
-                          pa.array([row["candidates"]], pa.list_(CANDIDATE)))
+    v3 = _older(row, 3, requests=True)
     pq.write_table(v3, tmp_path / "v3.parquet")
     back = read_history(tmp_path / "v3.parquet").to_pylist()
     assert back == [{"schema_version": 3, **row, **dict.fromkeys(V4_COLUMNS + V5_COLUMNS)}]
@@ -134,9 +135,7 @@ def test_a_version_4_file_reads_with_the_neighbours_hours_null(tmp_path):
     """Histories written before the hours a pod's neighbours spent above their SLO (schema 4) still read,
     with that column null; a version 5 file must have it."""
     row = _one_row()
-    table = _older(row, 4)
-    v4 = table.set_column(table.schema.get_field_index("candidates"), pa.field("candidates", pa.list_(CANDIDATE)),
-                          pa.array([row["candidates"]], pa.list_(CANDIDATE)))
+    v4 = _older(row, 4, requests=True)
     pq.write_table(v4, tmp_path / "v4.parquet")
     assert read_history(tmp_path / "v4.parquet").to_pylist() == [{"schema_version": 4, **row,
                                                                   "outcome_node_slo_h": None}]
