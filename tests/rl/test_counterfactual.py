@@ -210,6 +210,18 @@ def test_pending_utilisation_is_what_the_action_ranks(env):
         idle.pending_utilisation()
 
 
+def test_pending_pod_is_the_pod_the_next_step_places(env):
+    _walk(env, np.zeros((1, 5), np.float32), 10)
+    pod = env.pending_pod()
+    sim = env._policy.sim
+    assert sim.node[pod] == -1 and 0 <= pod < len(env.world.workload.name)
+    env.step_logits(np.zeros(5, np.float32))
+    assert sim.node[pod] >= 0 and env.pending_pod() != pod
+    idle = ClusterSchedulingEnv("tiny", "train", 2.0, "full")
+    with pytest.raises(RuntimeError, match="without a pending decision"):
+        idle.pending_pod()
+
+
 def test_a_branch_holds_its_action_as_the_episode_does():
     """With an action hold the branch's first action holds for the hold, as the episode's step would."""
     env = ClusterSchedulingEnv("tiny", "train", 2.0, "full", action_hold_s=300.0)

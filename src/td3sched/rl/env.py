@@ -132,6 +132,8 @@ class _HandOffPolicy(ActionPolicy):
         """The pending decision's [k, 4] utilisations of the feasible nodes, pod included."""
         self.forced_node: int | None = None
         """The feasible node the next Score puts its pod on, whatever the score (None: the score's)."""
+        self.pod_index: int | None = None
+        """The pending decision's pod (its index in the world's workload)."""
 
     def decide(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
         if self.warmup is not None and not self.sim.measuring:  # the warm-up's static score: no step
@@ -141,6 +143,7 @@ class _HandOffPolicy(ActionPolicy):
             self.oom_window.kills(pod.time_s, self.oom_kills_total(pod))  # the first steps see its kills
             return self.utilisation(pod, nodes, cluster)
         self.decision = (pod.time_s, len(nodes))
+        self.pod_index = pod.index
         self.utilisation_seen = None
         return super().decide(pod, nodes, cluster)
 
@@ -368,6 +371,12 @@ class ClusterSchedulingEnv(gym.Env):
         if not self._running or self._policy.utilisation_seen is None:
             raise RuntimeError("pending_utilisation() without a pending decision: call reset() first")
         return np.array(self._policy.utilisation_seen, dtype=np.float64)
+
+    def pending_pod(self) -> int:
+        """The pending decision's pod: its index in ``world.workload`` (diagnostics)."""
+        if not self._running or self._policy.pod_index is None:
+            raise RuntimeError("pending_pod() without a pending decision: call reset() first")
+        return int(self._policy.pod_index)
 
     def close(self) -> None:
         self._abandon()
