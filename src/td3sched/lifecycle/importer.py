@@ -319,6 +319,12 @@ CPU_QUERIES = ("cpu_cores", "cpu_busy_cores")
 """The queries a pod's overload hours read."""
 
 
+def check_overload_util(util: float) -> None:
+    """Refuse an overload threshold that is not a share of a node's CPU, before any query runs."""
+    if not 0.0 < util <= 1.0:
+        raise ValueError(f"overload_util={util!r}: expected a share of the node's CPU in (0, 1]")
+
+
 def fill_overload_hours(rows: list[dict], metrics: MetricsHistory, end_s: float, util: float) -> int:
     """Set ``outcome_overload_h`` of each row with a chosen node: the hours its node's CPU was above ``util``
     (``MetricsHistory.overload_hours``) from the decision to its departure (``outcome_left_s``), or to
@@ -341,8 +347,7 @@ def overload_from_prometheus(rows: list[dict], prometheus_url: str, step_s: floa
     """``fill_overload_hours`` of history rows (the engine's decision log, ``lifecycle.engine_log``) from the
     CPU range queries of ``prometheus_url`` over the rows' span, to the latest departure. The rows that got a
     value."""
-    if not 0.0 < overload_util <= 1.0:
-        raise ValueError(f"overload_util={overload_util!r}: expected a share of the node's CPU in (0, 1]")
+    check_overload_util(overload_util)
     bound = [r for r in rows if r["chosen_node"] is not None]
     if not bound:
         return 0
@@ -363,8 +368,7 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
     (``pod_list`` None), on the metrics of ``prometheus_url`` and write them to the Parquet file ``out``:
     (the file, counts). ``overload_util``: the CPU share above which a node counts as overloaded
     (``outcome_overload_h``)."""
-    if not 0.0 < overload_util <= 1.0:
-        raise ValueError(f"overload_util={overload_util!r}: expected a share of the node's CPU in (0, 1]")
+    check_overload_util(overload_util)
     say = progress or (lambda line: None)
     bindings, skipped = bindings_from_pod_list(pod_list) if audit_log is None else bindings_from_audit_log(audit_log)
     if not bindings:

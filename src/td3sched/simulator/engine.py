@@ -923,7 +923,7 @@ class Simulation(ClusterAutoscaler):
         self.overload_ticks_on_node[pods] += over[run.node[:n]]
         above = run.latency_sensitive[:n] & (run.crashed[:n] | self.breaching[pods])
         self.slo_ticks_on_node[pods] += above
-        np.add.at(self.node_slo_ticks, run.node[:n], above.astype(np.int64))
+        self.node_slo_ticks += np.bincount(run.node[:n][above], minlength=len(self.node_slo_ticks))
 
     def colocated_slo_ticks(self, pod: int, node: int) -> int:
         """Ticks the latency-sensitive pods on ``node`` (``pod`` included) served above their SLO since ``pod``
