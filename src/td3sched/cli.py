@@ -54,6 +54,39 @@ def _options(version: bool = typer.Option(False, "--version", is_eager=True, cal
     """td3-scheduler: a learned Kubernetes scheduler and its trace-driven simulator."""
 
 
+PROGRESS_LINE_S = 60.0
+"""Seconds between two progress lines of a long command whose output is not a terminal (a log file, a pipe)."""
+
+
+def progress_lines(what: str, total: int):
+    """An ``on_log`` for a training loop whose console is not a terminal, where a progress bar shows
+    nothing: a plain line with the step, the rate, the time left and the losses, at the first log and then
+    at most every ``PROGRESS_LINE_S`` seconds."""
+    import math
+    import time
+
+    started, last = time.monotonic(), -math.inf
+
+    def on_log(d: dict) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last < PROGRESS_LINE_S:
+            return
+        last = now
+        step, sps = d["step"], d.get("SPS", float("nan"))
+        fmt = lambda key: f"{d[key]:.4g}" if key in d and d[key] == d[key] else "-"  # noqa: E731
+        timing = f"{now - started:,.0f} s elapsed"
+        if sps == sps and sps > 0:
+            timing += f", about {(total - step) / sps:,.0f} s left"
+        parts = [f"{what}: step {step:,}/{total:,} ({step / max(total, 1):.0%})", f"{sps:,.1f} steps/s", timing,
+                 f"ep reward {fmt('episode_reward')}", f"critic loss {fmt('qf_loss')}", f"actor loss {fmt('actor_loss')}"]
+        if "saturated" in d:
+            parts.append(f"at bound {d['saturated']:.0%}")
+        console.print(escape(", ".join(parts)), soft_wrap=True)
+
+    return on_log
+
+
 def _fail(message: str) -> None:
     console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)  # one line, however long
     raise typer.Exit(2)
@@ -670,7 +703,9 @@ def train(
                             say=lambda line: console.print(escape(line)))
 
     try:
-        if progress:
+        if progress and not console.is_terminal:
+            result = run(progress_lines("train", steps))
+        elif progress:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                        TimeRemainingColumn)
 
