@@ -1,0 +1,113 @@
+"""Does leaving the autoscaler's unneeded nodes alone beat the blend? (issue 9: a lever the score lacks.)
+
+    python benchmarks/drain_term.py --scenario dlrm-small --days 21:27 --seeds 2 --drain 0.3,1,3 \\
+        --ramp 1 --workers 2
+
+cluster-autoscaler removes a node once its requested share (the larger of CPU and memory requested over
+allocatable; GPUs alone on a GPU node) has stayed under its threshold (0.5) for ten minutes and its pods
+fit elsewhere. The blend (``static-weights:w=1/0/0/0:tau=0.4:frag=0.25``) spreads pods by observed CPU, so
+it keeps placing pods on such nodes, and they stay. This adds a bonus to the blend's score (scaled to [0, 1]
+over the candidates) for the nodes the autoscaler still needs: ``d`` for a node whose requested share
+before the pod is at or above the scenario's threshold (``--drain d``), or ``d x min(share / threshold,
+1)`` (``--ramp d``), so that the pods go to nodes that are needed anyway and the others drain.
+
+Each (day, seed) is one run of the day after the scenario's warm-up (as ``td3sched rehearse --steps 0``
+measures a policy a day at a time), every variant on the same days and seeds. Printed per variant: the
+objective's cost summed, the paired difference to the blend per (day, seed) with its 95% t interval, and
+the parts the cost trades (node-hours, hours latency-sensitive pods spent above their SLO, the overload
+and SLO terms), P99, OOM kills and the scale-down's evictions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import time
+from types import MethodType
+
+import numpy as np
+
+from td3sched.evaluate.stats import summarize
+from td3sched.run import run_simulation
+from td3sched.simulator.kernels import requested_utilisation
+from td3sched.version import code_version
+
+BLEND = "static-weights:w=1/0/0/0:tau=0.4:frag=0.25"
+COLUMNS = ("cost_node_hours", "node_hours", "latency_breach_hours", "cost_overload", "cost_slo", "latency_p99_ms",
+           "oom_kills", "evictions")
+
+
+def needed_bonus(strength: float, ramp: bool):
+    """``wrap_policy`` for ``run_simulation``: the blend's scores plus the bonus for needed nodes."""
+
+    def wrap(policy, world, spec):
+        threshold = float(world.config.autoscaler.scale_down_utilization_threshold)
+        plain = policy.score_nodes
+
+        def score_nodes(self, pod, nodes, cluster, u):
+            s = plain(pod, nodes, cluster, u)
+            share = requested_utilisation(cluster.requested[nodes], cluster.allocatable[nodes],
+                                          cluster.gpu_capacity[nodes], cluster.gpu_used[nodes], np.empty(len(nodes)))
+            needed = np.minimum(share / threshold, 1.0) if ramp else (share >= threshold).astype(float)
+            return s + strength * needed
+
+        policy.score_nodes = MethodType(score_nodes, policy)
+        return policy
+
+    return wrap
+
+
+def one(job: tuple) -> tuple:
+    scenario, day, seed, label, strength, ramp = job
+    wrap = needed_bonus(strength, ramp) if strength else None
+    record = run_simulation(scenario, BLEND, seed, "d", [f"spans.d=[{day},{day + 1}]"], wrap_policy=wrap)
+    return label, day, seed, {c: float(record["metrics"][c]) for c in COLUMNS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", default="dlrm-small")
+    parser.add_argument("--days", default="21:27", help="FIRST:END scenario days, a run each (END exclusive)")
+    parser.add_argument("--seeds", type=int, default=2, help="seeds 1..N of each day")
+    parser.add_argument("--drain", default="0.3,1,3", help="bonus strengths of the step form, comma-separated")
+    parser.add_argument("--ramp", default="1", help="bonus strengths of the ramp form, comma-separated ('' for none)")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    first, end = (int(v) for v in args.days.split(":"))
+    if not 0 <= first < end or args.seeds < 2:
+        parser.error(f"--days {args.days} --seeds {args.seeds}: expected FIRST < END and at least 2 seeds")
+    variants = [("the blend", 0.0, False)]
+    variants += [(f"drain {d:g}", d, False) for d in (float(x) for x in args.drain.split(",") if x)]
+    variants += [(f"ramp {d:g}", d, True) for d in (float(x) for x in args.ramp.split(",") if x)]
+    jobs = [(args.scenario, day, seed, label, d, ramp) for day in range(first, end)
+            for seed in range(1, args.seeds + 1) for label, d, ramp in variants]
+    print(f"code version {code_version()}; {args.scenario} days {first}-{end - 1}, seeds 1-{args.seeds}: "
+          f"{len(jobs)} runs on {args.workers} workers", flush=True)
+    started = time.perf_counter()
+    runs: dict[str, dict[tuple, dict]] = {label: {} for label, _, _ in variants}
+    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+        for k, (label, day, seed, m) in enumerate(pool.imap_unordered(one, jobs), 1):
+            runs[label][day, seed] = m
+            if k % 10 == 0 or k == len(jobs):
+                print(f"  {k}/{len(jobs)} runs, {time.perf_counter() - started:,.0f} s", flush=True)
+
+    keys = sorted(runs["the blend"])
+    base = runs["the blend"]
+    print()
+    print("| variant | cost | - the blend, a (day, seed), 95% interval | node-hours | hours above the SLO | "
+          "overload term | SLO term | P99 ms (mean) | OOM kills | evictions |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for label, _, _ in variants:
+        r = runs[label]
+        total = lambda c: sum(r[k][c] for k in keys)  # noqa: E731
+        diff = summarize([r[k]["cost_node_hours"] - base[k]["cost_node_hours"] for k in keys])
+        interval = "" if label == "the blend" else f"{diff.mean:+.1f} [{diff.low:+.1f}, {diff.high:+.1f}]"
+        print(f"| {label} | {total('cost_node_hours'):,.0f} | {interval} | {total('node_hours'):,.0f} | "
+              f"{total('latency_breach_hours'):,.0f} | {total('cost_overload'):,.1f} | {total('cost_slo'):,.0f} | "
+              f"{np.mean([r[k]['latency_p99_ms'] for k in keys]):.0f} | {total('oom_kills'):.0f} | "
+              f"{total('evictions'):.0f} |")
+    print(f"\n{len(keys)} (day, seed) pairs, {time.perf_counter() - started:,.0f} s")
+
+
+if __name__ == "__main__":
+    main()
