@@ -54,35 +54,21 @@ def _options(version: bool = typer.Option(False, "--version", is_eager=True, cal
     """td3-scheduler: a learned Kubernetes scheduler and its trace-driven simulator."""
 
 
-PROGRESS_LINE_S = 60.0
-"""Seconds between two progress lines of a long command whose output is not a terminal (a log file, a pipe)."""
-
-
-def progress_lines(what: str, total: int):
+def train_progress_lines(total: int, start: int = 0):
     """An ``on_log`` for a training loop whose console is not a terminal, where a progress bar shows
-    nothing: a plain line with the step, the rate, the time left and the losses, at the first log and then
-    at most every ``PROGRESS_LINE_S`` seconds."""
-    import math
-    import time
+    nothing: ``progress.ProgressLines`` with the rate and the losses (``start``: the steps a resumed run
+    had done)."""
+    from td3sched.progress import ProgressLines
 
-    started, last = time.monotonic(), -math.inf
+    lines = ProgressLines(lambda line: console.print(escape(line), soft_wrap=True), "train", total, "steps", start)
 
     def on_log(d: dict) -> None:
-        nonlocal last
-        now = time.monotonic()
-        if now - last < PROGRESS_LINE_S:
-            return
-        last = now
-        step, sps = d["step"], d.get("SPS", float("nan"))
         fmt = lambda key: f"{d[key]:.4g}" if key in d and d[key] == d[key] else "-"  # noqa: E731
-        timing = f"{now - started:,.0f} s elapsed"
-        if sps == sps and sps > 0:
-            timing += f", about {(total - step) / sps:,.0f} s left"
-        parts = [f"{what}: step {step:,}/{total:,} ({step / max(total, 1):.0%})", f"{sps:,.1f} steps/s", timing,
-                 f"ep reward {fmt('episode_reward')}", f"critic loss {fmt('qf_loss')}", f"actor loss {fmt('actor_loss')}"]
+        detail = [f"{d.get('SPS', float('nan')):,.1f} steps/s", f"ep reward {fmt('episode_reward')}",
+                  f"critic loss {fmt('qf_loss')}", f"actor loss {fmt('actor_loss')}"]
         if "saturated" in d:
-            parts.append(f"at bound {d['saturated']:.0%}")
-        console.print(escape(", ".join(parts)), soft_wrap=True)
+            detail.append(f"at bound {d['saturated']:.0%}")
+        lines.update(d["step"], ", ".join(detail))
 
     return on_log
 
@@ -704,7 +690,7 @@ def train(
 
     try:
         if progress and not console.is_terminal:
-            result = run(progress_lines("train", steps))
+            result = run(train_progress_lines(steps, done if resume else 0))
         elif progress:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                        TimeRemainingColumn)

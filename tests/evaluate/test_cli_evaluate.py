@@ -83,6 +83,21 @@ def test_ray_option_takes_an_optional_address():
     assert _ray_address_args(["--ray=ray://h:10001", "--seeds", "1"]) == ["--ray=ray://h:10001", "--seeds", "1"]
 
 
+def test_progress_into_a_log_is_a_line_per_finished_run_with_failures_counted(tmp_path, monkeypatch):
+    """Where a bar shows nothing (the output is not a terminal), the grid prints plain progress lines:
+    throttled to progress.EVERY_S (0 here, so one a run), the last always."""
+    import td3sched.progress as progress
+
+    monkeypatch.setattr(grid_mod, "DEFAULT_RUNNER", "tests.evaluate.flaky:run")  # seed 2 raises
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    result = runner.invoke(app, ["evaluate", "--scenario", "tiny", "--span", "test", "--out", str(tmp_path / "g"),
+                                 "--policies", "k8s-default", "--seeds", "2", "--workers", "1"])
+    assert result.exit_code == 1, result.output
+    text = _flat(result.output)
+    assert "evaluate tiny/test: 1/2 runs (50%)" in text and "evaluate tiny/test: 2/2 runs (100%)" in text, text
+    assert text.count("evaluate tiny/test: 2/2 runs (100%)") == 1 and "1 failed" in text
+
+
 def test_failed_run_exits_nonzero_then_a_rerun_resumes(tmp_path, monkeypatch):
     out = tmp_path / "grid"
     monkeypatch.setattr(grid_mod, "DEFAULT_RUNNER", "tests.evaluate.flaky:run")  # seed 2 raises

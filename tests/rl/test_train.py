@@ -112,22 +112,22 @@ def test_train_command_trains_resumes_and_writes_a_usable_model(tmp_path):
 
 def test_train_command_prints_progress_lines_where_no_bar_can_show(tmp_path, monkeypatch):
     """Into a log file or a pipe a progress bar shows nothing: the command prints a plain line instead, at
-    the first log and then at most every PROGRESS_LINE_S seconds."""
+    the first log and then at most every progress.EVERY_S seconds."""
     import re
 
-    import td3sched.cli as cli
+    import td3sched.progress as progress
 
     args = ["train", "--scenario", "tiny", "--steps", "250", "--episode-hours", "1", "--learning-starts", "20"]
-    monkeypatch.setattr(cli, "PROGRESS_LINE_S", 0.0)
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
     every = runner.invoke(app, args + ["--out", str(tmp_path / "every")])
     assert every.exit_code == 0, every.output
-    lines = re.findall(r"train: step ([\d,]+)/250 \(\d+%\), [\d.,]+ steps/s, \d+ s elapsed", every.output)
+    lines = re.findall(r"train: ([\d,]+)/250 steps \(\d+%\), \d+ s elapsed.*?, [\d.,]+ steps/s, ep reward", every.output)
     assert lines == ["1", "101", "201"], every.output  # a log every TD3Config.log_every (100) steps
-    monkeypatch.setattr(cli, "PROGRESS_LINE_S", 3600.0)
+    monkeypatch.setattr(progress, "EVERY_S", 3600.0)
     throttled = runner.invoke(app, args + ["--out", str(tmp_path / "throttled")])
-    assert throttled.exit_code == 0 and throttled.output.count("train: step ") == 1, throttled.output
+    assert throttled.exit_code == 0 and throttled.output.count("/250 steps (") == 1, throttled.output
     quiet = runner.invoke(app, args + ["--out", str(tmp_path / "quiet"), "--no-progress"])
-    assert quiet.exit_code == 0 and "train: step " not in quiet.output
+    assert quiet.exit_code == 0 and "/250 steps (" not in quiet.output
 
 
 def test_train_command_chooses_the_action_design_and_records_the_share_at_the_bound(tmp_path):

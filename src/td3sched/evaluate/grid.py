@@ -348,7 +348,14 @@ class _Status:
         self.failed = 0
         self.progress = None
         self.console = console
-        if enabled:
+        self.lines = None
+        """Plain progress lines where a bar shows nothing (a console that is not a terminal)."""
+        self.done = reused
+        if enabled and console is not None and not console.is_terminal:
+            from td3sched.progress import ProgressLines
+
+            self.lines = ProgressLines(console.print, f"evaluate {spec.scenario}/{spec.span}", total, "runs", reused)
+        elif enabled:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                        TimeRemainingColumn)
 
@@ -369,6 +376,9 @@ class _Status:
             self.progress.stop()
 
     def _refresh(self, advance: int = 0) -> None:
+        self.done += advance
+        if self.lines is not None and advance:
+            self.lines.update(self.done, f"{self.failed} failed" if self.failed else "")
         if not self.progress:
             return
         shown = ", ".join(self.running[:4]) + (f" +{len(self.running) - 4} more" if len(self.running) > 4 else "")
