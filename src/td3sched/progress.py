@@ -2,7 +2,7 @@
 
 A rich progress bar draws only on a terminal. Into a log file or a pipe (a run started in the background,
 CI) it prints nothing until the end, so an hour of training or evaluation looks hung. ``ProgressLines``
-prints a plain line instead: at the first update, then at most every ``every_s`` seconds, and at the last.
+prints a plain line instead: at the first update, then at most every ``EVERY_S`` seconds, and at the last.
 """
 
 from __future__ import annotations
@@ -17,22 +17,19 @@ EVERY_S = 60.0
 
 class ProgressLines:
     """``update(done)`` prints ``"{what}: {done}/{total} {unit} (p%), {elapsed} s elapsed, about {left} s
-    left[, {detail}]"`` through ``say``, throttled to one line every ``every_s`` seconds (None: ``EVERY_S``
-    as it is when the line is due). ``done`` counts the units finished; ``start`` of them were already done
+    left[, {detail}]"`` through ``say``, throttled to one line every ``EVERY_S`` seconds (read when a line
+    is due). ``done`` counts the units finished; ``start`` of them were already done
     when timing began (a resumed run), so the rate, and the time left, is this run's."""
 
-    def __init__(self, say: Callable[[str], None], what: str, total: int, unit: str = "steps", start: int = 0,
-                 every_s: float | None = None):
+    def __init__(self, say: Callable[[str], None], what: str, total: int, unit: str = "steps", start: int = 0):
         self.say, self.what, self.total, self.unit, self.start = say, what, total, unit, start
-        self.every_s = every_s
         self.started = time.monotonic()
         self.last = -math.inf
 
     def update(self, done: int, detail: str = "") -> bool:
         """Print the line if one is due (or ``done`` reached ``total``); whether it printed."""
         now = time.monotonic()
-        every = EVERY_S if self.every_s is None else self.every_s
-        if now - self.last < every and done < self.total:
+        if now - self.last < EVERY_S and done < self.total:
             return False
         self.last = now
         elapsed = now - self.started
