@@ -35,7 +35,7 @@ def describe(action: np.ndarray, loss: float, beta: float, seconds: float) -> st
 
 def adam(d: Decisions, tau0: float, steps: int, beta0: float, target_kind: str) -> tuple[np.ndarray, float, float]:
     """Adam (lr 0.05) on the static stage's loss and parametrisation (LOGIT_LIMIT x tanh(z)), full batch."""
-    _, u, r, mask, target, balanced = _batch(d, np.arange(len(d)), target_kind)
+    _, u, r, log_weight, target, balanced = _batch(d, np.arange(len(d)), target_kind)
     size = action_size(MODE)
     a0 = torch.zeros(size, dtype=torch.float64)
     a0[4] = math.log(tau0 / (1 - tau0))
@@ -43,22 +43,22 @@ def adam(d: Decisions, tau0: float, steps: int, beta0: float, target_kind: str) 
     loss_fn = ListwiseLoss(beta0, MODE)
     optimiser = torch.optim.Adam([z, loss_fn.log_beta], lr=0.05)
     for _ in range(steps):
-        loss = loss_fn((LOGIT_LIMIT * torch.tanh(z)).expand(len(d), size), u, r, mask, target, balanced)
+        loss = loss_fn((LOGIT_LIMIT * torch.tanh(z)).expand(len(d), size), u, r, log_weight, target, balanced)
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
     with torch.no_grad():
         action = LOGIT_LIMIT * torch.tanh(z)
-        final = loss_fn(action.expand(len(d), size), u, r, mask, target, balanced).item()
+        final = loss_fn(action.expand(len(d), size), u, r, log_weight, target, balanced).item()
     return action.numpy(), final, loss_fn.log_beta.exp().item()
 
 
 def reference_loss(d: Decisions, args: ScoreArgs, target_kind: str) -> tuple[float, float]:
     """(the least loss of ``args`` over a grid of beta, that beta)."""
-    _, u, r, mask, target, balanced = _batch(d, np.arange(len(d)), target_kind)
+    _, u, r, log_weight, target, balanced = _batch(d, np.arange(len(d)), target_kind)
     pre = torch.from_numpy(encode(args, MODE, bound=LOGIT_LIMIT * (1 - 1e-3)).astype(np.float64))
     with torch.no_grad():
-        losses = {beta: ListwiseLoss(beta, MODE)(pre.expand(len(d), len(pre)), u, r, mask, target, balanced).item()
+        losses = {beta: ListwiseLoss(beta, MODE)(pre.expand(len(d), len(pre)), u, r, log_weight, target, balanced).item()
                   for beta in np.geomspace(10, 30_000, 31)}
     beta = min(losses, key=losses.get)
     return losses[beta], float(beta)

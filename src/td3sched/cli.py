@@ -38,6 +38,9 @@ def _span_help(default: str, what: str = "Span of the scenario") -> str:
 
 SET_HELP = ("Override a scenario setting, e.g. --set autoscaler.enabled=false (every setting, its default and "
             "range: td3sched scenarios --show NAME).")
+HISTORY_CANDIDATES_HELP = ("Candidates kept per decision in the history: the chosen node, the best-scored others and a "
+                           "weighted sample of the rest (docs/lifecycle.md); 0 keeps all. Default 100, as many as "
+                           "kube-scheduler scores at least.")
 
 
 def _print_version(value: bool) -> None:
@@ -96,6 +99,8 @@ def simulate(
                                                   help="Record every decision (pod, candidates and their features, "
                                                        "chosen node) as a Parquet file of the history folder DIR "
                                                        "(docs/lifecycle.md)."),
+    history_candidates: Optional[int] = typer.Option(None, "--history-candidates",
+                                                     help="With --record-history: c" + HISTORY_CANDIDATES_HELP[1:]),
 ) -> None:
     """Run one policy over a scenario span and print its metrics."""
     from td3sched.outputs import check_file, check_folder, write_json_atomic
@@ -113,7 +118,7 @@ def simulate(
             check_folder(record_history, "--record-history")
             result, history_path, recorded = record_simulation(
                 scenario, policy, seed, span, record_history, list(set_), progress=progress, events_path=events,
-                lenient=lenient, events_detail=events_detail)
+                lenient=lenient, events_detail=events_detail, candidates=history_candidates)
         else:
             result = run_simulation(scenario, policy, seed, span, list(set_), events_path=events, progress=progress,
                                     lenient=lenient, events_detail=events_detail)
@@ -953,6 +958,7 @@ def history_from_log_cmd(
     step_s: float = typer.Option(15.0, "--step", help="With --prometheus: the range queries' step in seconds."),
     node_label: str = typer.Option("", help="With --prometheus: a label holding the node name; \"\" uses the "
                                    "instance without its port."),
+    history_candidates: Optional[int] = typer.Option(None, "--history-candidates", help=HISTORY_CANDIDATES_HELP),
 ) -> None:
     """The engine's decision log as scheduling history (the schema of simulate --record-history)."""
     from td3sched.lifecycle.engine_log import convert_log
@@ -966,7 +972,7 @@ def history_from_log_cmd(
             return overload_from_prometheus(rows, prometheus, step_s, node_label=node_label)
     try:
         check_file(out_path, "--out")
-        path, counts = convert_log(log, out_path, outcomes)
+        path, counts = convert_log(log, out_path, outcomes, history_candidates)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         _fail(str(exc))
     overload = f"; {counts['outcomes_known']:,} with their overload hours" if outcomes is not None else ""
@@ -988,6 +994,7 @@ def import_history_cmd(
     token_file: Optional[Path] = typer.Option(None, help="A bearer token for the API server URL."),
     ca_file: Optional[Path] = typer.Option(None, help="The API server's CA certificate (default: the system's)."),
     node_label: str = typer.Option("", help="A label holding the node name; \"\" uses the instance without its port."),
+    history_candidates: Optional[int] = typer.Option(None, "--history-candidates", help=HISTORY_CANDIDATES_HELP),
 ) -> None:
     """Scheduling history of a cluster that never ran td3-scheduler: its pods' bindings, node metrics at
     bind time (docs/lifecycle.md)."""
@@ -1001,7 +1008,8 @@ def import_history_cmd(
         token = token_file.read_text().strip() if token_file else None
         pod_list = read_pod_list(pods, token, ca_file=ca_file) if pods is not None else None
         path, counts = import_history(pod_list, prometheus, out_path, step_s, node_label=node_label,
-                                      progress=lambda line: console.print(escape(line)), audit_log=audit_log)
+                                      progress=lambda line: console.print(escape(line)), audit_log=audit_log,
+                                      candidates=history_candidates)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         _fail(str(exc))
     console.print(f"{counts['decisions']:,} decisions from {counts['bindings']:,} bindings ({counts['pods_skipped']:,} "

@@ -82,6 +82,26 @@ def test_bc_recovers_known_static_weights(history, tmp_path):
     assert card["training"]["policies"] == [SPEC]
 
 
+def test_bc_on_a_sampled_history_recovers_the_weights_and_agrees_with_every_candidate(history, tmp_path):
+    """A large cluster's history keeps a sample of each decision's candidates (the chosen node, the best
+    scored others, a weighted uniform rest: lifecycle.history), and the loss is a sampled softmax. Here
+    tiny's decisions keep 4 of their ~13 candidates, and the clone still recovers the policy and agrees
+    with its choices among all of them (the fixture's history: the same runs, every candidate kept)."""
+    torch.set_num_threads(1)
+    folder = tmp_path / "sampled"
+    for seed in (1, 2):
+        record_simulation("tiny", SPEC, seed, "train", folder, candidates=4)
+    sampled = Decisions.from_table(read_history(folder))
+    assert sampled.sizes.max() == 4 and sampled.weight.max() > 1
+    training = clone_history(folder, tmp_path / "bc", BCConfig(epochs=3, seed=1))
+    w, tau = np.array(training["static"]["weights"]), training["static"]["tau"]
+    assert abs(tau - TRUE_TAU) < 0.02, tau
+    np.testing.assert_allclose(w, TRUE_W, atol=0.02)
+    actor = load_actor(tmp_path / "bc")
+    whole = agreement(actor.act, Decisions.from_table(read_history(history)), actor.action_mode)
+    assert whole.agreement >= 0.95, whole
+
+
 def test_the_loss_targets_the_best_scored_nodes_when_the_chosen_one_is_among_them():
     from td3sched.lifecycle.bc import targets
 

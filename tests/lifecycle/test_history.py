@@ -36,7 +36,8 @@ def rows(draw):
         u = [None] * 4 if stale else [draw(st.floats(0, 2)) for _ in range(4)]
         r = [draw(st.one_of(st.none(), st.floats(0, 2))) for _ in range(2)]
         cands.append({"node": f"n{j}", "u_cpu": u[0], "u_mem": u[1], "u_io": u[2], "u_net": u[3], "stale": stale,
-                      "score": draw(maybe_float), "r_cpu": r[0], "r_mem": r[1]})
+                      "score": draw(maybe_float), "r_cpu": r[0], "r_mem": r[1],
+                      "weight": draw(st.one_of(st.none(), st.floats(1, 1e4)))})
     chosen = draw(st.one_of(st.none(), st.integers(0, k - 1)))
     return {
         "source": draw(st.sampled_from(["simulator", "engine", "import"])), "decision_id": draw(st.text(min_size=1)),
@@ -68,7 +69,8 @@ def test_rows_survive_the_parquet_round_trip_exactly(tmp_path, batch):
     batch = sorted(batch, key=lambda r: r["time_s"])  # read_history returns time order (stable)
     path = write_history(tmp_path / "h.parquet", batch)
     back = read_history(path).to_pylist()
-    assert back == [{"schema_version": SCHEMA_VERSION, **r} for r in batch]
+    # fewer candidates than a writer keeps: all kept, their total recorded
+    assert back == [{"schema_version": SCHEMA_VERSION, **r, "candidates_total": len(r["candidates"])} for r in batch]
     assert list(read_history(path).schema.names) == list(COLUMNS)
 
 
@@ -91,6 +93,11 @@ V5_COLUMNS = ["outcome_node_slo_h"]
 """The column schema version 5 added."""
 
 
+def _read_as_older(row: dict) -> dict:
+    """``row`` as a file older than version 6 reads: its candidates' weight and ``candidates_total`` null."""
+    return {**row, "candidates": [{**c, "weight": None} for c in row["candidates"]], "candidates_total": None}
+
+
 def test_another_schema_version_is_refused_naming_the_file(tmp_path):
     table = pa.Table.from_pylist([{"schema_version": 9, **_one_row()}], schema=SCHEMA)
     path = tmp_path / "v9.parquet"
@@ -100,15 +107,16 @@ def test_another_schema_version_is_refused_naming_the_file(tmp_path):
 
 
 def _older(row: dict, version: int, requests: bool = False) -> pa.Table:
-    """A file of an older schema version: its candidates without the requested utilisation, unless
-    ``requests`` (schema 3 added them)."""
-    from td3sched.lifecycle.history import CANDIDATE_V2
+    """A file of an older schema version (before 6: its candidates without their weight, no
+    ``candidates_total``): its candidates without the requested utilisation, unless ``requests`` (schema
+    3 added them)."""
+    from td3sched.lifecycle.history import CANDIDATE_V2, CANDIDATE_V5
 
-    old = row if requests else {**row, "candidates": [{k: v for k, v in c.items() if not k.startswith("r_")}
-                                                      for c in row["candidates"]]}
-    candidate = CANDIDATE if requests else CANDIDATE_V2
+    old = {**row, "candidates": [{k: v for k, v in c.items() if k != "weight" and (requests or not k.startswith("r_"))}
+                                 for c in row["candidates"]]}
+    candidate = CANDIDATE_V5 if requests else CANDIDATE_V2
     schema = pa.schema([pa.field("candidates", pa.list_(candidate), nullable=False) if f.name == "candidates" else f
-                        for f in SCHEMA])
+                        for f in SCHEMA if f.name != "candidates_total"])
     table = pa.Table.from_pylist([{"schema_version": version, **old}], schema=schema)
     if version < 4:
         table = table.drop_columns(V4_COLUMNS)
@@ -124,7 +132,7 @@ def test_a_version_3_file_reads_with_the_pods_life_null(tmp_path):
     v3 = _older(row, 3, requests=True)
     pq.write_table(v3, tmp_path / "v3.parquet")
     back = read_history(tmp_path / "v3.parquet").to_pylist()
-    assert back == [{"schema_version": 3, **row, **dict.fromkeys(V4_COLUMNS + V5_COLUMNS)}]
+    assert back == [{"schema_version": 3, **_read_as_older(row), **dict.fromkeys(V4_COLUMNS + V5_COLUMNS)}]
     v4 = v3.replace_schema_metadata({VERSION_KEY: b"4"})
     pq.write_table(v4, tmp_path / "v4.parquet")
     with pytest.raises(HistoryError, match=r"v4.parquet: column 'wait_s' missing"):
@@ -137,11 +145,24 @@ def test_a_version_4_file_reads_with_the_neighbours_hours_null(tmp_path):
     row = _one_row()
     v4 = _older(row, 4, requests=True)
     pq.write_table(v4, tmp_path / "v4.parquet")
-    assert read_history(tmp_path / "v4.parquet").to_pylist() == [{"schema_version": 4, **row,
+    assert read_history(tmp_path / "v4.parquet").to_pylist() == [{"schema_version": 4, **_read_as_older(row),
                                                                   "outcome_node_slo_h": None}]
     pq.write_table(v4.replace_schema_metadata({VERSION_KEY: b"5"}), tmp_path / "v5.parquet")
     with pytest.raises(HistoryError, match=r"v5.parquet: column 'outcome_node_slo_h' missing"):
         read_history(tmp_path / "v5.parquet")
+
+
+def test_a_version_5_file_reads_as_keeping_every_candidate(tmp_path):
+    """Histories written before candidates were sampled (schema 5) still read, each candidate standing for
+    itself (its weight null, which reads as 1) and ``candidates_total`` null; a version 6 file must have
+    them."""
+    row = _one_row()
+    v5 = _older(row, 5, requests=True)
+    pq.write_table(v5, tmp_path / "v5.parquet")
+    assert read_history(tmp_path / "v5.parquet").to_pylist() == [{"schema_version": 5, **_read_as_older(row)}]
+    pq.write_table(v5.replace_schema_metadata({VERSION_KEY: b"6"}), tmp_path / "v6.parquet")
+    with pytest.raises(HistoryError, match=r"v6.parquet: column 'candidates' is list<.*expected list<.*weight"):
+        read_history(tmp_path / "v6.parquet")
 
 
 def test_a_version_1_file_reads_with_the_later_columns_null(tmp_path):
@@ -151,8 +172,8 @@ def test_a_version_1_file_reads_with_the_later_columns_null(tmp_path):
     v1 = _older(row, 1).drop_columns(["outcome", "outcome_kills"])
     pq.write_table(v1, tmp_path / "v1.parquet")
     back = read_history(tmp_path).to_pylist()
-    expected = {**row, "candidates": [{**c, "r_cpu": None, "r_mem": None} for c in row["candidates"]],
-                **dict.fromkeys(V4_COLUMNS + V5_COLUMNS)}
+    expected = {**_read_as_older(row), **dict.fromkeys(V4_COLUMNS + V5_COLUMNS)}
+    expected["candidates"] = [{**c, "r_cpu": None, "r_mem": None} for c in expected["candidates"]]
     assert back == [{"schema_version": 1, **expected}]
     assert back[0]["outcome"] is None and back[0]["outcome_kills"] is None
     d = Decisions.from_table(read_history(tmp_path).set_column(
@@ -171,7 +192,7 @@ def test_a_version_2_file_reads_its_candidates_with_null_requests(tmp_path):
     row = _one_row()
     pq.write_table(_older(row, 2), tmp_path / "v2.parquet")
     back = read_history(tmp_path / "v2.parquet").to_pylist()
-    assert back[0]["candidates"] == [{**c, "r_cpu": None, "r_mem": None} for c in row["candidates"]]
+    assert back[0]["candidates"] == [{**c, "r_cpu": None, "r_mem": None, "weight": None} for c in row["candidates"]]
     # a version 3 file must have them
     pq.write_table(_older(row, 3), tmp_path / "v3.parquet")
     with pytest.raises(HistoryError, match=r"v3.parquet: column 'candidates' is list<.*expected list<"):
@@ -456,18 +477,127 @@ def test_a_writer_writes_a_row_group_once_it_holds_enough_candidates(tmp_path):
     assert [r["decision_id"] for r in back] == [f"d{i}" for i in range(7)] and len(back[0]["candidates"]) == 100
 
 
-def test_the_recorder_holds_pending_candidates_as_arrays_and_writes_them_as_before(tmp_path):
-    """A row waits for its pod to leave; its candidates wait as arrays (``PendingCandidates``), made into
-    the schema's records only when written: the same records."""
-    from td3sched.lifecycle.record import PendingCandidates, written
+def test_the_recorder_holds_candidates_as_arrays_and_writes_them_as_records(tmp_path):
+    """A row waits for its pod to leave; its candidates wait as arrays (``CandidateArrays``), made into
+    the schema's records only when written: the same records, with their weights."""
+    from td3sched.lifecycle.history import CandidateArrays
 
-    names = np.array(["a", "b"], dtype=object)
-    pending = PendingCandidates(names, np.array([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8]]), np.array([0.9, 0.1]),
-                                np.array([[0.2, 0.3], [0.4, 0.5]]))
-    row = written({"decision_id": "d", "candidates": pending})
-    assert row["candidates"] == [
+    names = np.array(["a", "b", "c"], dtype=object)
+    arrays = CandidateArrays(names, np.array([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8], [0.0, 0.1, 0.0, 0.1]]),
+                             np.array([0.9, 0.1, 0.5]), np.array([[0.2, 0.3], [0.4, 0.5], [0.1, 0.1]]))
+    assert [c["weight"] for c in arrays.rows()] == [None, None, None]  # all kept: each stands for itself
+    kept = arrays.take(np.array([0, 2]), np.array([1.0, 2.0]))
+    assert kept.rows() == [
         {"node": "a", "u_cpu": 0.1, "u_mem": 0.2, "u_io": 0.3, "u_net": 0.4, "stale": False, "score": 0.9,
-         "r_cpu": 0.2, "r_mem": 0.3},
-        {"node": "b", "u_cpu": 0.5, "u_mem": 0.6, "u_io": 0.7, "u_net": 0.8, "stale": False, "score": 0.1,
-         "r_cpu": 0.4, "r_mem": 0.5}]
-    assert all(type(v) in (str, float, bool) for c in row["candidates"] for v in c.values())
+         "r_cpu": 0.2, "r_mem": 0.3, "weight": 1.0},
+        {"node": "c", "u_cpu": 0.0, "u_mem": 0.1, "u_io": 0.0, "u_net": 0.1, "stale": False, "score": 0.5,
+         "r_cpu": 0.1, "r_mem": 0.1, "weight": 2.0}]
+    assert all(type(v) in (str, float, bool) for c in kept.rows() for v in c.values())
+    write_history(tmp_path / "h.parquet", [{**_one_row(), "candidates": arrays, "chosen_index": 1, "chosen_node": "b"}])
+    back = read_history(tmp_path / "h.parquet").to_pylist()[0]
+    assert [c["node"] for c in back["candidates"]] == ["a", "b", "c"] and back["candidates_total"] == 3
+
+def test_a_sample_keeps_the_chosen_node_the_best_scored_and_a_weighted_uniform_rest():
+    from td3sched.lifecycle.history import sample_candidates
+
+    rng = np.random.default_rng(7)
+    scores = rng.random(1000)
+    scores[[3, 500]] = np.nan  # unknown scores are never among the best
+    chosen = int(np.argsort(scores[:900])[10])  # a poorly scored choice: kept all the same
+    idx, weight = sample_candidates(scores, chosen, 100, np.random.default_rng(1))
+    assert len(idx) == 100 and np.all(np.diff(idx) > 0)
+    others = np.setdiff1d(np.flatnonzero(~np.isnan(scores)), [chosen])
+    best = others[np.argsort(-scores[others])[:50]]
+    sure = np.concatenate([[chosen], best])
+    assert set(sure) <= set(idx.tolist())
+    assert np.all(weight[np.isin(idx, sure)] == 1.0)
+    rest = weight[~np.isin(idx, sure)]
+    assert len(rest) == 49 and np.all(rest == (1000 - 51) / 49)
+    assert weight.sum() == pytest.approx(1000)  # the weights stand for every candidate once
+    again = sample_candidates(scores, chosen, 100, np.random.default_rng(1))
+    np.testing.assert_array_equal(again[0], idx)
+    assert sample_candidates(scores, chosen, 1000, np.random.default_rng(1)) is None  # no more than kept: all
+    assert sample_candidates(scores, chosen, 0, np.random.default_rng(1)) is None  # 0: all
+    # no chosen node, no scores: a uniform sample, each standing for ten
+    idx, weight = sample_candidates(np.full(1000, np.nan), None, 100, np.random.default_rng(2))
+    assert len(idx) == 100 and np.all(weight == 10.0)
+
+
+def test_a_weighted_sum_over_the_kept_candidates_estimates_the_sum_over_all_without_bias():
+    """What rebuild's usage sums and BC's sampled softmax rely on: over many draws, the weighted sum of
+    a quantity over the kept candidates averages to its sum over all of them (here a quantity that
+    correlates with the score, the hard case for a sample that keeps the best)."""
+    from td3sched.lifecycle.history import sample_candidates
+
+    rng = np.random.default_rng(3)
+    scores = rng.random(800)
+    x = np.exp(3 * scores) + rng.random(800)
+    sums = []
+    for k in range(400):
+        idx, weight = sample_candidates(scores, 5, 60, np.random.default_rng(k))
+        sums.append(weight @ x[idx])
+    sums = np.array(sums)
+    assert abs(sums.mean() - x.sum()) < 4 * sums.std() / np.sqrt(len(sums)), (sums.mean(), x.sum())
+    assert sums.std() > 0  # a sample, not the whole
+
+
+def test_a_writer_keeps_at_most_its_candidates_and_the_file_is_the_same_each_time(tmp_path):
+    rng = np.random.default_rng(0)
+    cands = [{"node": f"n{j}", "u_cpu": float(rng.random()), "u_mem": 0.5, "u_io": 0.0, "u_net": 0.0, "stale": False,
+              "score": float(rng.random()), "r_cpu": 0.1, "r_mem": 0.1} for j in range(1000)]
+    row = {**_one_row(), "candidates": cands, "chosen_index": 777, "chosen_node": "n777"}
+    write_history(tmp_path / "a.parquet", [row, {**row, "decision_id": "d1"}])
+    back = read_history(tmp_path / "a.parquet").to_pylist()
+    for r in back:
+        assert len(r["candidates"]) == 100 and r["candidates_total"] == 1000
+        assert r["candidates"][r["chosen_index"]]["node"] == "n777"
+        assert sum(c["weight"] for c in r["candidates"]) == pytest.approx(1000)
+    # drawn from the decision's id: two decisions keep different samples, a decision the same one each time
+    assert [c["node"] for c in back[0]["candidates"]] != [c["node"] for c in back[1]["candidates"]]
+    write_history(tmp_path / "b.parquet", [row])
+    assert read_history(tmp_path / "b.parquet").to_pylist()[0] == back[0]
+    write_history(tmp_path / "all.parquet", [row], candidates=0)
+    assert len(read_history(tmp_path / "all.parquet").to_pylist()[0]["candidates"]) == 1000
+    for bad in (1, -1, 2.5, True):
+        with pytest.raises(ValueError, match=rf"candidates kept per decision {bad!r}: expected 0 \(all\) or a whole"):
+            write_history(tmp_path / "bad.parquet", [row], candidates=bad)
+
+
+def test_a_recording_with_few_candidates_keeps_a_sample_of_the_full_recordings(tmp_path):
+    """The same run recorded whole and with at most 4 candidates a decision: the same decisions, each
+    keeping its chosen node and a subset of the whole recording's candidates with the same features."""
+    full_record, _, n = record_simulation("tiny", SPEC, 1, "test", tmp_path / "full", candidates=0)
+    few_record, _, m = record_simulation("tiny", SPEC, 1, "test", tmp_path / "few", candidates=4)
+    assert few_record["metrics"] == full_record["metrics"] and m == n
+    full, few = read_history(tmp_path / "full").to_pylist(), read_history(tmp_path / "few").to_pylist()
+    sampled = 0
+    for a, b in zip(full, few):
+        assert a["decision_id"] == b["decision_id"] and b["candidates_total"] == len(a["candidates"])
+        assert b["chosen_node"] == a["chosen_node"] and b["candidates"][b["chosen_index"]]["node"] == b["chosen_node"]
+        whole = {c["node"]: c for c in a["candidates"]}
+        assert len(b["candidates"]) == min(4, len(whole))
+        for c in b["candidates"]:
+            assert {k: v for k, v in c.items() if k != "weight"} == {k: v for k, v in whole[c["node"]].items()
+                                                                     if k != "weight"}
+        sampled += len(whole) > 4
+    assert sampled > n // 2  # tiny's decisions have some 13 candidates: most were sampled
+
+
+def test_the_cli_keeps_the_candidates_asked_for_and_refuses_a_bad_count(tmp_path):
+    from typer.testing import CliRunner
+
+    from td3sched.cli import HISTORY_CANDIDATES_HELP, app
+    from td3sched.lifecycle.history import DEFAULT_CANDIDATES
+
+    assert f"Default {DEFAULT_CANDIDATES}," in HISTORY_CANDIDATES_HELP  # the help says the writer's default
+    runner = CliRunner()
+    result = runner.invoke(app, ["simulate", "--policy", SPEC, "--no-progress", "--record-history", str(tmp_path / "h"),
+                                 "--history-candidates", "3"])
+    assert result.exit_code == 0, result.output
+    table = read_history(tmp_path / "h")
+    assert max(len(c) for c in table.column("candidates").to_pylist()) == 3
+    assert max(table.column("candidates_total").to_pylist()) > 3
+    result = runner.invoke(app, ["simulate", "--policy", SPEC, "--no-progress", "--record-history", str(tmp_path / "b"),
+                                 "--history-candidates", "1"])
+    assert result.exit_code != 0 and "candidates kept per decision 1: expected 0 (all) or a whole number >= 2" in \
+        " ".join(result.output.split()), result.output

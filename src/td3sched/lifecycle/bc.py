@@ -12,11 +12,15 @@ features u_1..u_k (the product's score features, ``policy.features``) and chosen
                   + b x balanced(u'_n)                      policy.static_weights.product_score), CPU and
                                                             memory read by requests to the share rho:
                                                             u' = with_requests(u, r, rho)
-    loss        = -log sum_{n in T} softmax(beta * s)_n     listwise: the target nodes against the others
+    loss        = -log sum_{n in T} softmax(beta * s + log m)_n    listwise: the target nodes against the others
     T           = {c}, the chosen node (``BCConfig.target`` chosen, the default); with target best, the
                   nodes the history's policy scored best (its recorded scores) when c is one of them, else {c}
 
-averaged over a batch of decisions. A scheduler that breaks its ties at random (kube-scheduler among
+averaged over a batch of decisions; m_n is the number of the decision's candidates candidate n stands for
+in the history (its ``weight``: 1 where all were kept; a history of a large cluster keeps the chosen node,
+the best-scored others and a uniform sample of the rest, ``lifecycle.history``), which makes the loss a
+sampled softmax: the softmax's sum over the nodes left out is estimated by the sampled ones, scaled.
+A scheduler that breaks its ties at random (kube-scheduler among
 equal integer scores) picks each of its m tied best nodes 1/m of the time; the chosen-node loss is
 least when the clone scores them alike too, so it learns the scheduler's indifference. The set target
 (best) is met by any order among the tied nodes: on tiny's k8s-default history it let the clone's tau
@@ -43,7 +47,9 @@ Fine-tuning (``lifecycle.finetune``) runs the actor stage alone, from the servin
 **Agreement** (reported, never optimised directly) is measured with the product's NumPy code: the
 actor's action decoded by ``rl.actions.decode``, the candidates scored by
 ``policy.static_weights.product_score``; a decision agrees when its chosen node has the top score
-(ties are exact float equality, as the simulator's Select; the simulator breaks them at random).
+(ties are exact float equality, as the simulator's Select; the simulator breaks them at random), among
+the candidates the history kept: of a sampled decision, an upper bound of the agreement over all its
+candidates (the near misses are all kept, so the bound is close).
 The requests and balance modes need a history whose candidates carry their requested utilisation
 (schema version 3 or later, the simulator's or an import's).
 ``expected_top1`` counts a tie of m nodes as 1/m: the share of choices a run would repeat. Both are
@@ -176,7 +182,7 @@ def agreement(act: Callable[[np.ndarray], np.ndarray], d: Decisions, action_mode
         top = s.max()
         if s[d.chosen[i]] == top:
             hits += 1
-            expected += 1.0 / np.count_nonzero(s == top)
+            expected += 1.0 / d.weight[lo:hi][s == top].sum()
         recorded = d.scores[lo:hi]
         in_top += bool(recorded[np.argmax(s)] == recorded.max())
     known = not np.isnan(d.scores).any()
@@ -192,7 +198,7 @@ def static_agreement(weights, tau: float, d: Decisions, requests: float = 0.0, b
         s = product_score(d.u[lo:hi], d.r[lo:hi], w, tau, requests, pod_balance(balance, d.qos[i]))
         if s[d.chosen[i]] == s.max():
             hits += 1
-            expected += 1.0 / np.count_nonzero(s == s.max())
+            expected += 1.0 / d.weight[lo:hi][s == s.max()].sum()
     return Agreement(len(d), hits / len(d), expected / len(d))
 
 
@@ -206,9 +212,10 @@ def split(d: Decisions, validation_share: float) -> tuple[Decisions, Decisions |
 
 
 def _batch(d: Decisions, idx: np.ndarray, target: str = "chosen") -> tuple[torch.Tensor, ...]:
-    """(obs [B, 35], u [B, K, 4] padded, r [B, K, 2] padded, mask [B, K], target [B, K]: the loss's target
-    nodes (``BCConfig.target``), balanced [B]: 1.0 where the pod is scored with the balance share,
-    ``static_weights.pod_balance``) of decisions ``idx``."""
+    """(obs [B, 35], u [B, K, 4] padded, r [B, K, 2] padded, log_weight [B, K]: log of each candidate's
+    weight, -inf for the padding, target [B, K]: the loss's target nodes (``BCConfig.target``), balanced
+    [B]: 1.0 where the pod is scored with the balance share, ``static_weights.pod_balance``) of decisions
+    ``idx``."""
     sizes = d.sizes[idx]
     k = int(sizes.max())
     cols = np.arange(k)
@@ -217,7 +224,8 @@ def _batch(d: Decisions, idx: np.ndarray, target: str = "chosen") -> tuple[torch
     u = np.where(mask[..., None], d.u[rows], 0.0)
     r = np.where(mask[..., None], d.r[rows], 0.0)
     balanced = np.array([pod_balance(1.0, q) for q in d.qos[idx].tolist()])
-    return (torch.from_numpy(d.obs[idx]), torch.from_numpy(u), torch.from_numpy(r), torch.from_numpy(mask),
+    log_weight = np.where(mask, np.log(np.where(mask, d.weight[rows], 1.0)), -np.inf)
+    return (torch.from_numpy(d.obs[idx]), torch.from_numpy(u), torch.from_numpy(r), torch.from_numpy(log_weight),
             torch.from_numpy(targets(d.scores[rows] if target == "best" else np.full(rows.shape, np.nan), mask,
                                      d.chosen[idx])),
             torch.from_numpy(balanced))
@@ -236,8 +244,8 @@ def targets(scores: np.ndarray, mask: np.ndarray, chosen: np.ndarray) -> np.ndar
 
 
 class ListwiseLoss(torch.nn.Module):
-    """-log of the softmax(beta * score(candidates)) mass on the target nodes, the mean over a batch; beta
-    learned."""
+    """-log of the softmax(beta * score(candidates) + log weight) mass on the target nodes, the mean over a
+    batch (the module's docstring); beta learned."""
 
     def __init__(self, inverse_temperature: float, action_mode: str = "full"):
         super().__init__()
@@ -246,14 +254,14 @@ class ListwiseLoss(torch.nn.Module):
         self.requests_mode = reads_requests(action_mode)
         self.balance_mode = action_mode == "balance"
 
-    def forward(self, pre_activations: torch.Tensor, u: torch.Tensor, r: torch.Tensor, mask: torch.Tensor,
+    def forward(self, pre_activations: torch.Tensor, u: torch.Tensor, r: torch.Tensor, log_weight: torch.Tensor,
                 target: torch.Tensor, balanced: torch.Tensor) -> torch.Tensor:
         pre = pre_activations.double()
         weights, tau = squash(pre, self.seed_mode)
         scores = score_torch.product_score(u, r, weights, tau,
                                            torch.sigmoid(pre[..., 5]) if self.requests_mode else None,
                                            torch.sigmoid(pre[..., 6]) * balanced if self.balance_mode else None)
-        logits = (self.log_beta.exp() * scores).masked_fill(~mask, -math.inf)
+        logits = self.log_beta.exp() * scores + log_weight
         return -torch.logsumexp(torch.log_softmax(logits, dim=-1).masked_fill(~target, -math.inf), dim=-1).mean()
 
 
@@ -308,7 +316,7 @@ def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator,
     kube-scheduler's is 0) from tau starts 0.01 and 0.3 alike (benchmarks/bc_static.py, docs/lifecycle.md)."""
     idx = np.arange(len(d)) if len(d) <= config.static_sample else np.sort(
         rng.choice(len(d), config.static_sample, replace=False))
-    _, u, r, mask, target, balanced = _batch(d, idx, config.target)
+    _, u, r, log_weight, target, balanced = _batch(d, idx, config.target)
     best = (None, math.inf, config.inverse_temperature)
     limit = LOGIT_LIMIT * (1 - 1e-3)  # inside the actor's tanh range in float32 (set_constant)
     starts = (0.5,) if config.action_mode == "seed" else config.static_tau_starts
@@ -321,7 +329,7 @@ def fit_static(d: Decisions, config: BCConfig, rng: np.random.Generator,
         loss_fn = ListwiseLoss(config.inverse_temperature, config.action_mode)
 
         def loss() -> torch.Tensor:
-            return loss_fn((LOGIT_LIMIT * torch.tanh(z)).expand(len(idx), size), u, r, mask, target, balanced)
+            return loss_fn((LOGIT_LIMIT * torch.tanh(z)).expand(len(idx), size), u, r, log_weight, target, balanced)
 
         def closure() -> torch.Tensor:
             optimiser.zero_grad()
@@ -409,8 +417,8 @@ def behaviour_clone(d: Decisions, config: BCConfig = BCConfig(), actor: Actor | 
         order = rng.permutation(len(normed))
         total, batches = 0.0, 0
         for lo in range(0, len(order), config.batch_size):
-            obs, u, r, mask, target, balanced = _batch(normed, order[lo:lo + config.batch_size], config.target)
-            loss = loss_fn(actor(obs), u, r, mask, target, balanced)
+            obs, u, r, log_weight, target, balanced = _batch(normed, order[lo:lo + config.batch_size], config.target)
+            loss = loss_fn(actor(obs), u, r, log_weight, target, balanced)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
@@ -465,7 +473,7 @@ def tie_bound(d: Decisions) -> float | None:
     not all known."""
     if np.isnan(d.scores).any():
         return None
-    return float(np.mean([1.0 / np.count_nonzero(d.scores[lo:hi] == d.scores[lo:hi].max())
+    return float(np.mean([1.0 / d.weight[lo:hi][d.scores[lo:hi] == d.scores[lo:hi].max()].sum()
                           for lo, hi in zip(d.offsets[:-1].tolist(), d.offsets[1:].tolist())]))
 
 

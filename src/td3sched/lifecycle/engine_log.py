@@ -201,16 +201,18 @@ def _pod_columns(pod: dict) -> dict:
             "cpu_limit_milli": pod.get("cpu_limit_milli"), "mem_limit_mib": pod.get("mem_limit_mib")}
 
 
-def convert_log(log_path, out_path, outcomes=None) -> tuple[Path, dict]:
-    """Write the history of a decision log to the Parquet file ``out_path``: (the file, counts). ``outcomes``:
+def convert_log(log_path, out_path, outcomes=None, candidates: int | None = None) -> tuple[Path, dict]:
+    """Write the history of a decision log to the Parquet file ``out_path``, each decision with at most
+    ``candidates`` of its candidates (``history.HistoryWriter``; None: the default): (the file, counts). ``outcomes``:
     called with the rows before they are written, to fill what the log lacks (``history-from-log
     --prometheus``: the overload hours, ``importer.overload_from_prometheus``); what it returns is counted as
     ``outcomes_known``."""
-    from td3sched.lifecycle.history import write_history
+    from td3sched.lifecycle.history import DEFAULT_CANDIDATES, check_candidates, write_history
 
+    candidates = check_candidates(DEFAULT_CANDIDATES if candidates is None else candidates)
     rows, counts = decisions_from_log(log_path)
     if not rows:
         raise HistoryError(f"decision log {log_path}: no decision record in it ({counts})")
     if outcomes is not None:
         counts["outcomes_known"] = outcomes(rows)
-    return write_history(out_path, rows), counts
+    return write_history(out_path, rows, candidates), counts

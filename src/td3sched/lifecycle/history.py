@@ -6,9 +6,9 @@ and the node the pod went to. Three sources write the same schema: the simulator
 (``lifecycle.engine_log``), and later a cluster's own bindings. The learning lifecycle reads it:
 behaviour cloning (``lifecycle.bc``) and fine-tuning.
 
-Schema ``SCHEMA_VERSION`` 5 (docs/lifecycle.md has the table with units and meanings):
+Schema ``SCHEMA_VERSION`` 6 (docs/lifecycle.md has the table with units and meanings):
 
-    schema_version  int16     5
+    schema_version  int16     6
     source          string    simulator | engine | import
     decision_id     string    unique within its file
     time_s          float64   simulated seconds (simulator) or Unix seconds (engine)
@@ -21,11 +21,14 @@ Schema ``SCHEMA_VERSION`` 5 (docs/lifecycle.md has the table with units and mean
     cpu_limit_milli, mem_limit_mib           float64   null: no limit
     observation     list<float32>   the 35-value observation (rl.observation), null when unknown
     candidates      list<struct<node string, u_cpu, u_mem, u_io, u_net float64, stale bool, score float64,
-                                r_cpu, r_mem float64>>
+                                r_cpu, r_mem float64, weight float64>>
                     u: utilisation with the pod on the node (policy.features.utilisation), null when stale;
                     score: what the deciding policy gave the node (its own scale), null when unknown;
                     r: CPU and memory requested with the pod on the node over its allocatable
-                    (policy.features.requested_utilisation), null when unknown
+                    (policy.features.requested_utilisation), null when unknown;
+                    weight: how many of the decision's candidates this one stands for (1: itself; null
+                    reads as 1), see "Candidates kept" below
+    candidates_total int32    the candidates the decision had, kept or not (null: all are kept)
     chosen_node     string    the node the pod was bound to, null when not known
     chosen_index    int32     its index in candidates, null when it is not among them
     model_version   string    the model's short content hash, null without a model
@@ -59,26 +62,35 @@ The file's Arrow schema metadata holds ``td3sched.history.schema_version``; a re
 of an unknown version, or one missing a column, naming the file and what was expected. Version 1 files
 (without ``outcome`` and ``outcome_kills``) are read with those columns null, files before version
 3 with the candidates' ``r_cpu`` and ``r_mem`` null, and files before version 4 with ``wait_s``,
-``outcome_overload_h`` and ``outcome_slo_h`` null, and files before version 5 with ``outcome_node_slo_h``
-null. A history is a
-folder of such files (or one file): ``read_history`` reads them all, in name order.
+``outcome_overload_h`` and ``outcome_slo_h`` null, files before version 5 with ``outcome_node_slo_h``
+null, and files before version 6 with ``candidates_total`` and the candidates' ``weight`` null. A history
+is a folder of such files (or one file): ``read_history`` reads them all, in name order.
+
+Candidates kept (``sample_candidates``): a decision over a large cluster scores thousands of nodes, and a
+day of dlrm's decisions with all of theirs runs to gigabytes. A writer keeps at most ``candidates`` of a decision's
+(default ``DEFAULT_CANDIDATES``; 0 keeps all): the chosen node; the others the deciding policy scored
+best, up to half of what is kept (the near misses, which a clone must rank below the chosen one); and a
+uniform sample of the rest, each with ``weight`` the rest's count over the sample's, so that a sum over
+the candidates kept, weighted, estimates the sum over all of them without bias (the sampled softmax of
+``lifecycle.bc``, the usage sums of ``lifecycle.rebuild``). The sample is drawn from the decision's id
+and the writer's ``seed``: the same decisions give the same file.
 """
 
 from __future__ import annotations
 
 import os
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 ADDED_IN = {"outcome": 2, "outcome_kills": 2, "wait_s": 4, "outcome_overload_h": 4, "outcome_slo_h": 4,
-            "outcome_node_slo_h": 5}
+            "outcome_node_slo_h": 5, "candidates_total": 6}
 """Columns added after version 1, by the version that added them: an older file reads them as null."""
-CANDIDATE_FIELDS_ADDED_IN = 3
-"""The version that added the candidates' ``R_FIELDS``: an older file reads them as null."""
 VERSION_KEY = b"td3sched.history.schema_version"
 SOURCES = ("simulator", "engine", "import")
 QOS_NAMES = ("Guaranteed", "Burstable", "BestEffort")
@@ -89,6 +101,11 @@ ROWS_PER_GROUP = 4096
 CANDIDATES_PER_GROUP = 1 << 18
 """A row group is written once it holds this many candidates, whatever its rows (a decision over thousands
 of nodes is thousands of candidate records): the writer's buffer stays some hundred megabytes."""
+DEFAULT_CANDIDATES = 100
+"""Candidates a writer keeps of a decision at most (module docstring, "Candidates kept"): as many as
+kube-scheduler scores at least (``minFeasibleNodesToFind``, 100) when ``percentageOfNodesToScore`` tells it
+to score only some of a large cluster's nodes. tiny's and dlrm-small's decisions (at most 145 nodes) keep
+all or most of theirs; dlrm's (up to 3,380) a thirtieth."""
 
 CANDIDATE_V2 = pa.struct([
     ("node", pa.string()),
@@ -97,7 +114,14 @@ CANDIDATE_V2 = pa.struct([
     ("score", pa.float64()),
 ])
 """A candidate of versions 1 and 2."""
-CANDIDATE = pa.struct([*CANDIDATE_V2, *((name, pa.float64()) for name in R_FIELDS)])
+CANDIDATE_V5 = pa.struct([*CANDIDATE_V2, *((name, pa.float64()) for name in R_FIELDS)])
+"""A candidate of versions 3 to 5."""
+CANDIDATE = pa.struct([*CANDIDATE_V5, ("weight", pa.float64())])
+
+
+def candidate_type(version: int) -> pa.StructType:
+    """The candidates' struct in files of schema ``version``."""
+    return CANDIDATE_V2 if version < 3 else CANDIDATE_V5 if version < 6 else CANDIDATE
 
 SCHEMA = pa.schema([
     pa.field("schema_version", pa.int16(), nullable=False),
@@ -121,6 +145,7 @@ SCHEMA = pa.schema([
     pa.field("mem_limit_mib", pa.float64()),
     pa.field("observation", pa.list_(pa.float32())),
     pa.field("candidates", pa.list_(CANDIDATE), nullable=False),
+    pa.field("candidates_total", pa.int32()),
     pa.field("chosen_node", pa.string()),
     pa.field("chosen_index", pa.int32()),
     pa.field("model_version", pa.string()),
@@ -145,8 +170,82 @@ class HistoryError(ValueError):
     """A history file or row that cannot be used, naming the file (or row) and what was expected."""
 
 
+@dataclass(frozen=True)
+class CandidateArrays:
+    """A row's candidates as arrays (names [k], utilisation [k, 4], scores [k], requested CPU and memory
+    [k, 2], weights [k]): a recorder's row waits for its pod to leave, and on a cluster of thousands of
+    nodes a day's rows as lists of dicts would hold gigabytes; ``rows`` makes the schema's dicts when the
+    row is written. A writer takes either."""
+
+    names: np.ndarray
+    u: np.ndarray
+    scores: np.ndarray
+    r: np.ndarray
+    weight: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def take(self, idx: np.ndarray, weight: np.ndarray) -> "CandidateArrays":
+        return CandidateArrays(self.names[idx], self.u[idx], self.scores[idx], self.r[idx], weight)
+
+    def rows(self) -> list[dict]:
+        """The schema's records (``weight`` null when all were kept: each stands for itself)."""
+        w = [None] * len(self.names) if self.weight is None else [float(x) for x in self.weight]
+        return [{"node": str(n), "u_cpu": float(u[0]), "u_mem": float(u[1]), "u_io": float(u[2]),
+                 "u_net": float(u[3]), "stale": False, "score": float(s), "r_cpu": float(r[0]), "r_mem": float(r[1]),
+                 "weight": x}
+                for n, u, s, r, x in zip(self.names, self.u, self.scores, self.r, w)]
+
+
+def sample_candidates(scores: np.ndarray, chosen: int | None, keep: int,
+                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray] | None:
+    """(indices in candidate order, weights) of the candidates to keep of a decision whose policy scored
+    them ``scores`` (NaN: unknown, never among the best) and chose the one at ``chosen`` (None: none): the
+    chosen one, the others scored best up to ``keep // 2`` of those kept, and a uniform sample of the rest,
+    each weighted by the rest's count over the sample's (module docstring). None: keep them all (``keep``
+    0, or no more candidates than it)."""
+    n = len(scores)
+    if keep <= 0 or n <= keep:
+        return None
+    sure = np.zeros(n, dtype=bool)
+    if chosen is not None:
+        sure[chosen] = True
+    known = np.flatnonzero(~np.isnan(scores) & ~sure)
+    best = known[np.argsort(-scores[known], kind="stable")[:keep // 2]]
+    sure[best] = True
+    rest = np.flatnonzero(~sure)
+    draw = keep - int(sure.sum())
+    sampled = rng.choice(rest, size=draw, replace=False)
+    idx = np.sort(np.concatenate([np.flatnonzero(sure), sampled]))
+    weight = np.ones(n)
+    weight[sampled] = len(rest) / draw
+    return idx, weight[idx]
+
+
+def sample_row(row: dict, keep: int, seed: int = 0) -> dict:
+    """``row`` with at most ``keep`` candidates (``sample_candidates``, drawn from the decision's id and
+    ``seed``) and ``candidates_total`` set; the same row when it is set already."""
+    cands = row["candidates"]
+    arrays = isinstance(cands, CandidateArrays)
+    total = row.get("candidates_total")
+    if total is None:
+        total = len(cands)
+        scores = cands.scores if arrays else np.array([np.nan if c.get("score") is None else c["score"]
+                                                       for c in cands], dtype=np.float64)
+        rng = np.random.default_rng([seed, zlib.crc32(str(row["decision_id"]).encode())])
+        picked = sample_candidates(scores, row["chosen_index"], keep, rng)
+        if picked is not None:
+            idx, weight = picked
+            cands = cands.take(idx, weight) if arrays else [{**cands[i], "weight": w}
+                                                            for i, w in zip(idx.tolist(), weight.tolist())]
+            chosen = row["chosen_index"]
+            row = {**row, "chosen_index": None if chosen is None else int(np.searchsorted(idx, chosen))}
+    return {**row, "candidates": cands, "candidates_total": int(total)}
+
+
 def _check_row(row: dict, where: str) -> None:
-    missing = [c for c in COLUMNS if c not in row and c not in ("schema_version",)]
+    missing = [c for c in COLUMNS if c not in row and c not in ("schema_version", "candidates_total")]
     if missing:
         raise HistoryError(f"{where}: decision {row.get('decision_id')!r} lacks {missing}")
     if row["source"] not in SOURCES:
@@ -155,18 +254,28 @@ def _check_row(row: dict, where: str) -> None:
         raise HistoryError(f"{where}: decision {row['decision_id']!r}: qos {row['qos']!r}: expected 0, 1 or 2 "
                            f"({', '.join(QOS_NAMES)})")
     k = len(row["candidates"])
+    total = row.get("candidates_total")
+    if total is not None and total < k:
+        raise HistoryError(f"{where}: decision {row['decision_id']!r}: candidates_total {total}: expected at least "
+                           f"its {k} candidates kept")
     i = row["chosen_index"]
-    if i is not None and not (0 <= i < k and row["candidates"][i]["node"] == row["chosen_node"]):
+    cands = row["candidates"]
+    if i is not None and not (0 <= i < k and (cands.names[i] if isinstance(cands, CandidateArrays)
+                                              else cands[i]["node"]) == row["chosen_node"]):
         raise HistoryError(f"{where}: decision {row['decision_id']!r}: chosen_index {i} does not name chosen_node "
                            f"{row['chosen_node']!r} among its {k} candidates")
 
 
 class HistoryWriter:
     """Writes decisions to one Parquet file: rows are buffered and written a row group at a time to a
-    temporary file beside ``path``, renamed over it by ``close`` (a failed run leaves no file)."""
+    temporary file beside ``path``, renamed over it by ``close`` (a failed run leaves no file). Each row
+    keeps at most ``candidates`` of its candidates (module docstring, "Candidates kept"; 0: all), drawn
+    with ``seed``; a row whose ``candidates_total`` is set is taken as already kept so."""
 
     def __init__(self, path, rows_per_group: int = ROWS_PER_GROUP,
-                 candidates_per_group: int = CANDIDATES_PER_GROUP):
+                 candidates_per_group: int = CANDIDATES_PER_GROUP, candidates: int = DEFAULT_CANDIDATES,
+                 seed: int = 0):
+        self.candidates, self.seed = check_candidates(candidates), int(seed)
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
@@ -179,6 +288,10 @@ class HistoryWriter:
 
     def append(self, row: dict) -> None:
         _check_row(row, str(self.path))
+        row = sample_row(row, self.candidates, self.seed)
+        cands = row["candidates"]
+        if isinstance(cands, CandidateArrays):
+            row = {**row, "candidates": cands.rows()}
         self._rows.append({"schema_version": SCHEMA_VERSION, **row})
         self._candidates += len(row["candidates"])
         if len(self._rows) >= self.rows_per_group or self._candidates >= self.candidates_per_group:
@@ -206,9 +319,18 @@ class HistoryWriter:
             self.tmp.unlink(missing_ok=True)
 
 
-def write_history(path, rows: list[dict]) -> Path:
-    """Write ``rows`` (dicts with every column but schema_version) to the Parquet file ``path``."""
-    writer = HistoryWriter(path)
+def check_candidates(value) -> int:
+    """``value`` as the candidates a writer keeps of a decision (0: all); a ``ValueError`` naming it
+    otherwise. At least 2: the chosen node and one other."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0 or value == 1:
+        raise ValueError(f"candidates kept per decision {value!r}: expected 0 (all) or a whole number >= 2")
+    return int(value)
+
+
+def write_history(path, rows: list[dict], candidates: int = DEFAULT_CANDIDATES) -> Path:
+    """Write ``rows`` (dicts with every column but schema_version; ``candidates_total`` optional) to the
+    Parquet file ``path``, each keeping at most ``candidates`` of its candidates (``HistoryWriter``)."""
+    writer = HistoryWriter(path, candidates=candidates)
     try:
         for row in rows:
             writer.append(row)
@@ -250,20 +372,19 @@ def check_schema(schema: pa.Schema, where: str) -> int:
         if field.name not in schema.names:
             raise HistoryError(f"{where}: column {field.name!r} missing: expected the columns {', '.join(COLUMNS)}")
         got = schema.field(field.name).type
-        expected = pa.list_(CANDIDATE_V2) if field.name == "candidates" and version < CANDIDATE_FIELDS_ADDED_IN \
-            else field.type
+        expected = pa.list_(candidate_type(version)) if field.name == "candidates" else field.type
         if got != expected:
             raise HistoryError(f"{where}: column {field.name!r} is {got}: expected {expected}")
     return version
 
 
-def _with_null_requests(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """An older file's candidates (``CANDIDATE_V2``) with ``R_FIELDS`` null."""
+def _with_null_fields(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """An older file's candidates with the fields its version lacks null."""
     chunks = []
     for chunk in column.chunks:
         values = chunk.values
         fields = values.flatten()
-        fields += [pa.nulls(len(values), pa.float64()) for _ in R_FIELDS]
+        fields += [pa.nulls(len(values), f.type) for f in list(CANDIDATE)[len(fields):]]
         struct = pa.StructArray.from_arrays(fields, fields=list(CANDIDATE), mask=values.is_null())
         chunks.append(pa.ListArray.from_arrays(chunk.offsets, struct, mask=chunk.is_null()))
     return pa.chunked_array(chunks, pa.list_(CANDIDATE))
@@ -290,9 +411,9 @@ def read_history(path, columns: list[str] | tuple[str, ...] | None = None) -> pa
         for name in wanted:
             if name not in present:  # an older file: the column reads as null
                 table = table.append_column(SCHEMA.field(name), pa.nulls(len(table), SCHEMA.field(name).type))
-        if "candidates" in wanted and version < CANDIDATE_FIELDS_ADDED_IN:
+        if "candidates" in wanted and version < 6:
             i = table.schema.get_field_index("candidates")
-            table = table.set_column(i, SCHEMA.field("candidates"), _with_null_requests(table.column(i)))
+            table = table.set_column(i, SCHEMA.field("candidates"), _with_null_fields(table.column(i)))
         tables.append(table.select(wanted).cast(schema))
     table = pa.concat_tables(tables)
     order = np.argsort(table.column("time_s").to_numpy(), kind="stable")
@@ -305,14 +426,18 @@ class Decisions:
 
     ``obs`` [D, 35] float32; ``u`` [C, 4] float64 (the candidates of every decision, one after
     another); ``offsets`` [D + 1] (decision d's candidates are ``u[offsets[d]:offsets[d + 1]]``);
+    ``weight`` [C] how many of its decision's candidates each stands for (1 where all were kept: module
+    docstring, "Candidates kept"; None: all 1);
     ``chosen`` [D] (the chosen candidate's index within its decision); ``time_s`` [D]; ``r`` [C, 2]
     the candidates' requested CPU and memory utilisation (NaN where the history does not know them;
     None: all NaN); ``scores`` [C] what the deciding policy scored each candidate (NaN where unknown,
     and for imported rows, whose scores are the import's replay, not the cluster scheduler's); ``qos``
     [D] the pod's QoS class (0 Guaranteed, 1 Burstable, 2 BestEffort; None: all Guaranteed)."""
 
-    def __init__(self, obs, u, offsets, chosen, time_s, dropped: int = 0, r=None, scores=None, qos=None):
+    def __init__(self, obs, u, offsets, chosen, time_s, dropped: int = 0, r=None, scores=None, qos=None,
+                 weight=None):
         self.obs, self.u, self.offsets, self.chosen, self.time_s = obs, u, offsets, chosen, time_s
+        self.weight = np.ones(len(u)) if weight is None else weight
         self.r = np.full((len(u), 2), np.nan) if r is None else r
         self.scores = np.full(len(u), np.nan) if scores is None else scores
         self.qos = np.zeros(len(chosen), dtype=np.int8) if qos is None else qos
@@ -334,12 +459,12 @@ class Decisions:
         rows = np.concatenate([np.arange(self.offsets[d], self.offsets[d + 1]) for d in idx]).astype(np.int64) \
             if len(idx) else np.zeros(0, dtype=np.int64)
         return Decisions(self.obs[idx], self.u[rows], offsets, self.chosen[idx], self.time_s[idx], self.dropped,
-                         self.r[rows], self.scores[rows], self.qos[idx])
+                         self.r[rows], self.scores[rows], self.qos[idx], self.weight[rows])
 
     def with_obs(self, obs: np.ndarray) -> "Decisions":
         """The same decisions with other observations (normalised ones, for training)."""
         return Decisions(obs, self.u, self.offsets, self.chosen, self.time_s, self.dropped, self.r, self.scores,
-                         self.qos)
+                         self.qos, self.weight)
 
     def require_requests(self) -> None:
         """A ``HistoryError`` unless every candidate's requested utilisation is known (what a score with
@@ -366,6 +491,8 @@ class Decisions:
             if len(flat) else np.zeros((0, 2))
         scores = flat.field("score").to_numpy(zero_copy_only=False).astype(np.float64) if len(flat) else np.zeros(0)
         stale = flat.field("stale").to_numpy(zero_copy_only=False).astype(bool) if len(flat) else np.zeros(0, bool)
+        weight = flat.field("weight").fill_null(1.0).to_numpy(zero_copy_only=False).astype(np.float64) \
+            if len(flat) else np.zeros(0)
         fresh = ~stale & ~np.isnan(u).any(axis=1)
         before = np.concatenate([[0], np.cumsum(fresh)])  # before[j]: fresh candidates ahead of flat index j
         chosen = table.column("chosen_index").combine_chunks().fill_null(-1).to_numpy().astype(np.int64)
@@ -393,4 +520,4 @@ class Decisions:
         return cls(obs_all[obs_row[rows]], u[keep], np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
                    (before[at[rows]] - before[offs[rows]]).astype(np.int64),
                    table.column("time_s").to_numpy()[rows].astype(np.float64), int(n - len(rows)), r[keep],
-                   scores[keep], table.column("qos").to_numpy()[rows].astype(np.int8))
+                   scores[keep], table.column("qos").to_numpy()[rows].astype(np.int8), weight[keep])

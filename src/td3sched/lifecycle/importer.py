@@ -78,7 +78,7 @@ from td3sched.engine.prometheus_source import (DEFAULT_QUERIES, PrometheusSource
 from td3sched.engine.service import EngineService
 from td3sched.engine.state import ShadowState, Staleness, requested_row
 from td3sched.lifecycle.engine_log import decisions_from_log
-from td3sched.lifecycle.history import HistoryError, write_history
+from td3sched.lifecycle.history import DEFAULT_CANDIDATES, HistoryError, check_candidates, write_history
 from td3sched.reward import RewardConfig
 
 MAX_POINTS = 10_000
@@ -363,12 +363,15 @@ def overload_from_prometheus(rows: list[dict], prometheus_url: str, step_s: floa
 def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_STEP_S, max_age_s: float = 60.0,
                    queries: dict[str, str] | None = None, node_label: str = "", node_names: dict | None = None,
                    progress: Callable[[str], None] | None = None, audit_log=None,
-                   overload_util: float = RewardConfig().overload_util) -> tuple[Path, dict]:
+                   overload_util: float = RewardConfig().overload_util,
+                   candidates: int | None = None) -> tuple[Path, dict]:
     """Rebuild the decisions of ``pod_list`` (a v1.PodList), or of the API server audit log ``audit_log``
-    (``pod_list`` None), on the metrics of ``prometheus_url`` and write them to the Parquet file ``out``:
-    (the file, counts). ``overload_util``: the CPU share above which a node counts as overloaded
-    (``outcome_overload_h``)."""
+    (``pod_list`` None), on the metrics of ``prometheus_url`` and write them to the Parquet file ``out``,
+    each with at most ``candidates`` of its candidates (``history.HistoryWriter``; None: its default): (the
+    file, counts).
+    ``overload_util``: the CPU share above which a node counts as overloaded (``outcome_overload_h``)."""
     check_overload_util(overload_util)
+    candidates = check_candidates(DEFAULT_CANDIDATES if candidates is None else candidates)
     say = progress or (lambda line: None)
     bindings, skipped = bindings_from_pod_list(pod_list) if audit_log is None else bindings_from_audit_log(audit_log)
     if not bindings:
@@ -430,4 +433,4 @@ def import_history(pod_list, prometheus_url: str, out, step_s: float = DEFAULT_S
     counts.update(decisions=log_counts["decisions"], bound=log_counts["bound"],
                   departures=sum(left is not None for left in lefts.values()),
                   kills_known=sum(k is not None for k in kills.values()))
-    return write_history(out, rows), counts
+    return write_history(out, rows, candidates), counts

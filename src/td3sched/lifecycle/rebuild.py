@@ -18,7 +18,8 @@ itself:
   them matter, and the sizes are estimated against the same capacities.
 - **usage**: one usage-to-request ratio per resource and 5-minute slot, the same for every pod. At each
   decision the candidates' observed usage (``u`` x allocatable, less the deciding pod's request that
-  ``u`` includes) is summed over the fresh candidates and divided by the requests of the known pods on
+  ``u`` includes) is summed over the fresh candidates (each by its ``weight``: a history keeps a sample
+  of a large cluster's candidates, ``lifecycle.history``) and divided by the requests of the known pods on
   those nodes at that moment (kube-scheduler's defaults for an empty CPU or memory request, 100m and
   200 MiB); a slot's ratio is the ratio of its sums, slots without a decision take the nearest one's.
   Disk and network have no request: their usage is spread over the pods by CPU request. A pod's usage
@@ -211,6 +212,8 @@ def rebuild_scenario(history, node_list: dict, out, window_s: float, warmup_s: f
     u = np.column_stack([flat.field(f).to_numpy(zero_copy_only=False).astype(np.float64) for f in U_FIELDS]) \
         if len(flat) else np.zeros((0, 4))
     stale = flat.field("stale").to_numpy(zero_copy_only=False).astype(bool) if len(flat) else np.zeros(0, bool)
+    weight = flat.field("weight").fill_null(1.0).to_numpy(zero_copy_only=False).astype(np.float64) \
+        if len(flat) else np.zeros(0)
     usable = (cand_node >= 0) & ~stale & ~np.isnan(u).any(axis=1)
     chosen_idx = np.array([node_index.get(n, -1) if n is not None else -1 for n in node], dtype=np.int64)
     missing_nodes.update(n for n, k in zip(node, chosen_idx) if n is not None and k < 0)
@@ -219,7 +222,7 @@ def rebuild_scenario(history, node_list: dict, out, window_s: float, warmup_s: f
                     + [(left[i], -1, i) for i in np.flatnonzero(bound & (chosen_idx >= 0) & ~np.isnan(left))])
     requested = np.zeros((len(shapes), 2))  # known pods' CPU and memory requests per node
     squares = np.zeros((len(shapes), 2))  # ... and the sums of their squares
-    spread_sum, spread_n = np.zeros(2), 0
+    spread_sum, spread_n, pairs = np.zeros(2), 0.0, 0  # pairs: the (node, decision) pairs read
     sums = np.full((table.num_rows, 6), np.nan)  # per decision: used CPU, memory, disk, network; requested CPU, memory
     e = 0
     for i in range(table.num_rows):
@@ -233,11 +236,12 @@ def rebuild_scenario(history, node_list: dict, out, window_s: float, warmup_s: f
         if not keep.any():
             continue
         k = cand_node[a:b][keep]
+        w = weight[a:b][keep]
         used = u[a:b][keep] * capacity[k]
         used[:, 0] -= cpu[i]  # u counts the deciding pod at its request
         used[:, 1] -= mem[i]
-        sums[i, :4] = used.sum(axis=0)
-        sums[i, 4:] = requested[k].sum(axis=0)
+        sums[i, :4] = w @ used
+        sums[i, 4:] = w @ requested[k]
         if time_s[i] >= window_start and np.all(sums[i, 4:] > 0) and np.all(sums[i, :2] > 0):
             # each node's ratio against the decision's: with pods' own ratios spread by s around it, a
             # node's deviates by s^2 x its requests' Herfindahl index
@@ -247,8 +251,9 @@ def rebuild_scenario(history, node_list: dict, out, window_s: float, warmup_s: f
                 node_ratio = used[has, :2] / r[has]
                 mean_ratio = sums[i, :2] / sums[i, 4:]
                 herfindahl = squares[k][has] / r[has] ** 2
-                spread_sum += ((node_ratio / mean_ratio - 1.0) ** 2 / herfindahl).sum(axis=0)
-                spread_n += int(has.sum())
+                spread_sum += w[has] @ ((node_ratio / mean_ratio - 1.0) ** 2 / herfindahl)
+                spread_n += float(w[has].sum())
+                pairs += int(has.sum())
     ok = ~np.isnan(sums[:, 0]) & (sums[:, 4] > 0) & (sums[:, 5] > 0)
     if not ok[time_s >= window_start].any():
         raise HistoryError(f"history {history}: no decision of the window has fresh candidates of the node list with "
@@ -319,7 +324,7 @@ def rebuild_scenario(history, node_list: dict, out, window_s: float, warmup_s: f
                        "disk_mbps_per_requested_cpu_milli": float(ratio[:, 2].mean()),
                        "net_mbps_per_requested_cpu_milli": float(ratio[:, 3].mean())},
         "spread": {"cpu_cv": float(cv[0]), "mem_cv": float(cv[1]), "cpu_sigma": float(sigma[0]),
-                   "mem_sigma": float(sigma[1]), "node_samples": spread_n},
+                   "mem_sigma": float(sigma[1]), "node_samples": pairs},
         "disk_mbps_per_core": disk_mbps_per_core, "net_mbps_per_core": net_mbps_per_core,
     }
     scenario = {

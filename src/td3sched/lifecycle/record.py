@@ -4,7 +4,9 @@
 Release go to the wrapped policy unchanged (the run's placements are the wrapped policy's, bit for
 bit), and each scored decision becomes a row of the history schema (``lifecycle.history``):
 
-- the candidates are the nodes the policy scored (after the simulator's Filter and the policy's own);
+- the candidates are the nodes the policy scored (after the simulator's Filter and the policy's own), at
+  most the writer's ``candidates`` of them kept (``lifecycle.history``, "Candidates kept"), chosen when
+  the pod is bound: a row waiting for its pod to leave holds those alone;
 - their features ``u`` are the product's score features (``policy.features.utilisation``: observed
   usage, corrected by an assign cache kept here exactly as ``static-weights`` keeps its own, plus the
   pod), whatever the policy; for a ``static-weights`` or ``td3`` policy they are the values it scored;
@@ -39,12 +41,12 @@ from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from td3sched.lifecycle.history import HistoryWriter
+from td3sched.lifecycle.history import (DEFAULT_CANDIDATES, CandidateArrays, HistoryWriter, check_candidates,
+                                        sample_row)
 from td3sched.policy.assign_cache import AssignCache
 from td3sched.policy.base import Policy, PodRequest
 from td3sched.policy.features import requested_utilisation, utilisation
@@ -56,32 +58,6 @@ from td3sched.simulator.cluster import Cluster
 
 def _limit(v: float) -> float | None:
     return None if math.isinf(v) else float(v)
-
-
-@dataclass(frozen=True)
-class PendingCandidates:
-    """A pending row's candidates as arrays (names [k], utilisation [k, 4], scores [k], requested CPU and
-    memory [k, 2]): a row waits for its pod to leave, and on a cluster of thousands of nodes a day's rows
-    as lists of dicts would hold gigabytes; ``rows`` makes the schema's dicts when the row is written."""
-
-    names: np.ndarray
-    u: np.ndarray
-    scores: np.ndarray
-    r: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def rows(self) -> list[dict]:
-        return [{"node": str(n), "u_cpu": float(u[0]), "u_mem": float(u[1]), "u_io": float(u[2]),
-                 "u_net": float(u[3]), "stale": False, "score": float(s), "r_cpu": float(r[0]), "r_mem": float(r[1])}
-                for n, u, s, r in zip(self.names, self.u, self.scores, self.r)]
-
-
-def written(row: dict) -> dict:
-    """``row`` as the history schema holds it (its candidates as dicts)."""
-    c = row["candidates"]
-    return {**row, "candidates": c.rows()} if isinstance(c, PendingCandidates) else row
 
 
 class HistoryRecorder(Policy):
@@ -146,7 +122,7 @@ class HistoryRecorder(Policy):
         if seq in self._left and seq in self._rewarded:
             self._left.discard(seq)
             self._rewarded.discard(seq)
-            self.writer.append(written(self._rows.pop(seq)))
+            self.writer.append(self._rows.pop(seq))
 
     @property
     def fingerprint(self) -> str:
@@ -182,11 +158,11 @@ class HistoryRecorder(Policy):
             action = [float(x) for x in model.act(d["obs"])]
             version = getattr(model, "version", None) or model.content_sha256[:12]
         where = np.flatnonzero(d["nodes"] == node)
-        candidates = PendingCandidates(cluster.names[d["nodes"]], np.array(d["u"], dtype=np.float64),
-                                       np.array(d["scores"], dtype=np.float64), np.array(d["r"], dtype=np.float64))
+        candidates = CandidateArrays(cluster.names[d["nodes"]], np.array(d["u"], dtype=np.float64),
+                                     np.array(d["scores"], dtype=np.float64), np.array(d["r"], dtype=np.float64))
         i = pod.index
         self._decisions += 1
-        return {
+        row = {
             "source": "simulator", "decision_id": f"{self.scenario}-{self.seed}-{self._decisions - 1}",
             "time_s": float(pod.time_s), "scenario": self.scenario, "seed": self.seed, "policy": self.spec,
             "pod_name": str(self.pod_names[i]), "pod_namespace": None, "workload": str(self.workloads[i]),
@@ -200,6 +176,8 @@ class HistoryRecorder(Policy):
             "outcome_left_s": None, "outcome": None, "outcome_kills": None, "outcome_overload_h": None,
             "outcome_slo_h": None, "outcome_node_slo_h": None, "reward": None, "elapsed_s": None,
         }
+        # kept as the file will keep it, now: a row waits for its pod to leave, all candidates with it
+        return sample_row(row, self.writer.candidates, self.writer.seed)
 
     def bound(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
         if self._open is not None and self._open["pod"] is pod:
@@ -255,7 +233,7 @@ class HistoryRecorder(Policy):
                 self._outcome_counts(self._rows[seq], sim, pod, int(sim.node[pod]))
         self._claim(self._end_s)
         for seq in sorted(self._rows):
-            self.writer.append(written(self._rows[seq]))
+            self.writer.append(self._rows[seq])
         self._rows.clear()
         self.writer.close()
         return self._decisions
@@ -271,12 +249,15 @@ def history_file_name(scenario: str, span: str, seed: int, label: str) -> str:
 
 
 def record_simulation(scenario: str, policy: str, seed: int, span: str, out_dir, overrides: list[str] | None = None,
-                      progress: bool = False, **run_kwargs) -> tuple[dict, Path, int]:
+                      progress: bool = False, candidates: int | None = None,
+                      **run_kwargs) -> tuple[dict, Path, int]:
     """Run ``policy`` on a scenario span, its decisions recorded into a new file of the history folder
-    ``out_dir``: (the run's record, the file, decisions recorded). The file appears whole when the
-    run succeeded, and not at all otherwise."""
+    ``out_dir``, each with at most ``candidates`` of its candidates (0: all; None: ``DEFAULT_CANDIDATES``): (the
+    run's record, the file,
+    decisions recorded). The file appears whole when the run succeeded, and not at all otherwise."""
     from td3sched.run import run_simulation
 
+    candidates = check_candidates(DEFAULT_CANDIDATES if candidates is None else candidates)
     out_dir = Path(out_dir)
     state: dict = {}
 
@@ -288,7 +269,8 @@ def record_simulation(scenario: str, policy: str, seed: int, span: str, out_dir,
         path = out_dir / history_file_name(scenario, span, seed, spec)
         w = world.workload
         workloads = np.asarray(w.app_names, dtype=object)[w.app]
-        state["recorder"] = HistoryRecorder(inner, HistoryWriter(path), w.name, workloads, scenario, seed, spec)
+        writer = HistoryWriter(path, candidates=candidates, seed=seed)
+        state["recorder"] = HistoryRecorder(inner, writer, w.name, workloads, scenario, seed, spec)
         state["path"] = path
         return state["recorder"]
 
