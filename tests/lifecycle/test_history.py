@@ -601,3 +601,15 @@ def test_the_cli_keeps_the_candidates_asked_for_and_refuses_a_bad_count(tmp_path
                                  "--history-candidates", "1"])
     assert result.exit_code != 0 and "candidates kept per decision 1: expected 0 (all) or a whole number >= 2" in \
         " ".join(result.output.split()), result.output
+
+
+def test_a_recording_without_the_warm_up_keeps_the_measured_decisions_alone(tmp_path):
+    _, _, n = record_simulation("tiny", SPEC, 1, "test", tmp_path / "all")
+    record, _, m = record_simulation("tiny", SPEC, 1, "test", tmp_path / "measured", warmup=False)
+    every = read_history(tmp_path / "all").to_pylist()
+    measured = read_history(tmp_path / "measured").to_pylist()
+    start = record["span"]["measured_from_s"]
+    assert 0 < m < n and m == len(measured) == sum(r["time_s"] >= start for r in every)
+    strip = ("decision_id",)
+    assert [{k: v for k, v in r.items() if k not in strip} for r in measured] == \
+        [{k: v for k, v in r.items() if k not in strip} for r in every if r["time_s"] >= start]

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 torch = pytest.importorskip("torch")
 
 from td3sched.cli import app  # noqa: E402
+from td3sched.lifecycle.history import read_history  # noqa: E402
 from td3sched.lifecycle.registry import Registry  # noqa: E402
 from td3sched.lifecycle.rehearsal import ROWS_FILE, RehearsalConfig, read_rows, rehearse, report  # noqa: E402
 
@@ -52,8 +53,12 @@ def test_each_period_has_paired_runs_and_a_gated_candidate(rehearsed):
     assert gate["promote"] == first["gate"]["promote"] and gate["config"]["span"] == "recent"
     assert rows[1]["serving"] == (first["candidate"] if first["gate"]["promote"] else first["frozen"])
     assert "gate" not in rows[-1]  # the last period's candidate would serve nothing
-    history = list((out / "history").glob("*.parquet"))
+    history = sorted((out / "history").glob("*.parquet"))
     assert len(history) == 2  # seed 1 of each period, served by the serving model
+    for r in rows:  # each period's own decisions, not its warm-up's (days an earlier period served)
+        times = [read_history(f, ["time_s"]).column("time_s").to_numpy() for f in history
+                 if f"-period{rows.index(r)}-" in f.name]
+        assert len(times) == 1 and times[0].min() >= r["day"] * 86400 and times[0].max() < r["end_day"] * 86400
 
 
 def test_a_rerun_goes_on_after_the_last_row_and_a_cut_row_runs_again(rehearsed, tmp_path):

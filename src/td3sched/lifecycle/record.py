@@ -30,7 +30,9 @@ bit), and each scored decision becomes a row of the history schema (``lifecycle.
   cost from this decision to the next, its events included, over the maximum node count; with any
   held-back cycle in between, as the env's steps count them) and the seconds to the next decision
   (or to the span's end), read from the simulation's reward tracker (``reward.StepRewardTracker``,
-  installed by ``watch``). Null in the warm-up, whose cost the run does not count.
+  installed by ``watch``). Null in the warm-up, whose cost the run does not count. The warm-up's
+  decisions are recorded unless ``warmup`` is False (a rehearsal's history: each period's warm-up is
+  days a period before it served, in another world, and a cluster logs each day once).
 
 A row is written once its pod has left its node and its reward is known, or at ``close``.
 
@@ -67,8 +69,9 @@ class HistoryRecorder(Policy):
     ``spec`` label the rows."""
 
     def __init__(self, inner: Policy, writer: HistoryWriter, pod_names, workloads, scenario: str, seed: int,
-                 spec: str):
+                 spec: str, warmup: bool = True):
         self.inner = inner
+        self.warmup = warmup
         self.name = inner.name
         self.writer = writer
         self.pod_names, self.workloads = pod_names, workloads
@@ -180,7 +183,9 @@ class HistoryRecorder(Policy):
         return sample_row(row, self.writer.candidates, self.writer.seed)
 
     def bound(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
-        if self._open is not None and self._open["pod"] is pod:
+        sim = self._sim() if self._sim is not None else None
+        recorded = self.warmup or sim is None or sim.measuring
+        if self._open is not None and self._open["pod"] is pod and recorded:
             row = self._row(pod, node, cluster)
             seq = self._seq(row)
             self._rows[seq] = row
@@ -188,7 +193,6 @@ class HistoryRecorder(Policy):
             if before is not None:  # bound again without a release seen: the earlier row's outcome is unknown
                 self._done(self._left, before)
             self._on_node[pod.index] = seq
-            sim = self._sim() if self._sim is not None else None
             if sim is not None:  # a warm-up decision's cost is not the run's: its reward stays null
                 queued = float(sim.queued_at[pod.index])
                 row["wait_s"] = float(pod.time_s) - queued if math.isfinite(queued) else None
@@ -249,12 +253,13 @@ def history_file_name(scenario: str, span: str, seed: int, label: str) -> str:
 
 
 def record_simulation(scenario: str, policy: str, seed: int, span: str, out_dir, overrides: list[str] | None = None,
-                      progress: bool = False, candidates: int | None = None,
+                      progress: bool = False, candidates: int | None = None, warmup: bool = True,
                       **run_kwargs) -> tuple[dict, Path, int]:
     """Run ``policy`` on a scenario span, its decisions recorded into a new file of the history folder
-    ``out_dir``, each with at most ``candidates`` of its candidates (0: all; None: ``DEFAULT_CANDIDATES``): (the
-    run's record, the file,
-    decisions recorded). The file appears whole when the run succeeded, and not at all otherwise."""
+    ``out_dir``, each with at most ``candidates`` of its candidates (0: all; None: ``DEFAULT_CANDIDATES``):
+    (the run's record, the file, decisions recorded). ``warmup`` False: the warm-up's decisions are not
+    recorded (``HistoryRecorder``). The file appears whole when the run succeeded, and not at all
+    otherwise."""
     from td3sched.run import run_simulation
 
     candidates = check_candidates(DEFAULT_CANDIDATES if candidates is None else candidates)
@@ -270,7 +275,7 @@ def record_simulation(scenario: str, policy: str, seed: int, span: str, out_dir,
         w = world.workload
         workloads = np.asarray(w.app_names, dtype=object)[w.app]
         writer = HistoryWriter(path, candidates=candidates, seed=seed)
-        state["recorder"] = HistoryRecorder(inner, writer, w.name, workloads, scenario, seed, spec)
+        state["recorder"] = HistoryRecorder(inner, writer, w.name, workloads, scenario, seed, spec, warmup)
         state["path"] = path
         return state["recorder"]
 

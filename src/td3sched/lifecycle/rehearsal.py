@@ -5,7 +5,9 @@ A registry of its own starts with the model serving. Then for each period (a day
 span rolled through:
 
 1. **Serve.** The serving model runs the period (seed ``seeds[0]``: the cluster's own world), its
-   decisions recorded into the rehearsal's history, as a cluster's engine would log them; the other
+   decisions recorded into the rehearsal's history, as a cluster's engine would log them (the period's,
+   not its warm-up's, which are days an earlier period served; at most ``lifecycle.history``'s default
+   candidates a decision); the other
    seeds replay the same period as other worlds. The frozen model runs the same period on the same
    seeds: paired runs.
 2. **Fine-tune.** ``finetune_on_replay`` from the serving model on the replay of the history's newest
@@ -164,8 +166,8 @@ def _serve(job: tuple) -> dict:
     from td3sched.lifecycle.record import record_simulation
 
     kind, scenario, spec, seed, span, overrides, history = job
-    if kind == "record":
-        return record_simulation(scenario, spec, seed, span, history, list(overrides))[0]
+    if kind == "record":  # the period alone: its warm-up is days an earlier period served
+        return record_simulation(scenario, spec, seed, span, history, list(overrides), warmup=False)[0]
     return simulate((scenario, spec, seed, span, overrides))
 
 
