@@ -521,6 +521,9 @@ def test_a_sample_keeps_the_chosen_node_the_best_scored_and_a_weighted_uniform_r
     # no chosen node, no scores: a uniform sample, each standing for ten
     idx, weight = sample_candidates(np.full(1000, np.nan), None, 100, np.random.default_rng(2))
     assert len(idx) == 100 and np.all(weight == 10.0)
+    # the fewest kept, 2: the chosen one and one drawn from all the rest, standing for them
+    idx, weight = sample_candidates(scores, chosen, 2, np.random.default_rng(3))
+    assert chosen in idx and sorted(weight.tolist()) == [1.0, 999.0]
 
 
 def test_a_weighted_sum_over_the_kept_candidates_estimates_the_sum_over_all_without_bias():

@@ -84,6 +84,37 @@ def test_assign_cache_sums_per_node_and_forgets_old_entries():
     assert cache.usage_since(0.0).tolist() == [[300, 30], [1, 1], [0, 0]]
 
 
+def _summed_anew(cache: AssignCache, since_s: float) -> np.ndarray:
+    """What ``usage_since`` answers summing the held entries afresh (the rule it keeps incrementally)."""
+    out = np.zeros((cache.nodes, cache.estimate.shape[1]))
+    recent = cache.time[: cache.size] >= since_s
+    np.add.at(out, cache.node[: cache.size][recent], cache.estimate[: cache.size][recent])
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.floats(0, 30), st.floats(0, 1e4), st.floats(0, 1e4),
+                          st.sampled_from(["same", "scrape", "back", "none"])), min_size=1, max_size=80))
+def test_assign_cache_kept_sums_are_the_sums_anew_to_the_bit(steps):
+    """The sums since a time are kept and updated as pods are added; whatever the order of adds,
+    scrapes (a later since), earlier since times and entries ageing out, they are what summing the
+    held entries anew gives, to the bit, and read-only."""
+    cache = AssignCache(5, horizon_s=45.0, capacity=4)  # small: it grows too
+    t, since = 0.0, 0.0
+    for node, dt, cpu, mem, ask in steps:
+        t += dt
+        cache.add(node, t, [cpu, mem])
+        if ask == "scrape":
+            since = t - dt / 2
+        elif ask == "back":
+            since = max(0.0, since - 20.0)
+        if ask != "none":
+            got = cache.usage_since(since)
+            np.testing.assert_array_equal(got, _summed_anew(cache, since))
+            with pytest.raises(ValueError):
+                got[0, 0] = 1.0
+
+
 @pytest.mark.parametrize("weights,tau,match", [
     ([0.5, 0.5, 0.5, -0.5], 0.0, r"weights \[0.5, 0.5, 0.5, -0.5\]"),
     ([0.3, 0.3, 0.3, 0.3], 0.0, "summing to 1"),

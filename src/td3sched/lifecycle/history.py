@@ -67,8 +67,8 @@ null, and files before version 6 with ``candidates_total`` and the candidates' `
 is a folder of such files (or one file): ``read_history`` reads them all, in name order.
 
 Candidates kept (``sample_candidates``): a decision over a large cluster scores thousands of nodes, and a
-day of dlrm's decisions with all of theirs runs to gigabytes. A writer keeps at most ``candidates`` of a decision's
-(default ``DEFAULT_CANDIDATES``; 0 keeps all): the chosen node; the others the deciding policy scored
+day of dlrm's decisions with all of theirs runs to gigabytes. A writer keeps at most ``candidates`` of a
+decision's (default ``DEFAULT_CANDIDATES``; 0 keeps all): the chosen node; the others the deciding policy scored
 best, up to half of what is kept (the near misses, which a clone must rank below the chosen one); and a
 uniform sample of the rest, each with ``weight`` the rest's count over the sample's, so that a sum over
 the candidates kept, weighted, estimates the sum over all of them without bias (the sampled softmax of
@@ -104,8 +104,8 @@ of nodes is thousands of candidate records): the writer's buffer stays some hund
 DEFAULT_CANDIDATES = 100
 """Candidates a writer keeps of a decision at most (module docstring, "Candidates kept"): as many as
 kube-scheduler scores at least (``minFeasibleNodesToFind``, 100) when ``percentageOfNodesToScore`` tells it
-to score only some of a large cluster's nodes. tiny's and dlrm-small's decisions (at most 145 nodes) keep
-all or most of theirs; dlrm's (up to 3,380) a thirtieth."""
+to score only some of a large cluster's nodes. tiny's and dlrm-small's decisions (at most 169 nodes) keep
+all or most of theirs; dlrm's (up to 3,380 nodes) as few as a thirtieth."""
 
 CANDIDATE_V2 = pa.struct([
     ("node", pa.string()),
@@ -202,9 +202,9 @@ def sample_candidates(scores: np.ndarray, chosen: int | None, keep: int,
                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray] | None:
     """(indices in candidate order, weights) of the candidates to keep of a decision whose policy scored
     them ``scores`` (NaN: unknown, never among the best) and chose the one at ``chosen`` (None: none): the
-    chosen one, the others scored best up to ``keep // 2`` of those kept, and a uniform sample of the rest,
-    each weighted by the rest's count over the sample's (module docstring). None: keep them all (``keep``
-    0, or no more candidates than it)."""
+    chosen one, the others scored best up to ``keep // 2`` of those kept (and one fewer than leaves the
+    rest a draw), and a uniform sample of the rest, each weighted by the rest's count over the sample's
+    (module docstring). None: keep them all (``keep`` 0, or no more candidates than it)."""
     n = len(scores)
     if keep <= 0 or n <= keep:
         return None
@@ -212,7 +212,7 @@ def sample_candidates(scores: np.ndarray, chosen: int | None, keep: int,
     if chosen is not None:
         sure[chosen] = True
     known = np.flatnonzero(~np.isnan(scores) & ~sure)
-    best = known[np.argsort(-scores[known], kind="stable")[:keep // 2]]
+    best = known[np.argsort(-scores[known], kind="stable")[:min(keep // 2, keep - 2)]]
     sure[best] = True
     rest = np.flatnonzero(~sure)
     draw = keep - int(sure.sum())

@@ -8,7 +8,9 @@ estimate to the node's observed usage. This is that one piece, shared by every p
 
     corrected_usage_n = observed_n + sum of estimates of pods bound to n at or after ``since_s``
 
-Entries older than ``horizon_s`` are dropped.
+Entries older than ``horizon_s`` are dropped. The sums since one time are kept and updated as pods are
+added (a simulator asks for them at every decision, with the same ``since_s`` until the next scrape):
+the same additions in the same order as summing them anew, so the same values to the bit.
 """
 
 from __future__ import annotations
@@ -26,9 +28,17 @@ class AssignCache:
         self.time = np.full(capacity, -np.inf)
         self.estimate = np.zeros((capacity, columns))
         self.size = 0
+        self._since = np.nan
+        """The ``since_s`` of ``_sums`` (NaN: none kept)."""
+        self._sums = np.zeros((nodes, columns))
 
     def add(self, node: int, t: float, estimate) -> None:
         """Record a pod bound to ``node`` at ``t`` with its usage estimate (one value per column)."""
+        cut = t - self.horizon_s
+        if self.size and (self.time[0] < cut or self.time[self.size - 1] < cut):
+            held = self.time[: self.size]
+            if np.any((held < cut) & (held >= self._since)):
+                self._since = np.nan  # a pod the kept sums count is dropped: summed anew when next asked
         if self.size and self.time[self.size - 1] < t - self.horizon_s:
             self.size = 0  # everything held is older than the horizon
         elif self.size and self.time[0] < t - self.horizon_s:
@@ -42,6 +52,8 @@ class AssignCache:
         self.node[self.size] = node
         self.time[self.size] = t
         self.estimate[self.size] = estimate
+        if t >= self._since:
+            self._sums[node] += self.estimate[self.size]
         self.size += 1
 
     def _grow(self) -> None:
@@ -53,12 +65,17 @@ class AssignCache:
             setattr(self, name, new)
 
     def usage_since(self, since_s: float) -> np.ndarray:
-        """[nodes, columns] summed estimates of pods bound at or after ``since_s``."""
-        out = np.zeros((self.nodes, self.estimate.shape[1]))
-        if self.size:
-            recent = self.time[: self.size] >= since_s
-            if recent.any():
-                np.add.at(out, self.node[: self.size][recent], self.estimate[: self.size][recent])
+        """[nodes, columns] summed estimates of pods bound at or after ``since_s``: read-only, and
+        valid until the next ``add`` (copy it to keep it)."""
+        if not since_s == self._since:
+            self._sums[:] = 0.0
+            if self.size:
+                recent = self.time[: self.size] >= since_s
+                if recent.any():
+                    np.add.at(self._sums, self.node[: self.size][recent], self.estimate[: self.size][recent])
+            self._since = since_s
+        out = self._sums.view()
+        out.flags.writeable = False
         return out
 
     def usage_since_each(self, since_s: np.ndarray) -> np.ndarray:
