@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
+import json
 import multiprocessing
 import os
 import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable, Iterator
+
+from td3sched.outputs import write_json_atomic
 
 
 PR_SET_PDEATHSIG = 1
@@ -59,25 +64,51 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=True)  # the manager thread sees the workers gone and ends
 
 
+def kept_path(keep, fn: Callable, job) -> Path:
+    """The file of ``run_all``'s folder ``keep`` that holds ``fn(job)``: named by a hash of ``fn``'s name
+    and the job (as JSON: a job of strings, numbers, paths and tuples of them)."""
+    key = json.dumps([fn.__module__, fn.__qualname__, job], sort_keys=True, default=str)
+    return Path(keep) / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
 def run_all(fn: Callable, jobs: list, pool: ProcessPoolExecutor | None = None,
-            done: Callable[[int, object], None] | None = None) -> list:
+            done: Callable[[int, object], None] | None = None, keep=None) -> list:
     """``[fn(job) for job in jobs]``, in the workers of ``pool`` when given (``fn`` and the jobs are
     pickled: a module-level function of plain arguments), else here; the results in the jobs' order.
-    ``done(i, result)`` is told of each job as it finishes (for progress). A job that raises raises here."""
-    if pool is None:
-        results = []
-        for i, job in enumerate(jobs):
-            results.append(fn(job))
-            if done is not None:
-                done(i, results[-1])
-        return results
-    futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
+    ``done(i, result)`` is told of each job as it finishes (for progress). A job that raises raises here.
+
+    ``keep``: a folder where each result is written as JSON (atomically) the moment its job finishes,
+    and read back instead of running a job whose result is there (``kept_path``): a map of hour-long
+    runs, interrupted, goes on with the runs it lacks. Only for a deterministic ``fn`` whose results
+    are JSON (a run record is), whose job names all it depends on; a result read back is JSON's (lists
+    for tuples)."""
+    if keep is not None:
+        Path(keep).mkdir(parents=True, exist_ok=True)
     results: list = [None] * len(jobs)
-    for future in as_completed(futures):
-        i = futures[future]
-        results[i] = future.result()
+    todo = []
+    for i, job in enumerate(jobs):
+        path = kept_path(keep, fn, job) if keep is not None else None
+        if path is not None and path.is_file():
+            results[i] = json.loads(path.read_text())
+            if done is not None:
+                done(i, results[i])
+        else:
+            todo.append(i)
+
+    def finished(i: int, result) -> None:
+        if keep is not None:
+            write_json_atomic(kept_path(keep, fn, jobs[i]), result)
+        results[i] = result
         if done is not None:
-            done(i, results[i])
+            done(i, result)
+
+    if pool is None:
+        for i in todo:
+            finished(i, fn(jobs[i]))
+        return results
+    futures = {pool.submit(fn, jobs[i]): i for i in todo}
+    for future in as_completed(futures):
+        finished(futures[future], future.result())
     return results
 
 

@@ -75,6 +75,51 @@ def test_a_rerun_goes_on_after_the_last_row_and_a_cut_row_runs_again(rehearsed, 
     assert again[1]["runs"] == rows[1]["runs"]  # the period ran again whole, the same runs
 
 
+def test_a_period_cut_short_runs_only_what_it_lacks(rehearsed, tmp_path, monkeypatch):
+    """Every run's record and the candidate are kept as they finish. A rehearsal that crashed after its
+    first period's gate, before the period's row: its rerun simulates and trains nothing for that period,
+    and writes the rows of an uninterrupted rehearsal."""
+    import td3sched.lifecycle.finetune
+    import td3sched.lifecycle.rehearsal as rehearsal_module
+    import td3sched.run
+
+    _, rows = rehearsed
+    out = tmp_path / "crashed"
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt  # the row of the first period is never written
+
+    with monkeypatch.context() as m:
+        m.setattr(rehearsal_module, "_append_row", crash)
+        with pytest.raises(KeyboardInterrupt):
+            rehearse(_held(), out, CONFIG)
+    assert read_rows(out) == [] and (out / "candidates" / "day-0.5.json").is_file()
+
+    runs = []
+    real = td3sched.run.run_simulation
+
+    def counted(*args, **kwargs):
+        runs.append(args[3])  # the span: the periods' are period<k>, the gate's recent
+        return real(*args, **kwargs)
+
+    def never(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(td3sched.run, "run_simulation", counted)
+    monkeypatch.setattr(td3sched.lifecycle.finetune, "finetune_on_replay", never)
+    again = rehearse(_held(), out, CONFIG)
+    assert runs and set(runs) == {"period1"}  # the second period's runs alone: the first's were kept
+    assert [_deterministic(r) for r in again] == [_deterministic(r) for r in rows]
+
+
+def _deterministic(row: dict) -> dict:
+    """A row without what differs between two runs of the same rehearsal: the wall times, and the
+    candidate's version (its content's hash: its card holds its training's wall time), and so which
+    version serves (kept: whether it is the frozen one)."""
+    return {**{k: ({**v, "wall_s": None} if k == "finetune" else v) for k, v in row.items()
+               if k not in ("wall_s", "candidate")}, "serving": row["serving"] == row["frozen"]}
+
+
 def test_other_settings_in_the_same_folder_are_refused(rehearsed, tmp_path):
     import dataclasses
     import shutil

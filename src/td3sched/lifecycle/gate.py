@@ -174,10 +174,12 @@ def simulate(job: tuple) -> dict:
 
 
 def run_gate(candidate, current, config: GateConfig = GateConfig(),
-             progress: Callable[[str], None] | None = None, pool=None) -> dict:
+             progress: Callable[[str], None] | None = None, pool=None, keep=None) -> dict:
     """Replay ``candidate`` and ``current`` (model folders, or any policy spec for the current one) on
     the gate's seeds and decide (``decide``); the result holds the settings and every seed's metrics.
-    ``pool``: a process pool the replays run in side by side (the same runs, the same verdict)."""
+    ``pool``: a process pool the replays run in side by side (the same runs, the same verdict).
+    ``keep``: a folder each replay's record is kept in as it finishes, and read back from when the gate
+    is run again (``processes.run_all``: a rehearsal's gate, interrupted, goes on)."""
     from td3sched.processes import run_all
 
     say = progress or (lambda line: None)
@@ -192,7 +194,7 @@ def run_gate(candidate, current, config: GateConfig = GateConfig(),
             f"wall {record['runtime']['wall_s']:.1f} s")
 
     records = run_all(simulate, [(config.scenario, specs[who], seed, config.span, tuple(config.overrides))
-                                 for seed, who in order], pool, done)
+                                 for seed, who in order], pool, done, keep)
     for (seed, who), record in zip(order, records):
         runs[who][seed] = {k: record["metrics"][k] for k in (OBJECTIVE, *SAFETY_METRICS)}
         fingerprints[who] = record["policy_fingerprint"]

@@ -26,8 +26,11 @@ the rehearsal's cost.
 
 Each period's row (both models' metrics per seed, the references', the candidate, the gate's verdict and figures) is
 appended to ``rows.jsonl`` once the period is done, and a rerun of the same command goes on after the
-last row (nothing done is lost on a crash; a period cut short is run again whole, from the model that
-served it, even when the crash came after its candidate's promotion). ``report`` writes
+last row (nothing done is lost on a crash; a period cut short is run again, from the model that
+served it, even when the crash came after its candidate's promotion). Within a period, each run's record
+is kept in ``runs/`` the moment it finishes (``processes.run_all``), and the candidate once registered
+(``candidates/day-<day>.json``): a period cut short runs again only what it lacks, and the runs are
+deterministic, so the row is the one an uninterrupted rehearsal writes. On dlrm a period is hours. ``report`` writes
 the per-period table (``report.md``) and the figure of the objective and the case study's metrics
 (``rehearsal.png``).
 """
@@ -48,6 +51,8 @@ from td3sched.reward import COMPONENTS
 
 ROWS_FILE = "rows.jsonl"
 SETTINGS_FILE = "rehearsal.json"
+RUNS_DIR = "runs"
+"""The records of the runs done, one file a run (``processes.run_all``'s ``keep``)."""
 OBJECTIVE = "cost_node_hours"
 METRICS = (OBJECTIVE, "cpu_util", "fragmentation", "latency_p99_ms", "oom_kills_total", "overload_node_frac",
            "pending_p99_s", "episode_reward", *(f"cost_{part}" for part in COMPONENTS), "latency_breach_hours")
@@ -225,7 +230,7 @@ def _rehearse(model, out, config: RehearsalConfig, progress: Callable[[str], Non
         keys = [(seed, who) for seed in config.seeds for who in policies]
         records = dict(zip(keys, run_all(_serve, [
             ("record" if config.steps and seed == config.seeds[0] and who == "rolling" else "run", config.scenario,
-             policies[who], seed, span, tuple(period), history) for seed, who in keys], pool)))
+             policies[who], seed, span, tuple(period), history) for seed, who in keys], pool, keep=out / RUNS_DIR)))
         for seed in config.seeds:
             runs = {"rolling": _metrics(records[seed, "rolling"])}
             runs["frozen"] = _metrics(records[seed, "frozen"]) if "frozen" in policies else runs["rolling"]
@@ -235,24 +240,19 @@ def _rehearse(model, out, config: RehearsalConfig, progress: Callable[[str], Non
                 f"{runs['rolling'][OBJECTIVE]:.2f} (serving {serving})"
                 + "".join(f", {spec} {runs[spec][OBJECTIVE]:.2f}" for spec in config.references))
         if config.steps and end < config.end_day - 1e-9:  # the last period's candidate would serve nothing
-            candidate_dir = out / "candidates" / f"day-{day:g}"
-            if candidate_dir.exists():  # a crash after the fine-tune: trained again, from the same seed
-                import shutil
-
-                shutil.rmtree(candidate_dir)
-            training = finetune_on_replay(history, registry.folder(serving), candidate_dir, config.window,
-                                          config.learning_rate, config.steps, seed=int(day * 1000) + 1)
-            candidate = registry.register(candidate_dir)
+            candidate, training = _finetuned(out, day, registry, lambda folder: finetune_on_replay(
+                history, registry.folder(serving), folder, config.window, config.learning_rate, config.steps,
+                seed=int(day * 1000) + 1))
             scenario, recent_span, recent = history_replay(history, parse_window(config.gate_window))
             gate = run_gate(registry.folder(candidate), registry.folder(serving),
                             GateConfig(scenario, recent_span, config.gate_seeds, (*config.overrides, *recent),
                                        config.margin),
-                            progress=say, pool=pool)
+                            progress=say, pool=pool, keep=out / RUNS_DIR)
             registry.record_gate(candidate, gate)
             if gate["promote"]:
                 registry.promote(candidate)
             o = gate["objective"]
-            row.update(candidate=candidate, finetune={"episodes": training["episodes"], "wall_s": training["wall_s"]},
+            row.update(candidate=candidate, finetune=training,
                        gate={"promote": gate["promote"], "reasons": gate["reasons"], "current_mean": o["current_mean"],
                              "candidate_mean": o["candidate_mean"], "improvement_low": o["improvement_low"],
                              "improvement_high": o["improvement_high"]})
@@ -262,6 +262,33 @@ def _rehearse(model, out, config: RehearsalConfig, progress: Callable[[str], Non
         _append_row(out, row)
         rows.append(row)
     return rows
+
+
+def _finetuned(out: Path, day: float, registry, finetune: Callable[[Path], dict]) -> tuple[str, dict]:
+    """(version, training summary) of the period's candidate: the one registered before a crash, else
+    ``finetune(folder)`` into ``candidates/day-<day>/`` (a folder left by a crash mid-training is
+    trained again, from the same seed), registered and noted in ``candidates/day-<day>.json``."""
+    import shutil
+
+    from td3sched.lifecycle.registry import RegistryError
+    from td3sched.outputs import write_json_atomic
+
+    folder = out / "candidates" / f"day-{day:g}"
+    note = folder.with_name(f"{folder.name}.json")
+    if note.is_file():
+        kept = json.loads(note.read_text())
+        try:
+            registry.folder(kept["candidate"])
+            return kept["candidate"], kept["finetune"]
+        except RegistryError:
+            pass  # noted, not registered (a registry restored from before): trained again
+    if folder.exists():
+        shutil.rmtree(folder)
+    training = finetune(folder)
+    candidate = registry.register(folder)
+    summary = {"episodes": training["episodes"], "wall_s": training["wall_s"]}
+    write_json_atomic(note, {"candidate": candidate, "finetune": summary})
+    return candidate, summary
 
 
 def serving_after(rows: list[dict], frozen: str) -> str:
