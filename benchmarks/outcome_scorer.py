@@ -128,7 +128,8 @@ def record_placements(job) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     scenario, base, seed, days, overrides, target = job
     overrides = [*overrides, f"spans.outcome=[{days[0]},{days[1]}]"]
     with tempfile.TemporaryDirectory(prefix="outcome-scorer-") as tmp:
-        record, path, n = record_simulation(scenario, base, seed, "outcome", tmp, overrides)
+        # every candidate kept: a placement's features read the coolest and the mean candidate
+        record, path, n = record_simulation(scenario, base, seed, "outcome", tmp, overrides, candidates=0)
         world = load_scenario(scenario, overrides).build(seed).workload
         ls = dict(zip(world.name, world.latency_sensitive))
         return (*placements(path, ls, record["span"]["end_s"], target), n)

@@ -63,7 +63,9 @@ def main() -> None:
     chosen_u, coolest_u, on_h, slo_h, over_h, k_cands, cores = [], [], [], [], [], [], []
     for seed in range(1, args.seeds + 1):
         with tempfile.TemporaryDirectory(prefix="placement-outcomes-") as tmp:
-            record, path, n = record_simulation(args.scenario, args.policy, seed, args.span, tmp, args.overrides)
+            # every candidate kept: the coolest one and their count are read below
+            record, path, n = record_simulation(args.scenario, args.policy, seed, args.span, tmp, args.overrides,
+                                                candidates=0)
             table = read_history(path, ["pod_name", "cpu_milli", "candidates", "chosen_index", "outcome_left_s",
                                         "outcome_slo_h", "outcome_overload_h"]).to_pylist()
         world = load_scenario(args.scenario, args.overrides).build(seed).workload
