@@ -229,19 +229,17 @@ def sample_row(row: dict, keep: int, seed: int = 0) -> dict:
     cands = row["candidates"]
     arrays = isinstance(cands, CandidateArrays)
     total = row.get("candidates_total")
-    if total is None:
+    if total is None and 0 < keep < len(cands):  # else all kept: no scores to read, no draw
         total = len(cands)
         scores = cands.scores if arrays else np.array([np.nan if c.get("score") is None else c["score"]
                                                        for c in cands], dtype=np.float64)
         rng = np.random.default_rng([seed, zlib.crc32(str(row["decision_id"]).encode())])
-        picked = sample_candidates(scores, row["chosen_index"], keep, rng)
-        if picked is not None:
-            idx, weight = picked
-            cands = cands.take(idx, weight) if arrays else [{**cands[i], "weight": w}
-                                                            for i, w in zip(idx.tolist(), weight.tolist())]
-            chosen = row["chosen_index"]
-            row = {**row, "chosen_index": None if chosen is None else int(np.searchsorted(idx, chosen))}
-    return {**row, "candidates": cands, "candidates_total": int(total)}
+        idx, weight = sample_candidates(scores, row["chosen_index"], keep, rng)
+        cands = cands.take(idx, weight) if arrays else [{**cands[i], "weight": w}
+                                                        for i, w in zip(idx.tolist(), weight.tolist())]
+        chosen = row["chosen_index"]
+        row = {**row, "chosen_index": None if chosen is None else int(np.searchsorted(idx, chosen))}
+    return {**row, "candidates": cands, "candidates_total": int(len(cands) if total is None else total)}
 
 
 def _check_row(row: dict, where: str) -> None:
