@@ -497,6 +497,35 @@ def test_the_recorder_holds_candidates_as_arrays_and_writes_them_as_records(tmp_
     back = read_history(tmp_path / "h.parquet").to_pylist()[0]
     assert [c["node"] for c in back["candidates"]] == ["a", "b", "c"] and back["candidates_total"] == 3
 
+def test_candidates_held_as_arrays_are_written_as_the_records_they_stand_for(tmp_path):
+    """A writer builds the candidates column of a recorder's rows from their arrays whole: the file
+    reads back as the same rows written as records (an unknown score, float32 utilisation, kept whole
+    and sampled rows), and a group that mixes both kinds of rows writes them alike."""
+    from td3sched.lifecycle.history import CandidateArrays
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(6):
+        k = int(rng.integers(1, 9))
+        scores = rng.random(k)
+        scores[0] = np.nan
+        arrays = CandidateArrays(np.array([f"node-{j}" for j in range(k)]), rng.random((k, 4)).astype(np.float32),
+                                 scores, rng.random((k, 2)))
+        if i % 2:
+            arrays = arrays.take(np.arange(k), rng.random(k) + 1.0)
+        rows.append({**_one_row(), "decision_id": f"d{i}", "time_s": float(i), "candidates": arrays,
+                     "chosen_index": k - 1, "chosen_node": f"node-{k - 1}"})
+    as_records = [{**row, "candidates": row["candidates"].rows()} for row in rows]
+    for name, written in (("arrays", rows), ("records", as_records), ("mixed", [*rows[:3], *as_records[3:]])):
+        write_history(tmp_path / f"{name}.parquet", written)
+    back = {name: read_history(tmp_path / f"{name}.parquet") for name in ("arrays", "records", "mixed")}
+    assert back["arrays"].schema == back["records"].schema
+    text = {name: repr(table.to_pylist()) for name, table in back.items()}  # NaN scores compare as text
+    assert text["arrays"] == text["records"] == text["mixed"]
+    assert back["arrays"].to_pylist()[1]["candidates"][0]["weight"] is not None
+    assert back["arrays"].to_pylist()[0]["candidates"][0]["weight"] is None
+
+
 def test_a_sample_keeps_the_chosen_node_the_best_scored_and_a_weighted_uniform_rest():
     from td3sched.lifecycle.history import sample_candidates
 

@@ -119,6 +119,23 @@ CANDIDATE_V5 = pa.struct([*CANDIDATE_V2, *((name, pa.float64()) for name in R_FI
 CANDIDATE = pa.struct([*CANDIDATE_V5, ("weight", pa.float64())])
 
 
+def candidate_lists(rows: list[CandidateArrays]) -> pa.ListArray:
+    """The candidates column of ``rows``, one list a row: the records ``CandidateArrays.rows`` makes, built
+    from the arrays whole (a dict a candidate costs more than the rest of a recorded decision)."""
+    names = np.concatenate([np.asarray(c.names).astype(str) for c in rows])
+    u = np.concatenate([np.asarray(c.u, dtype=np.float64).reshape(-1, len(U_FIELDS)) for c in rows])
+    r = np.concatenate([np.asarray(c.r, dtype=np.float64).reshape(-1, len(R_FIELDS)) for c in rows])
+    scores = np.concatenate([np.asarray(c.scores, dtype=np.float64) for c in rows])
+    weight = np.concatenate([np.zeros(len(c)) if c.weight is None else np.asarray(c.weight, dtype=np.float64)
+                             for c in rows])
+    unweighted = np.concatenate([np.full(len(c), c.weight is None) for c in rows])
+    columns = [pa.array(names, pa.string()), *(pa.array(u[:, j]) for j in range(len(U_FIELDS))),
+               pa.array(np.zeros(len(names), dtype=bool)), pa.array(scores),
+               *(pa.array(r[:, j]) for j in range(len(R_FIELDS))), pa.array(weight, mask=unweighted)]
+    offsets = np.concatenate([[0], np.cumsum([len(c) for c in rows])]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.StructArray.from_arrays(columns, fields=list(CANDIDATE)))
+
+
 def candidate_type(version: int) -> pa.StructType:
     """The candidates' struct in files of schema ``version``."""
     return CANDIDATE_V2 if version < 3 else CANDIDATE_V5 if version < 6 else CANDIDATE
@@ -174,8 +191,8 @@ class HistoryError(ValueError):
 class CandidateArrays:
     """A row's candidates as arrays (names [k], utilisation [k, 4], scores [k], requested CPU and memory
     [k, 2], weights [k]): a recorder's row waits for its pod to leave, and on a cluster of thousands of
-    nodes a day's rows as lists of dicts would hold gigabytes; ``rows`` makes the schema's dicts when the
-    row is written. A writer takes either."""
+    nodes a day's rows as lists of dicts would hold gigabytes. A writer takes either, and writes these as
+    their arrays stand (``candidate_lists``); ``rows`` makes the schema's records of them."""
 
     names: np.ndarray
     u: np.ndarray
@@ -190,7 +207,8 @@ class CandidateArrays:
         return CandidateArrays(self.names[idx], self.u[idx], self.scores[idx], self.r[idx], weight)
 
     def rows(self) -> list[dict]:
-        """The schema's records (``weight`` null when all were kept: each stands for itself)."""
+        """The schema's records (``weight`` null when all were kept: each stands for itself); a writer
+        writes the same values column by column (``candidate_lists``)."""
         w = [None] * len(self.names) if self.weight is None else [float(x) for x in self.weight]
         return [{"node": str(n), "u_cpu": float(u[0]), "u_mem": float(u[1]), "u_io": float(u[2]),
                  "u_net": float(u[3]), "stale": False, "score": float(s), "r_cpu": float(r[0]), "r_mem": float(r[1]),
@@ -264,6 +282,18 @@ def _check_row(row: dict, where: str) -> None:
                            f"{row['chosen_node']!r} among its {k} candidates")
 
 
+def _table(rows: list[dict]) -> pa.Table:
+    """Rows of the schema as a table; when every row holds its candidates as arrays (a recorder's), the
+    candidates column is built from them whole (``candidate_lists``)."""
+    cands = [row["candidates"] for row in rows]
+    if not all(isinstance(c, CandidateArrays) for c in cands):
+        return pa.Table.from_pylist([{**row, "candidates": c.rows()} if isinstance(c, CandidateArrays) else row
+                                     for row, c in zip(rows, cands)], schema=SCHEMA)
+    at = SCHEMA.get_field_index("candidates")
+    table = pa.Table.from_pylist(rows, schema=SCHEMA.remove(at))  # each row's other fields
+    return table.add_column(at, SCHEMA.field(at), candidate_lists(cands)).replace_schema_metadata(SCHEMA.metadata)
+
+
 class HistoryWriter:
     """Writes decisions to one Parquet file: rows are buffered and written a row group at a time to a
     temporary file beside ``path``, renamed over it by ``close`` (a failed run leaves no file). Each row
@@ -287,9 +317,6 @@ class HistoryWriter:
     def append(self, row: dict) -> None:
         _check_row(row, str(self.path))
         row = sample_row(row, self.candidates, self.seed)
-        cands = row["candidates"]
-        if isinstance(cands, CandidateArrays):
-            row = {**row, "candidates": cands.rows()}
         self._rows.append({"schema_version": SCHEMA_VERSION, **row})
         self._candidates += len(row["candidates"])
         if len(self._rows) >= self.rows_per_group or self._candidates >= self.candidates_per_group:
@@ -297,7 +324,7 @@ class HistoryWriter:
 
     def flush(self) -> None:
         if self._rows:
-            self._writer.write_table(pa.Table.from_pylist(self._rows, schema=SCHEMA))
+            self._writer.write_table(_table(self._rows))
             self.written += len(self._rows)
             self._rows, self._candidates = [], 0
 
