@@ -57,6 +57,26 @@ def needed_bonus(strength: float, ramp: bool):
     return wrap
 
 
+def print_table(labels: list[str], runs: dict[str, dict[tuple, dict]]) -> None:
+    """The variants' table: each one's cost summed over the (day, seed) pairs, its paired difference to
+    "the blend" (the first label) with the 95% t interval, and the parts the cost trades."""
+    keys = sorted(runs[labels[0]])
+    base = runs[labels[0]]
+    print()
+    print("| variant | cost | - the blend, a (day, seed), 95% interval | node-hours | hours above the SLO | "
+          "overload term | SLO term | P99 ms (mean) | OOM kills | evictions |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for label in labels:
+        r = runs[label]
+        total = lambda c: sum(r[k][c] for k in keys)  # noqa: E731
+        diff = summarize([r[k]["cost_node_hours"] - base[k]["cost_node_hours"] for k in keys])
+        interval = "" if label == labels[0] else f"{diff.mean:+.1f} [{diff.low:+.1f}, {diff.high:+.1f}]"
+        print(f"| {label} | {total('cost_node_hours'):,.0f} | {interval} | {total('node_hours'):,.0f} | "
+              f"{total('latency_breach_hours'):,.0f} | {total('cost_overload'):,.1f} | {total('cost_slo'):,.0f} | "
+              f"{np.mean([r[k]['latency_p99_ms'] for k in keys]):.0f} | {total('oom_kills'):.0f} | "
+              f"{total('evictions'):.0f} |")
+
+
 def one(job: tuple) -> tuple:
     scenario, day, seed, label, strength, ramp = job
     wrap = needed_bonus(strength, ramp) if strength else None
@@ -91,22 +111,8 @@ def main() -> None:
             if k % 10 == 0 or k == len(jobs):
                 print(f"  {k}/{len(jobs)} runs, {time.perf_counter() - started:,.0f} s", flush=True)
 
-    keys = sorted(runs["the blend"])
-    base = runs["the blend"]
-    print()
-    print("| variant | cost | - the blend, a (day, seed), 95% interval | node-hours | hours above the SLO | "
-          "overload term | SLO term | P99 ms (mean) | OOM kills | evictions |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for label, _, _ in variants:
-        r = runs[label]
-        total = lambda c: sum(r[k][c] for k in keys)  # noqa: E731
-        diff = summarize([r[k]["cost_node_hours"] - base[k]["cost_node_hours"] for k in keys])
-        interval = "" if label == "the blend" else f"{diff.mean:+.1f} [{diff.low:+.1f}, {diff.high:+.1f}]"
-        print(f"| {label} | {total('cost_node_hours'):,.0f} | {interval} | {total('node_hours'):,.0f} | "
-              f"{total('latency_breach_hours'):,.0f} | {total('cost_overload'):,.1f} | {total('cost_slo'):,.0f} | "
-              f"{np.mean([r[k]['latency_p99_ms'] for k in keys]):.0f} | {total('oom_kills'):.0f} | "
-              f"{total('evictions'):.0f} |")
-    print(f"\n{len(keys)} (day, seed) pairs, {time.perf_counter() - started:,.0f} s")
+    print_table([label for label, _, _ in variants], runs)
+    print(f"\n{len(runs['the blend'])} (day, seed) pairs, {time.perf_counter() - started:,.0f} s")
 
 
 if __name__ == "__main__":

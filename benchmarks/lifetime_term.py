@@ -1,0 +1,167 @@
+"""Does placing a pod where it does not outlive its node's other pods beat the blend? (issue 9: a lever
+the score lacks.)
+
+    python benchmarks/lifetime_term.py --scenario dlrm-small --days 21:27 --seeds 2 --oracle 0.3,1 \\
+        --app 0.3,1 --workers 2
+
+A node the autoscaler can remove is one whose pods have left. The blend
+(``static-weights:w=1/0/0/0:tau=0.4:frag=0.25``) spreads pods by observed CPU and knows nothing of how
+long they will run, so a short pod lands on a node that was about to empty as readily as on one that
+holds pods for days, and keeps the first one up. This adds a penalty to the blend's score (scaled to
+[0, 1] over the candidates) for how far the pod would extend its node's life: with ``e`` the pod's
+expected end and ``E`` the latest expected end of the pods already on the node (now, for an empty
+node), the penalty is ``lam x min(max(e - max(E, now), 0) / horizon, 1)``. Pods that end before their
+node's others cost nothing wherever they go, so short pods join long-lived nodes and leave the emptying
+ones alone (lifetime-aligned placement, as Google's LAVA does for VMs).
+
+Two sources of the expected end:
+
+- ``--oracle LAM``: the run's own ground truth, each pod's start plus the time it will run (a hindsight
+  bound on the lever: no scheduler knows it).
+- ``--app LAM``: what a scheduler can know, the geometric mean run time of the pod's app's instances
+  that have run to their end in this run so far (warm-up included), told to the policy as each one
+  leaves; a pod of an app with none finished yet is neutral (no penalty anywhere), and a running pod
+  that has run for A, longer than its app's estimate or of an app with none finished, is expected to run
+  A more (most of the cluster's CPU-hours are pods that run for days, and none of them finishes in a run).
+
+Each (day, seed) is one run of the day after the scenario's warm-up, every variant on the same days and
+seeds; the table is ``drain_term``'s (the objective's cost, the paired difference to the blend with its
+95% t interval, and the parts the cost trades).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import time
+from types import MethodType
+
+import numpy as np
+
+from drain_term import BLEND, COLUMNS, print_table
+from td3sched.run import run_simulation
+from td3sched.version import code_version
+
+
+class Lifetimes:
+    """Each pod's expected end, from the run's ground truth (``oracle``) or from its app's finished
+    instances (told through ``finished``)."""
+
+    def __init__(self, oracle: bool):
+        self.oracle = oracle
+        self.sim = None
+        self.log_sum = self.count = None
+
+    def attach(self, sim) -> None:
+        self.sim = sim
+        n_apps = int(sim.w.app.max()) + 1
+        self.log_sum, self.count = np.zeros(n_apps), np.zeros(n_apps)
+
+    def finished(self, pod: int) -> None:
+        app = self.sim.w.app[pod]
+        self.log_sum[app] += np.log(max(float(self.sim.w.duration_s[pod]), 1.0))
+        self.count[app] += 1
+
+    def run_time(self, pods: np.ndarray) -> np.ndarray:
+        """Expected full run time of ``pods`` (NaN: not known)."""
+        if self.oracle:
+            return self.sim.remaining[pods]
+        apps = self.sim.w.app[pods]
+        n = self.count[apps]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(n > 0, np.exp(self.log_sum[apps] / np.maximum(n, 1)), np.nan)
+
+    def node_ends(self, now: float, size: int) -> np.ndarray:
+        """The latest expected end of each node's running pods (``now`` for a node with none)."""
+        sim = self.sim
+        running = sim.running_pods
+        n = running.n
+        pods, nodes = running.pods[:n], running.node[:n]
+        ends = sim.started[pods] + self.run_time(pods)
+        if not self.oracle:  # a pod that has run for A is expected to run about A more (Lindy's rule)
+            ends = np.fmax(ends, 2.0 * now - sim.started[pods])
+        out = np.full(size, now)
+        np.maximum.at(out, nodes, np.maximum(ends, now))
+        return out
+
+    def pod_end(self, pod: int, now: float) -> float:
+        if self.oracle:
+            return now + float(self.sim.remaining[pod])
+        return now + float(self.run_time(np.array([pod]))[0])
+
+
+def lifetime_penalty(lam: float, oracle: bool, horizon_s: float):
+    """``wrap_policy`` and ``on_simulation`` for ``run_simulation``: the blend's scores minus the
+    penalty for extending a node's life."""
+    lifetimes = Lifetimes(oracle)
+
+    def wrap(policy, world, spec):
+        plain = policy.score_nodes
+        plain_released = policy.released
+
+        def score_nodes(self, pod, nodes, cluster, u):
+            s = plain(pod, nodes, cluster, u)
+            end = lifetimes.pod_end(pod.index, pod.time_s)
+            if np.isnan(end):
+                return s  # an app with no instance finished yet: neutral
+            node_end = lifetimes.node_ends(pod.time_s, cluster.size)[nodes]
+            with np.errstate(invalid="ignore"):
+                extension = np.where(np.isinf(end) & np.isinf(node_end), 0.0, end - node_end)
+            return s - lam * np.clip(extension / horizon_s, 0.0, 1.0)
+
+        def released(self, pod, node, cluster, reason="departure"):
+            plain_released(pod, node, cluster, reason)
+            if reason == "departure":
+                lifetimes.finished(pod.index)
+
+        # the simulator tells a policy of releases only when its class overrides ``released``
+        policy.__class__ = type(f"Lifetime{type(policy).__name__}", (type(policy),), {"released": released})
+        policy.score_nodes = MethodType(score_nodes, policy)
+        return policy
+
+    return wrap, lifetimes.attach
+
+
+def one(job: tuple) -> tuple:
+    scenario, day, seed, label, lam, oracle, horizon_s = job
+    wrap, attach = lifetime_penalty(lam, oracle, horizon_s) if lam else (None, None)
+    record = run_simulation(scenario, BLEND, seed, "d", [f"spans.d=[{day},{day + 1}]"], wrap_policy=wrap,
+                            on_simulation=attach)
+    return label, day, seed, {c: float(record["metrics"][c]) for c in COLUMNS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", default="dlrm-small")
+    parser.add_argument("--days", default="21:27", help="FIRST:END scenario days, a run each (END exclusive)")
+    parser.add_argument("--seeds", type=int, default=2, help="seeds 1..N of each day")
+    parser.add_argument("--oracle", default="0.3,1", help="penalty strengths with the true run times ('' for none)")
+    parser.add_argument("--app", default="0.3,1", help="penalty strengths with the apps' estimates ('' for none)")
+    parser.add_argument("--horizon-h", type=float, default=1.0, help="an extension this long or longer costs LAM")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    first, end = (int(v) for v in args.days.split(":"))
+    if not 0 <= first < end or args.seeds < 2:
+        parser.error(f"--days {args.days} --seeds {args.seeds}: expected FIRST < END and at least 2 seeds")
+    if not args.horizon_h > 0:
+        parser.error(f"--horizon-h {args.horizon_h}: expected a positive number of hours")
+    variants = [("the blend", 0.0, False)]
+    variants += [(f"oracle {v:g}", v, True) for v in (float(x) for x in args.oracle.split(",") if x)]
+    variants += [(f"app {v:g}", v, False) for v in (float(x) for x in args.app.split(",") if x)]
+    jobs = [(args.scenario, day, seed, label, lam, oracle, args.horizon_h * 3600.0) for day in range(first, end)
+            for seed in range(1, args.seeds + 1) for label, lam, oracle in variants]
+    print(f"code version {code_version()}; {args.scenario} days {first}-{end - 1}, seeds 1-{args.seeds}, horizon "
+          f"{args.horizon_h:g} h: {len(jobs)} runs on {args.workers} workers", flush=True)
+    started = time.perf_counter()
+    runs: dict[str, dict[tuple, dict]] = {label: {} for label, _, _ in variants}
+    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+        for k, (label, day, seed, m) in enumerate(pool.imap_unordered(one, jobs), 1):
+            runs[label][day, seed] = m
+            if k % 10 == 0 or k == len(jobs):
+                print(f"  {k}/{len(jobs)} runs, {time.perf_counter() - started:,.0f} s", flush=True)
+    print_table([label for label, _, _ in variants], runs)
+    print(f"\n{len(runs['the blend'])} (day, seed) pairs, {time.perf_counter() - started:,.0f} s")
+
+
+if __name__ == "__main__":
+    main()
