@@ -2,7 +2,7 @@
 the score lacks.)
 
     python benchmarks/lifetime_term.py --scenario dlrm-small --days 21:27 --seeds 2 --oracle 0.3,1 \\
-        --app 0.3,1 --workers 2
+        --shape 0.3,1 --workers 2
 
 A node the autoscaler can remove is one whose pods have left. The blend
 (``static-weights:w=1/0/0/0:tau=0.4:frag=0.25``) spreads pods by observed CPU and knows nothing of how
@@ -14,15 +14,19 @@ node), the penalty is ``lam x min(max(e - max(E, now), 0) / horizon, 1)``. Pods 
 node's others cost nothing wherever they go, so short pods join long-lived nodes and leave the emptying
 ones alone (lifetime-aligned placement, as Google's LAVA does for VMs).
 
-Two sources of the expected end:
+Three sources of the expected end:
 
 - ``--oracle LAM``: the run's own ground truth, each pod's start plus the time it will run (a hindsight
   bound on the lever: no scheduler knows it).
-- ``--app LAM``: what a scheduler can know, the geometric mean run time of the pod's app's instances
-  that have run to their end in this run so far (warm-up included), told to the policy as each one
-  leaves; a pod of an app with none finished yet is neutral (no penalty anywhere), and a running pod
-  that has run for A, longer than its app's estimate or of an app with none finished, is expected to run
-  A more (most of the cluster's CPU-hours are pods that run for days, and none of them finishes in a run).
+- ``--shape LAM``: what a scheduler can know, the geometric mean run time of the instances of the pod's
+  shape (its requests, GPUs, QoS class and pool) that have run to their end in this run so far (warm-up
+  included), told to the policy as each one leaves; a pod of a shape with none finished yet is neutral
+  (no penalty anywhere), and a running pod that has run for A, longer than its estimate or of a shape
+  with none finished, is expected to run A more (most of the cluster's CPU-hours are pods that run for
+  days, and none of them finishes in a run).
+- ``--app LAM``: the same, grouped by the pod's app. On the mixed scenarios this is not what a
+  scheduler could know: a batch pod's app is the openb row it copies, lifetime included, so the estimate
+  of every batch pod of an app seen before is its exact run time (the oracle's, for those pods).
 
 Each (day, seed) is one run of the day after the scenario's warm-up, every variant on the same days and
 seeds; the table is ``drain_term``'s (the objective's cost, the paired difference to the blend with its
@@ -43,33 +47,46 @@ from td3sched.run import run_simulation
 from td3sched.version import code_version
 
 
-class Lifetimes:
-    """Each pod's expected end, from the run's ground truth (``oracle``) or from its app's finished
-    instances (told through ``finished``)."""
+def estimate_keys(w, source: str) -> np.ndarray:
+    """Each pod's group for the estimate: its app, or its shape (requests, GPUs, QoS and pool)."""
+    if source == "app":
+        return np.asarray(w.app)
+    shape = np.column_stack([w.request, w.gpu_count, w.gpu_milli, w.qos, w.pool])
+    return np.unique(shape, axis=0, return_inverse=True)[1].ravel()
 
-    def __init__(self, oracle: bool):
-        self.oracle = oracle
+
+class Lifetimes:
+    """Each pod's expected end, from the run's ground truth (``source`` "oracle") or from the finished
+    instances of its group, "app" or "shape" (``estimate_keys``; told through ``finished``)."""
+
+    def __init__(self, source: str):
+        self.oracle = source == "oracle"
+        self.source = source
         self.sim = None
-        self.log_sum = self.count = None
+        self.key = self.log_sum = self.count = None
 
     def attach(self, sim) -> None:
         self.sim = sim
-        n_apps = int(sim.w.app.max()) + 1
-        self.log_sum, self.count = np.zeros(n_apps), np.zeros(n_apps)
+        if not self.oracle:
+            self.key = estimate_keys(sim.w, self.source)
+            n = int(self.key.max()) + 1
+            self.log_sum, self.count = np.zeros(n), np.zeros(n)
 
     def finished(self, pod: int) -> None:
-        app = self.sim.w.app[pod]
-        self.log_sum[app] += np.log(max(float(self.sim.w.duration_s[pod]), 1.0))
-        self.count[app] += 1
+        if self.oracle:
+            return
+        k = self.key[pod]
+        self.log_sum[k] += np.log(max(float(self.sim.w.duration_s[pod]), 1.0))
+        self.count[k] += 1
 
     def run_time(self, pods: np.ndarray) -> np.ndarray:
         """Expected full run time of ``pods`` (NaN: not known)."""
         if self.oracle:
             return self.sim.remaining[pods]
-        apps = self.sim.w.app[pods]
-        n = self.count[apps]
+        keys = self.key[pods]
+        n = self.count[keys]
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(n > 0, np.exp(self.log_sum[apps] / np.maximum(n, 1)), np.nan)
+            return np.where(n > 0, np.exp(self.log_sum[keys] / np.maximum(n, 1)), np.nan)
 
     def node_ends(self, now: float, size: int) -> np.ndarray:
         """The latest expected end of each node's running pods (``now`` for a node with none)."""
@@ -90,10 +107,10 @@ class Lifetimes:
         return now + float(self.run_time(np.array([pod]))[0])
 
 
-def lifetime_penalty(lam: float, oracle: bool, horizon_s: float):
+def lifetime_penalty(lam: float, source: str, horizon_s: float):
     """``wrap_policy`` and ``on_simulation`` for ``run_simulation``: the blend's scores minus the
     penalty for extending a node's life."""
-    lifetimes = Lifetimes(oracle)
+    lifetimes = Lifetimes(source)
 
     def wrap(policy, world, spec):
         plain = policy.score_nodes
@@ -123,8 +140,8 @@ def lifetime_penalty(lam: float, oracle: bool, horizon_s: float):
 
 
 def one(job: tuple) -> tuple:
-    scenario, day, seed, label, lam, oracle, horizon_s = job
-    wrap, attach = lifetime_penalty(lam, oracle, horizon_s) if lam else (None, None)
+    scenario, day, seed, label, lam, source, horizon_s = job
+    wrap, attach = lifetime_penalty(lam, source, horizon_s) if lam else (None, None)
     record = run_simulation(scenario, BLEND, seed, "d", [f"spans.d=[{day},{day + 1}]"], wrap_policy=wrap,
                             on_simulation=attach)
     return label, day, seed, {c: float(record["metrics"][c]) for c in COLUMNS}
@@ -136,7 +153,8 @@ def main() -> None:
     parser.add_argument("--days", default="21:27", help="FIRST:END scenario days, a run each (END exclusive)")
     parser.add_argument("--seeds", type=int, default=2, help="seeds 1..N of each day")
     parser.add_argument("--oracle", default="0.3,1", help="penalty strengths with the true run times ('' for none)")
-    parser.add_argument("--app", default="0.3,1", help="penalty strengths with the apps' estimates ('' for none)")
+    parser.add_argument("--app", default="", help="penalty strengths with the apps' estimates ('' for none)")
+    parser.add_argument("--shape", default="0.3,1", help="penalty strengths with the shapes' estimates ('' for none)")
     parser.add_argument("--horizon-h", type=float, default=1.0, help="an extension this long or longer costs LAM")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
@@ -145,11 +163,11 @@ def main() -> None:
         parser.error(f"--days {args.days} --seeds {args.seeds}: expected FIRST < END and at least 2 seeds")
     if not args.horizon_h > 0:
         parser.error(f"--horizon-h {args.horizon_h}: expected a positive number of hours")
-    variants = [("the blend", 0.0, False)]
-    variants += [(f"oracle {v:g}", v, True) for v in (float(x) for x in args.oracle.split(",") if x)]
-    variants += [(f"app {v:g}", v, False) for v in (float(x) for x in args.app.split(",") if x)]
-    jobs = [(args.scenario, day, seed, label, lam, oracle, args.horizon_h * 3600.0) for day in range(first, end)
-            for seed in range(1, args.seeds + 1) for label, lam, oracle in variants]
+    variants = [("the blend", 0.0, "")]
+    for source in ("oracle", "app", "shape"):
+        variants += [(f"{source} {v:g}", v, source) for v in (float(x) for x in getattr(args, source).split(",") if x)]
+    jobs = [(args.scenario, day, seed, label, lam, source, args.horizon_h * 3600.0) for day in range(first, end)
+            for seed in range(1, args.seeds + 1) for label, lam, source in variants]
     print(f"code version {code_version()}; {args.scenario} days {first}-{end - 1}, seeds 1-{args.seeds}, horizon "
           f"{args.horizon_h:g} h: {len(jobs)} runs on {args.workers} workers", flush=True)
     started = time.perf_counter()
