@@ -1,0 +1,112 @@
+"""Does the best fragmentation share move with the load? (issue 9: room for a policy that reads its
+cluster's regime rather than one placement.)
+
+    python benchmarks/share_by_load.py --scenario dlrm-small --days 21:27 --seeds 2 \\
+        --loads 0.035,0.05,0.065,0.08 --shares 0.25,0,0.5,1 --workers 2
+
+The blend (``static-weights:w=1/0/0/0:tau=0.4:frag=0.25``) is the best static score measured on
+dlrm-small as shipped, and within one scenario no state-dependent choice of its share gains more than
+0.2% (docs/td3.md, *Which way the action points*). Across scenarios it may: with 30% more load fgd (the
+share at its most) was 6% below the blend on the mean (docs/results/dlrm-small-fragmentation). If the
+best share follows the load, a policy that reads the load (and holds its share for a day, as the
+score's arguments are tuned) has room over any one static score on clusters whose load differs from
+the one the score was tuned on.
+
+Each load (``workload.sample``, the share of dlrm's instances; dlrm-small ships 0.05) is run with each
+share (``:frag=S`` on the blend's weights and tau) on every (day, seed): one run of the day after the
+scenario's warm-up, as ``td3sched rehearse --steps 0`` measures a policy a day at a time. Per load,
+``drain_term``'s table with the first share as the reference (the objective's cost, the paired
+difference per (day, seed) with its 95% t interval, and the parts the cost trades), then a summary: the
+best share at each load and what choosing it per load gains over each single share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import time
+
+import numpy as np
+
+from drain_term import COLUMNS, print_table
+from td3sched.evaluate.stats import summarize
+from td3sched.run import run_simulation
+from td3sched.version import code_version
+
+WEIGHTS = "static-weights:w=1/0/0/0:tau=0.4"
+
+
+def one(job: tuple) -> tuple:
+    scenario, load, share, day, seed = job
+    record = run_simulation(scenario, f"{WEIGHTS}:frag={share:g}", seed, "d",
+                            [f"spans.d=[{day},{day + 1}]", f"workload.sample={load:g}"])
+    return load, share, day, seed, {c: float(record["metrics"][c]) for c in COLUMNS}
+
+
+def numbers(text: str, name: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x]
+    except ValueError:
+        raise SystemExit(f"--{name} {text!r}: expected comma-separated numbers") from None
+    if not values or len(set(values)) != len(values):
+        raise SystemExit(f"--{name} {text!r}: expected at least one value, each once")
+    return values
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", default="dlrm-small")
+    parser.add_argument("--days", default="21:27", help="FIRST:END scenario days, a run each (END exclusive)")
+    parser.add_argument("--seeds", type=int, default=2, help="seeds 1..N of each day")
+    parser.add_argument("--loads", default="0.035,0.05,0.065,0.08", help="workload.sample values, comma-separated")
+    parser.add_argument("--shares", default="0.25,0,0.5,1",
+                        help="fragmentation shares, comma-separated; the first is the reference")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    first, end = (int(v) for v in args.days.split(":"))
+    if not 0 <= first < end or args.seeds < 2:
+        parser.error(f"--days {args.days} --seeds {args.seeds}: expected FIRST < END and at least 2 seeds")
+    loads, shares = numbers(args.loads, "loads"), numbers(args.shares, "shares")
+    if not all(0 < v <= 1 for v in loads) or not all(0 <= v <= 1 for v in shares):
+        parser.error(f"--loads {args.loads} --shares {args.shares}: expected loads in (0, 1] and shares in [0, 1]")
+    jobs = [(args.scenario, load, share, day, seed) for load in loads for day in range(first, end)
+            for seed in range(1, args.seeds + 1) for share in shares]
+    print(f"code version {code_version()}; {args.scenario} days {first}-{end - 1}, seeds 1-{args.seeds}, "
+          f"loads {loads}, shares {shares}: {len(jobs)} runs on {args.workers} workers", flush=True)
+    started = time.perf_counter()
+    runs: dict[float, dict[str, dict[tuple, dict]]] = {load: {f"share {s:g}": {} for s in shares} for load in loads}
+    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+        for k, (load, share, day, seed, m) in enumerate(pool.imap_unordered(one, jobs), 1):
+            runs[load][f"share {share:g}"][day, seed] = m
+            if k % 20 == 0 or k == len(jobs):
+                print(f"  {k}/{len(jobs)} runs, {time.perf_counter() - started:,.0f} s", flush=True)
+
+    labels = [f"share {s:g}" for s in shares]
+    for load in loads:
+        print(f"\n### workload.sample={load:g} (the first row is the reference)")
+        print_table(labels, runs[load])
+
+    # the best share at each load (lowest summed cost), and choosing it per load against each single share
+    keys = sorted(runs[loads[0]][labels[0]])
+    best = {load: min(labels, key=lambda lb: sum(runs[load][lb][k]["cost_node_hours"] for k in keys))
+            for load in loads}
+    print("\n| load | best share | its cost | the reference's |")
+    print("| ---: | --- | ---: | ---: |")
+    for load in loads:
+        cost = lambda lb: sum(runs[load][lb][k]["cost_node_hours"] for k in keys)  # noqa: E731
+        print(f"| {load:g} | {best[load]} | {cost(best[load]):,.0f} | {cost(labels[0]):,.0f} |")
+    print("\nChoosing the best share per load (with hindsight of these runs) against one share at every load, "
+          "per (load, day, seed), 95% interval, and as a share of that share's cost:\n")
+    print("| single share | - it, a (load, day, seed) | share of its cost |")
+    print("| --- | --- | ---: |")
+    for lb in labels:
+        d = [runs[load][best[load]][k]["cost_node_hours"] - runs[load][lb][k]["cost_node_hours"]
+             for load in loads for k in keys]
+        s = summarize(d)
+        total = sum(runs[load][lb][k]["cost_node_hours"] for load in loads for k in keys)
+        print(f"| {lb} | {s.mean:+.1f} [{s.low:+.1f}, {s.high:+.1f}] | {100 * np.sum(d) / total:+.2f}% |")
+    print(f"\n{len(keys)} (day, seed) pairs a load, {time.perf_counter() - started:,.0f} s")
+
+
+if __name__ == "__main__":
+    main()
