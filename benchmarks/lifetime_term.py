@@ -139,6 +139,30 @@ def lifetime_penalty(lam: float, source: str, horizon_s: float):
     return wrap, lifetimes.attach
 
 
+def rank_estimates(scenario: str, day: int, seed: int, history_days: float = 3.0) -> None:
+    """How well each group's estimate ranks the run times of one day's arrivals: the geometric mean run
+    time of the group's pods that ended (by the trace) in the ``history_days`` before the day, against
+    each arriving pod's own; printed per group with the share of arrivals whose group had a finished pod."""
+    from scipy.stats import spearmanr
+
+    from td3sched.scenario import load_scenario
+
+    w = load_scenario(scenario, []).build(seed).workload
+    run, arrival = np.asarray(w.duration_s, dtype=float), np.asarray(w.arrival_s, dtype=float)
+    start = day * 86400.0
+    arriving = np.flatnonzero((arrival >= start) & (arrival < start + 86400.0) & np.isfinite(run))
+    ended = np.flatnonzero((arrival + run < start) & (arrival + run >= start - history_days * 86400.0))
+    print(f"the run times of day {day}'s {len(arriving):,} arrivals (seed {seed}) against their group's "
+          f"estimate from the pods that ended in the {history_days:g} days before:")
+    for source in ("app", "shape"):
+        key = estimate_keys(w, source)
+        n = np.bincount(key[ended], minlength=key.max() + 1)
+        log_sum = np.bincount(key[ended], np.log(np.maximum(run[ended], 1.0)), minlength=key.max() + 1)
+        known = arriving[n[key[arriving]] > 0]
+        rho = spearmanr(log_sum[key[known]] / n[key[known]], run[known]).correlation
+        print(f"  {source}: {len(known) / len(arriving):.1%} with an estimate, Spearman {rho:+.3f}")
+
+
 def one(job: tuple) -> tuple:
     scenario, day, seed, label, lam, source, horizon_s = job
     wrap, attach = lifetime_penalty(lam, source, horizon_s) if lam else (None, None)
@@ -157,12 +181,17 @@ def main() -> None:
     parser.add_argument("--shape", default="0.3,1", help="penalty strengths with the shapes' estimates ('' for none)")
     parser.add_argument("--horizon-h", type=float, default=1.0, help="an extension this long or longer costs LAM")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rank-only", action="store_true",
+                        help="print how well the estimates rank the first day's run times (seed 1), and stop")
     args = parser.parse_args()
     first, end = (int(v) for v in args.days.split(":"))
     if not 0 <= first < end or args.seeds < 2:
         parser.error(f"--days {args.days} --seeds {args.seeds}: expected FIRST < END and at least 2 seeds")
     if not args.horizon_h > 0:
         parser.error(f"--horizon-h {args.horizon_h}: expected a positive number of hours")
+    if args.rank_only:
+        rank_estimates(args.scenario, first, 1)
+        return
     variants = [("the blend", 0.0, "")]
     for source in ("oracle", "app", "shape"):
         variants += [(f"{source} {v:g}", v, source) for v in (float(x) for x in getattr(args, source).split(",") if x)]
