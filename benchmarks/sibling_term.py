@@ -1,0 +1,99 @@
+"""Does keeping an app's replicas apart beat the blend? (issue 9: a lever the score lacks.)
+
+    python benchmarks/sibling_term.py --scenario dlrm-small --days 21:27 --seeds 2 --spread 0.1,0.3,1 \\
+        --workers 2
+
+On the dlrm scenarios the replicas of one service follow the same usage (docs/simulator.md: a service's
+replicas see the same load), so two of them on one node peak together. The blend
+(``static-weights:w=1/0/0/0:tau=0.4:frag=0.25``) reads each node's observed usage and not whose pods make
+it: a node holding a replica looks as cool as any other between the service's peaks. This adds a penalty to
+the blend's score (scaled to [0, 1] over the candidates) for the pod's siblings already on a node:
+``lam x n / (n + 1)`` for ``n`` running pods of the pod's app there, so that replicas spread and their peaks
+land on different nodes. A scheduler knows a pod's app (its owner or labels), so this is information a
+real one has; kube-scheduler's default topology spreading does the same by node.
+
+Each (day, seed) is one run of the day after the scenario's warm-up, every variant on the same days and
+seeds; the table is ``drain_term``'s (the objective's cost, the paired difference to the blend with its
+95% t interval, and the parts the cost trades).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import time
+from types import MethodType
+
+import numpy as np
+
+from drain_term import BLEND, COLUMNS, print_table
+from td3sched.run import run_simulation
+from td3sched.version import code_version
+
+
+def sibling_penalty(lam: float):
+    """``wrap_policy`` and ``on_simulation`` for ``run_simulation``: the blend's scores minus the penalty
+    for the pod's siblings on each node."""
+    held = {}
+
+    def wrap(policy, world, spec):
+        plain = policy.score_nodes
+        app = np.asarray(world.workload.app)
+
+        def score_nodes(self, pod, nodes, cluster, u):
+            s = plain(pod, nodes, cluster, u)
+            running = held["sim"].running_pods
+            n = running.n
+            mine = running.node[:n][app[running.pods[:n]] == app[pod.index]]
+            siblings = np.bincount(mine, minlength=cluster.size)[nodes]
+            return s - lam * siblings / (siblings + 1.0)
+
+        policy.score_nodes = MethodType(score_nodes, policy)
+        return policy
+
+    return wrap, lambda sim: held.__setitem__("sim", sim)
+
+
+def one(job: tuple) -> tuple:
+    scenario, day, seed, label, lam = job
+    wrap, attach = sibling_penalty(lam) if lam else (None, None)
+    record = run_simulation(scenario, BLEND, seed, "d", [f"spans.d=[{day},{day + 1}]"], wrap_policy=wrap,
+                            on_simulation=attach)
+    return label, day, seed, {c: float(record["metrics"][c]) for c in COLUMNS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", default="dlrm-small")
+    parser.add_argument("--days", default="21:27", help="FIRST:END scenario days, a run each (END exclusive)")
+    parser.add_argument("--seeds", type=int, default=2, help="seeds 1..N of each day")
+    parser.add_argument("--spread", default="0.1,0.3,1", help="penalty strengths, comma-separated")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    first, end = (int(v) for v in args.days.split(":"))
+    if not 0 <= first < end or args.seeds < 2:
+        parser.error(f"--days {args.days} --seeds {args.seeds}: expected FIRST < END and at least 2 seeds")
+    try:
+        strengths = [float(x) for x in args.spread.split(",") if x]
+    except ValueError:
+        parser.error(f"--spread {args.spread!r}: expected comma-separated numbers")
+    if not strengths or not all(v > 0 for v in strengths):
+        parser.error(f"--spread {args.spread!r}: expected positive strengths")
+    variants = [("the blend", 0.0)] + [(f"spread {v:g}", v) for v in strengths]
+    jobs = [(args.scenario, day, seed, label, lam) for day in range(first, end)
+            for seed in range(1, args.seeds + 1) for label, lam in variants]
+    print(f"code version {code_version()}; {args.scenario} days {first}-{end - 1}, seeds 1-{args.seeds}: "
+          f"{len(jobs)} runs on {args.workers} workers", flush=True)
+    started = time.perf_counter()
+    runs: dict[str, dict[tuple, dict]] = {label: {} for label, _ in variants}
+    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+        for k, (label, day, seed, m) in enumerate(pool.imap_unordered(one, jobs), 1):
+            runs[label][day, seed] = m
+            if k % 10 == 0 or k == len(jobs):
+                print(f"  {k}/{len(jobs)} runs, {time.perf_counter() - started:,.0f} s", flush=True)
+    print_table([label for label, _ in variants], runs)
+    print(f"\n{len(runs['the blend'])} (day, seed) pairs, {time.perf_counter() - started:,.0f} s")
+
+
+if __name__ == "__main__":
+    main()
