@@ -3,8 +3,8 @@
     python benchmarks/sibling_term.py --scenario dlrm-small --days 21:27 --seeds 2 --spread 0.1,0.3,1 \\
         --workers 2
 
-On the dlrm scenarios the replicas of one service follow the same usage (docs/simulator.md: a service's
-replicas see the same load), so two of them on one node peak together. The blend
+On the dlrm scenarios the replicas of one service follow the same usage (docs/simulator.md: all replicas
+of an app follow the same Bitbrains VM), so two of them on one node peak together. The blend
 (``static-weights:w=1/0/0/0:tau=0.4:frag=0.25``) reads each node's observed usage and not whose pods make
 it: a node holding a replica looks as cool as any other between the service's peaks. This adds a penalty to
 the blend's score (scaled to [0, 1] over the candidates) for the pod's siblings already on a node:
