@@ -21,20 +21,15 @@ and SLO terms), P99, OOM kills and the scale-down's evictions.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import time
 from types import MethodType
 
 import numpy as np
 
-from td3sched.evaluate.stats import summarize
+from daily import BLEND, add_arguments, day_span, days_of, metrics, print_table, run_all
 from td3sched.run import run_simulation
 from td3sched.simulator.kernels import requested_utilisation
 from td3sched.version import code_version
-
-BLEND = "static-weights:w=1/0/0/0:tau=0.4:frag=0.25"
-COLUMNS = ("cost_node_hours", "node_hours", "latency_breach_hours", "cost_overload", "cost_slo", "latency_p99_ms",
-           "oom_kills", "evictions")
 
 
 def needed_bonus(strength: float, ramp: bool):
@@ -57,60 +52,30 @@ def needed_bonus(strength: float, ramp: bool):
     return wrap
 
 
-def print_table(labels: list[str], runs: dict[str, dict[tuple, dict]]) -> None:
-    """The variants' table: each one's cost summed over the (day, seed) pairs, its paired difference to
-    "the blend" (the first label) with the 95% t interval, and the parts the cost trades."""
-    keys = sorted(runs[labels[0]])
-    base = runs[labels[0]]
-    print()
-    print("| variant | cost | - the blend, a (day, seed), 95% interval | node-hours | hours above the SLO | "
-          "overload term | SLO term | P99 ms (mean) | OOM kills | evictions |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for label in labels:
-        r = runs[label]
-        total = lambda c: sum(r[k][c] for k in keys)  # noqa: E731
-        diff = summarize([r[k]["cost_node_hours"] - base[k]["cost_node_hours"] for k in keys])
-        interval = "" if label == labels[0] else f"{diff.mean:+.1f} [{diff.low:+.1f}, {diff.high:+.1f}]"
-        print(f"| {label} | {total('cost_node_hours'):,.0f} | {interval} | {total('node_hours'):,.0f} | "
-              f"{total('latency_breach_hours'):,.0f} | {total('cost_overload'):,.1f} | {total('cost_slo'):,.0f} | "
-              f"{np.mean([r[k]['latency_p99_ms'] for k in keys]):.0f} | {total('oom_kills'):.0f} | "
-              f"{total('evictions'):.0f} |")
-
-
 def one(job: tuple) -> tuple:
     scenario, day, seed, label, strength, ramp = job
     wrap = needed_bonus(strength, ramp) if strength else None
-    record = run_simulation(scenario, BLEND, seed, "d", [f"spans.d=[{day},{day + 1}]"], wrap_policy=wrap)
-    return label, day, seed, {c: float(record["metrics"][c]) for c in COLUMNS}
+    return label, day, seed, metrics(run_simulation(scenario, BLEND, seed, "d", [day_span(day)], wrap_policy=wrap))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenario", default="dlrm-small")
-    parser.add_argument("--days", default="21:27", help="FIRST:END scenario days, a run each (END exclusive)")
-    parser.add_argument("--seeds", type=int, default=2, help="seeds 1..N of each day")
+    add_arguments(parser)
     parser.add_argument("--drain", default="0.3,1,3", help="bonus strengths of the step form, comma-separated")
     parser.add_argument("--ramp", default="1", help="bonus strengths of the ramp form, comma-separated ('' for none)")
-    parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    first, end = (int(v) for v in args.days.split(":"))
-    if not 0 <= first < end or args.seeds < 2:
-        parser.error(f"--days {args.days} --seeds {args.seeds}: expected FIRST < END and at least 2 seeds")
+    days = days_of(parser, args)
     variants = [("the blend", 0.0, False)]
     variants += [(f"drain {d:g}", d, False) for d in (float(x) for x in args.drain.split(",") if x)]
     variants += [(f"ramp {d:g}", d, True) for d in (float(x) for x in args.ramp.split(",") if x)]
-    jobs = [(args.scenario, day, seed, label, d, ramp) for day in range(first, end)
+    jobs = [(args.scenario, day, seed, label, d, ramp) for day in days
             for seed in range(1, args.seeds + 1) for label, d, ramp in variants]
-    print(f"code version {code_version()}; {args.scenario} days {first}-{end - 1}, seeds 1-{args.seeds}: "
+    print(f"code version {code_version()}; {args.scenario} days {days[0]}-{days[-1]}, seeds 1-{args.seeds}: "
           f"{len(jobs)} runs on {args.workers} workers", flush=True)
     started = time.perf_counter()
     runs: dict[str, dict[tuple, dict]] = {label: {} for label, _, _ in variants}
-    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
-        for k, (label, day, seed, m) in enumerate(pool.imap_unordered(one, jobs), 1):
-            runs[label][day, seed] = m
-            if k % 10 == 0 or k == len(jobs):
-                print(f"  {k}/{len(jobs)} runs, {time.perf_counter() - started:,.0f} s", flush=True)
-
+    for label, day, seed, m in run_all(one, jobs, args.workers):
+        runs[label][day, seed] = m
     print_table([label for label, _, _ in variants], runs)
     print(f"\n{len(runs['the blend'])} (day, seed) pairs, {time.perf_counter() - started:,.0f} s")
 

@@ -29,20 +29,19 @@ Three sources of the expected end:
   of every batch pod of an app seen before is its exact run time (the oracle's, for those pods).
 
 Each (day, seed) is one run of the day after the scenario's warm-up, every variant on the same days and
-seeds; the table is ``drain_term``'s (the objective's cost, the paired difference to the blend with its
+seeds; the table is ``daily.print_table``'s (the objective's cost, the paired difference to the blend with its
 95% t interval, and the parts the cost trades).
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import time
 from types import MethodType
 
 import numpy as np
 
-from drain_term import BLEND, COLUMNS, print_table
+from daily import BLEND, add_arguments, day_span, days_of, metrics, print_table, run_all
 from td3sched.run import run_simulation
 from td3sched.version import code_version
 
@@ -166,46 +165,37 @@ def rank_estimates(scenario: str, day: int, seed: int, history_days: float = 3.0
 def one(job: tuple) -> tuple:
     scenario, day, seed, label, lam, source, horizon_s = job
     wrap, attach = lifetime_penalty(lam, source, horizon_s) if lam else (None, None)
-    record = run_simulation(scenario, BLEND, seed, "d", [f"spans.d=[{day},{day + 1}]"], wrap_policy=wrap,
-                            on_simulation=attach)
-    return label, day, seed, {c: float(record["metrics"][c]) for c in COLUMNS}
+    record = run_simulation(scenario, BLEND, seed, "d", [day_span(day)], wrap_policy=wrap, on_simulation=attach)
+    return label, day, seed, metrics(record)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenario", default="dlrm-small")
-    parser.add_argument("--days", default="21:27", help="FIRST:END scenario days, a run each (END exclusive)")
-    parser.add_argument("--seeds", type=int, default=2, help="seeds 1..N of each day")
+    add_arguments(parser)
     parser.add_argument("--oracle", default="0.3,1", help="penalty strengths with the true run times ('' for none)")
     parser.add_argument("--app", default="", help="penalty strengths with the apps' estimates ('' for none)")
     parser.add_argument("--shape", default="0.3,1", help="penalty strengths with the shapes' estimates ('' for none)")
     parser.add_argument("--horizon-h", type=float, default=1.0, help="an extension this long or longer costs LAM")
-    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rank-only", action="store_true",
                         help="print how well the estimates rank the first day's run times (seed 1), and stop")
     args = parser.parse_args()
-    first, end = (int(v) for v in args.days.split(":"))
-    if not 0 <= first < end or args.seeds < 2:
-        parser.error(f"--days {args.days} --seeds {args.seeds}: expected FIRST < END and at least 2 seeds")
+    days = days_of(parser, args)
     if not args.horizon_h > 0:
         parser.error(f"--horizon-h {args.horizon_h}: expected a positive number of hours")
     if args.rank_only:
-        rank_estimates(args.scenario, first, 1)
+        rank_estimates(args.scenario, days[0], 1)
         return
     variants = [("the blend", 0.0, "")]
     for source in ("oracle", "app", "shape"):
         variants += [(f"{source} {v:g}", v, source) for v in (float(x) for x in getattr(args, source).split(",") if x)]
-    jobs = [(args.scenario, day, seed, label, lam, source, args.horizon_h * 3600.0) for day in range(first, end)
+    jobs = [(args.scenario, day, seed, label, lam, source, args.horizon_h * 3600.0) for day in days
             for seed in range(1, args.seeds + 1) for label, lam, source in variants]
-    print(f"code version {code_version()}; {args.scenario} days {first}-{end - 1}, seeds 1-{args.seeds}, horizon "
+    print(f"code version {code_version()}; {args.scenario} days {days[0]}-{days[-1]}, seeds 1-{args.seeds}, horizon "
           f"{args.horizon_h:g} h: {len(jobs)} runs on {args.workers} workers", flush=True)
     started = time.perf_counter()
     runs: dict[str, dict[tuple, dict]] = {label: {} for label, _, _ in variants}
-    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
-        for k, (label, day, seed, m) in enumerate(pool.imap_unordered(one, jobs), 1):
-            runs[label][day, seed] = m
-            if k % 10 == 0 or k == len(jobs):
-                print(f"  {k}/{len(jobs)} runs, {time.perf_counter() - started:,.0f} s", flush=True)
+    for label, day, seed, m in run_all(one, jobs, args.workers):
+        runs[label][day, seed] = m
     print_table([label for label, _, _ in variants], runs)
     print(f"\n{len(runs['the blend'])} (day, seed) pairs, {time.perf_counter() - started:,.0f} s")
 

@@ -15,7 +15,7 @@ the one the score was tuned on.
 Each load (``workload.sample``, the share of dlrm's instances; dlrm-small ships 0.05) is run with each
 share (``:frag=S`` on the blend's weights and tau) on every (day, seed): one run of the day after the
 scenario's warm-up, as ``td3sched rehearse --steps 0`` measures a policy a day at a time. Per load,
-``drain_term``'s table with the first share as the reference (the objective's cost, the paired
+``daily.print_table``'s table with the first share as the reference (the objective's cost, the paired
 difference per (day, seed) with its 95% t interval, and the parts the cost trades), then a summary: the
 best share at each load and what choosing it per load gains over each single share.
 """
@@ -23,12 +23,11 @@ best share at each load and what choosing it per load gains over each single sha
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import time
 
 import numpy as np
 
-from drain_term import COLUMNS, print_table
+from daily import add_arguments, day_span, days_of, metrics, print_table, run_all
 from td3sched.evaluate.stats import summarize
 from td3sched.run import run_simulation
 from td3sched.version import code_version
@@ -39,8 +38,8 @@ WEIGHTS = "static-weights:w=1/0/0/0:tau=0.4"
 def one(job: tuple) -> tuple:
     scenario, load, share, day, seed = job
     record = run_simulation(scenario, f"{WEIGHTS}:frag={share:g}", seed, "d",
-                            [f"spans.d=[{day},{day + 1}]", f"workload.sample={load:g}"])
-    return load, share, day, seed, {c: float(record["metrics"][c]) for c in COLUMNS}
+                            [day_span(day), f"workload.sample={load:g}"])
+    return load, share, day, seed, metrics(record)
 
 
 def numbers(text: str, name: str) -> list[float]:
@@ -55,31 +54,23 @@ def numbers(text: str, name: str) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenario", default="dlrm-small")
-    parser.add_argument("--days", default="21:27", help="FIRST:END scenario days, a run each (END exclusive)")
-    parser.add_argument("--seeds", type=int, default=2, help="seeds 1..N of each day")
+    add_arguments(parser)
     parser.add_argument("--loads", default="0.035,0.05,0.065,0.08", help="workload.sample values, comma-separated")
     parser.add_argument("--shares", default="0.25,0,0.5,1",
                         help="fragmentation shares, comma-separated; the first is the reference")
-    parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    first, end = (int(v) for v in args.days.split(":"))
-    if not 0 <= first < end or args.seeds < 2:
-        parser.error(f"--days {args.days} --seeds {args.seeds}: expected FIRST < END and at least 2 seeds")
+    days = days_of(parser, args)
     loads, shares = numbers(args.loads, "loads"), numbers(args.shares, "shares")
     if not all(0 < v <= 1 for v in loads) or not all(0 <= v <= 1 for v in shares):
         parser.error(f"--loads {args.loads} --shares {args.shares}: expected loads in (0, 1] and shares in [0, 1]")
-    jobs = [(args.scenario, load, share, day, seed) for load in loads for day in range(first, end)
+    jobs = [(args.scenario, load, share, day, seed) for load in loads for day in days
             for seed in range(1, args.seeds + 1) for share in shares]
-    print(f"code version {code_version()}; {args.scenario} days {first}-{end - 1}, seeds 1-{args.seeds}, "
+    print(f"code version {code_version()}; {args.scenario} days {days[0]}-{days[-1]}, seeds 1-{args.seeds}, "
           f"loads {loads}, shares {shares}: {len(jobs)} runs on {args.workers} workers", flush=True)
     started = time.perf_counter()
     runs: dict[float, dict[str, dict[tuple, dict]]] = {load: {f"share {s:g}": {} for s in shares} for load in loads}
-    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
-        for k, (load, share, day, seed, m) in enumerate(pool.imap_unordered(one, jobs), 1):
-            runs[load][f"share {share:g}"][day, seed] = m
-            if k % 20 == 0 or k == len(jobs):
-                print(f"  {k}/{len(jobs)} runs, {time.perf_counter() - started:,.0f} s", flush=True)
+    for load, share, day, seed, m in run_all(one, jobs, args.workers, every=20):
+        runs[load][f"share {share:g}"][day, seed] = m
 
     labels = [f"share {s:g}" for s in shares]
     for load in loads:

@@ -13,20 +13,19 @@ land on different nodes. A scheduler knows a pod's app (its owner or labels), so
 real one has; kube-scheduler's default topology spreading does the same by node.
 
 Each (day, seed) is one run of the day after the scenario's warm-up, every variant on the same days and
-seeds; the table is ``drain_term``'s (the objective's cost, the paired difference to the blend with its
+seeds; the table is ``daily.print_table``'s (the objective's cost, the paired difference to the blend with its
 95% t interval, and the parts the cost trades).
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import time
 from types import MethodType
 
 import numpy as np
 
-from drain_term import BLEND, COLUMNS, print_table
+from daily import BLEND, add_arguments, day_span, days_of, metrics, print_table, run_all
 from td3sched.run import run_simulation
 from td3sched.version import code_version
 
@@ -57,22 +56,16 @@ def sibling_penalty(lam: float):
 def one(job: tuple) -> tuple:
     scenario, day, seed, label, lam = job
     wrap, attach = sibling_penalty(lam) if lam else (None, None)
-    record = run_simulation(scenario, BLEND, seed, "d", [f"spans.d=[{day},{day + 1}]"], wrap_policy=wrap,
-                            on_simulation=attach)
-    return label, day, seed, {c: float(record["metrics"][c]) for c in COLUMNS}
+    record = run_simulation(scenario, BLEND, seed, "d", [day_span(day)], wrap_policy=wrap, on_simulation=attach)
+    return label, day, seed, metrics(record)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenario", default="dlrm-small")
-    parser.add_argument("--days", default="21:27", help="FIRST:END scenario days, a run each (END exclusive)")
-    parser.add_argument("--seeds", type=int, default=2, help="seeds 1..N of each day")
+    add_arguments(parser)
     parser.add_argument("--spread", default="0.1,0.3,1", help="penalty strengths, comma-separated")
-    parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    first, end = (int(v) for v in args.days.split(":"))
-    if not 0 <= first < end or args.seeds < 2:
-        parser.error(f"--days {args.days} --seeds {args.seeds}: expected FIRST < END and at least 2 seeds")
+    days = days_of(parser, args)
     try:
         strengths = [float(x) for x in args.spread.split(",") if x]
     except ValueError:
@@ -80,17 +73,14 @@ def main() -> None:
     if not strengths or not all(v > 0 for v in strengths):
         parser.error(f"--spread {args.spread!r}: expected positive strengths")
     variants = [("the blend", 0.0)] + [(f"spread {v:g}", v) for v in strengths]
-    jobs = [(args.scenario, day, seed, label, lam) for day in range(first, end)
+    jobs = [(args.scenario, day, seed, label, lam) for day in days
             for seed in range(1, args.seeds + 1) for label, lam in variants]
-    print(f"code version {code_version()}; {args.scenario} days {first}-{end - 1}, seeds 1-{args.seeds}: "
+    print(f"code version {code_version()}; {args.scenario} days {days[0]}-{days[-1]}, seeds 1-{args.seeds}: "
           f"{len(jobs)} runs on {args.workers} workers", flush=True)
     started = time.perf_counter()
     runs: dict[str, dict[tuple, dict]] = {label: {} for label, _ in variants}
-    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
-        for k, (label, day, seed, m) in enumerate(pool.imap_unordered(one, jobs), 1):
-            runs[label][day, seed] = m
-            if k % 10 == 0 or k == len(jobs):
-                print(f"  {k}/{len(jobs)} runs, {time.perf_counter() - started:,.0f} s", flush=True)
+    for label, day, seed, m in run_all(one, jobs, args.workers):
+        runs[label][day, seed] = m
     print_table([label for label, _ in variants], runs)
     print(f"\n{len(runs['the blend'])} (day, seed) pairs, {time.perf_counter() - started:,.0f} s")
 
