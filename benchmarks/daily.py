@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from td3sched.evaluate.stats import summarize
+from td3sched.version import code_version
 
 BLEND = "static-weights:w=1/0/0/0:tau=0.4:frag=0.25"
 COLUMNS = ("cost_node_hours", "node_hours", "latency_breach_hours", "cost_overload", "cost_slo", "latency_p99_ms",
@@ -55,6 +56,33 @@ def run_all(one: Callable, jobs: list, workers: int, every: int = 10) -> Iterato
             if k % every == 0 or k == len(jobs):
                 print(f"  {k}/{len(jobs)} runs, {time.perf_counter() - started:,.0f} s", flush=True)
             yield result
+
+
+def numbers(parser: argparse.ArgumentParser, text: str, name: str) -> list[float]:
+    """The comma-separated numbers of option ``--name`` (none for ''), or the parser's error naming them."""
+    try:
+        values = [float(x) for x in text.split(",") if x]
+    except ValueError:
+        parser.error(f"--{name} {text!r}: expected comma-separated numbers")
+    if len(set(values)) != len(values):
+        parser.error(f"--{name} {text!r}: expected each value once")
+    return values
+
+
+def compare(args: argparse.Namespace, days: range, variants: list[tuple], one: Callable, setting: str = "") -> None:
+    """Run every variant ``(label, *parameters)`` on every (day, seed), ``one((scenario, day, seed, label,
+    *parameters))`` returning ``(label, day, seed, metrics)``, and print the table against the first."""
+    jobs = [(args.scenario, day, seed, *variant) for day in days for seed in range(1, args.seeds + 1)
+            for variant in variants]
+    print(f"code version {code_version()}; {args.scenario} days {days[0]}-{days[-1]}, seeds 1-{args.seeds}"
+          f"{setting}: {len(jobs)} runs on {args.workers} workers", flush=True)
+    started = time.perf_counter()
+    labels = [variant[0] for variant in variants]
+    runs: dict[str, dict[tuple, dict]] = {label: {} for label in labels}
+    for label, day, seed, m in run_all(one, jobs, args.workers):
+        runs[label][day, seed] = m
+    print_table(labels, runs)
+    print(f"\n{len(runs[labels[0]])} (day, seed) pairs, {time.perf_counter() - started:,.0f} s")
 
 
 def print_table(labels: list[str], runs: dict[str, dict[tuple, dict]]) -> None:

@@ -21,15 +21,13 @@ and SLO terms), P99, OOM kills and the scale-down's evictions.
 from __future__ import annotations
 
 import argparse
-import time
 from types import MethodType
 
 import numpy as np
 
-from daily import BLEND, add_arguments, day_span, days_of, metrics, print_table, run_all
+from daily import BLEND, add_arguments, compare, day_span, days_of, metrics, numbers
 from td3sched.run import run_simulation
 from td3sched.simulator.kernels import requested_utilisation
-from td3sched.version import code_version
 
 
 def needed_bonus(strength: float, ramp: bool):
@@ -66,19 +64,9 @@ def main() -> None:
     args = parser.parse_args()
     days = days_of(parser, args)
     variants = [("the blend", 0.0, False)]
-    variants += [(f"drain {d:g}", d, False) for d in (float(x) for x in args.drain.split(",") if x)]
-    variants += [(f"ramp {d:g}", d, True) for d in (float(x) for x in args.ramp.split(",") if x)]
-    jobs = [(args.scenario, day, seed, label, d, ramp) for day in days
-            for seed in range(1, args.seeds + 1) for label, d, ramp in variants]
-    print(f"code version {code_version()}; {args.scenario} days {days[0]}-{days[-1]}, seeds 1-{args.seeds}: "
-          f"{len(jobs)} runs on {args.workers} workers", flush=True)
-    started = time.perf_counter()
-    runs: dict[str, dict[tuple, dict]] = {label: {} for label, _, _ in variants}
-    for label, day, seed, m in run_all(one, jobs, args.workers):
-        runs[label][day, seed] = m
-    print_table([label for label, _, _ in variants], runs)
-    print(f"\n{len(runs['the blend'])} (day, seed) pairs, {time.perf_counter() - started:,.0f} s")
-
+    variants += [(f"drain {d:g}", d, False) for d in numbers(parser, args.drain, "drain")]
+    variants += [(f"ramp {d:g}", d, True) for d in numbers(parser, args.ramp, "ramp")]
+    compare(args, days, variants, one)
 
 if __name__ == "__main__":
     main()

@@ -36,14 +36,12 @@ seeds; the table is ``daily.print_table``'s (the objective's cost, the paired di
 from __future__ import annotations
 
 import argparse
-import time
 from types import MethodType
 
 import numpy as np
 
-from daily import BLEND, add_arguments, day_span, days_of, metrics, print_table, run_all
+from daily import BLEND, add_arguments, compare, day_span, days_of, metrics, numbers
 from td3sched.run import run_simulation
-from td3sched.version import code_version
 
 
 def estimate_keys(w, source: str) -> np.ndarray:
@@ -185,20 +183,11 @@ def main() -> None:
     if args.rank_only:
         rank_estimates(args.scenario, days[0], 1)
         return
-    variants = [("the blend", 0.0, "")]
+    horizon_s = args.horizon_h * 3600.0
+    variants = [("the blend", 0.0, "", horizon_s)]
     for source in ("oracle", "app", "shape"):
-        variants += [(f"{source} {v:g}", v, source) for v in (float(x) for x in getattr(args, source).split(",") if x)]
-    jobs = [(args.scenario, day, seed, label, lam, source, args.horizon_h * 3600.0) for day in days
-            for seed in range(1, args.seeds + 1) for label, lam, source in variants]
-    print(f"code version {code_version()}; {args.scenario} days {days[0]}-{days[-1]}, seeds 1-{args.seeds}, horizon "
-          f"{args.horizon_h:g} h: {len(jobs)} runs on {args.workers} workers", flush=True)
-    started = time.perf_counter()
-    runs: dict[str, dict[tuple, dict]] = {label: {} for label, _, _ in variants}
-    for label, day, seed, m in run_all(one, jobs, args.workers):
-        runs[label][day, seed] = m
-    print_table([label for label, _, _ in variants], runs)
-    print(f"\n{len(runs['the blend'])} (day, seed) pairs, {time.perf_counter() - started:,.0f} s")
-
+        variants += [(f"{source} {v:g}", v, source, horizon_s) for v in numbers(parser, getattr(args, source), source)]
+    compare(args, days, variants, one, setting=f", horizon {args.horizon_h:g} h")
 
 if __name__ == "__main__":
     main()

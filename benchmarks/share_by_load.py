@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from daily import add_arguments, day_span, days_of, metrics, print_table, run_all
+from daily import add_arguments, day_span, days_of, metrics, numbers, print_table, run_all
 from td3sched.evaluate.stats import summarize
 from td3sched.run import run_simulation
 from td3sched.version import code_version
@@ -42,16 +42,6 @@ def one(job: tuple) -> tuple:
     return load, share, day, seed, metrics(record)
 
 
-def numbers(text: str, name: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x]
-    except ValueError:
-        raise SystemExit(f"--{name} {text!r}: expected comma-separated numbers") from None
-    if not values or len(set(values)) != len(values):
-        raise SystemExit(f"--{name} {text!r}: expected at least one value, each once")
-    return values
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_arguments(parser)
@@ -60,8 +50,8 @@ def main() -> None:
                         help="fragmentation shares, comma-separated; the first is the reference")
     args = parser.parse_args()
     days = days_of(parser, args)
-    loads, shares = numbers(args.loads, "loads"), numbers(args.shares, "shares")
-    if not all(0 < v <= 1 for v in loads) or not all(0 <= v <= 1 for v in shares):
+    loads, shares = numbers(parser, args.loads, "loads"), numbers(parser, args.shares, "shares")
+    if not loads or not shares or not all(0 < v <= 1 for v in loads) or not all(0 <= v <= 1 for v in shares):
         parser.error(f"--loads {args.loads} --shares {args.shares}: expected loads in (0, 1] and shares in [0, 1]")
     jobs = [(args.scenario, load, share, day, seed) for load in loads for day in days
             for seed in range(1, args.seeds + 1) for share in shares]

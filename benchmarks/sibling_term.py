@@ -20,14 +20,12 @@ seeds; the table is ``daily.print_table``'s (the objective's cost, the paired di
 from __future__ import annotations
 
 import argparse
-import time
 from types import MethodType
 
 import numpy as np
 
-from daily import BLEND, add_arguments, day_span, days_of, metrics, print_table, run_all
+from daily import BLEND, add_arguments, compare, day_span, days_of, metrics, numbers
 from td3sched.run import run_simulation
-from td3sched.version import code_version
 
 
 def sibling_penalty(lam: float):
@@ -66,24 +64,10 @@ def main() -> None:
     parser.add_argument("--spread", default="0.1,0.3,1", help="penalty strengths, comma-separated")
     args = parser.parse_args()
     days = days_of(parser, args)
-    try:
-        strengths = [float(x) for x in args.spread.split(",") if x]
-    except ValueError:
-        parser.error(f"--spread {args.spread!r}: expected comma-separated numbers")
+    strengths = numbers(parser, args.spread, "spread")
     if not strengths or not all(v > 0 for v in strengths):
         parser.error(f"--spread {args.spread!r}: expected positive strengths")
-    variants = [("the blend", 0.0)] + [(f"spread {v:g}", v) for v in strengths]
-    jobs = [(args.scenario, day, seed, label, lam) for day in days
-            for seed in range(1, args.seeds + 1) for label, lam in variants]
-    print(f"code version {code_version()}; {args.scenario} days {days[0]}-{days[-1]}, seeds 1-{args.seeds}: "
-          f"{len(jobs)} runs on {args.workers} workers", flush=True)
-    started = time.perf_counter()
-    runs: dict[str, dict[tuple, dict]] = {label: {} for label, _ in variants}
-    for label, day, seed, m in run_all(one, jobs, args.workers):
-        runs[label][day, seed] = m
-    print_table([label for label, _ in variants], runs)
-    print(f"\n{len(runs['the blend'])} (day, seed) pairs, {time.perf_counter() - started:,.0f} s")
-
+    compare(args, days, [("the blend", 0.0)] + [(f"spread {v:g}", v) for v in strengths], one)
 
 if __name__ == "__main__":
     main()
