@@ -52,9 +52,10 @@ def sibling_penalty(lam: float):
 
 
 def one(job: tuple) -> tuple:
-    scenario, day, seed, label, lam = job
+    scenario, day, seed, label, lam, overrides = job
     wrap, attach = sibling_penalty(lam) if lam else (None, None)
-    record = run_simulation(scenario, BLEND, seed, "d", [day_span(day)], wrap_policy=wrap, on_simulation=attach)
+    record = run_simulation(scenario, BLEND, seed, "d", [day_span(day), *overrides], wrap_policy=wrap,
+                            on_simulation=attach)
     return label, day, seed, metrics(record)
 
 
@@ -62,12 +63,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     parser.add_argument("--spread", default="0.1,0.3,1", help="penalty strengths, comma-separated")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a scenario override for every run (a variant of the scenario), repeatable")
     args = parser.parse_args()
     days = days_of(parser, args)
     strengths = numbers(parser, args.spread, "spread")
     if not strengths or not all(v > 0 for v in strengths):
         parser.error(f"--spread {args.spread!r}: expected positive strengths")
-    compare(args, days, [("the blend", 0.0)] + [(f"spread {v:g}", v) for v in strengths], one)
+    overrides = tuple(args.set)
+    compare(args, days, [("the blend", 0.0, overrides)] + [(f"spread {v:g}", v, overrides) for v in strengths], one,
+            setting="".join(f", --set {o}" for o in overrides))
 
 if __name__ == "__main__":
     main()
