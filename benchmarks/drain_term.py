@@ -68,5 +68,6 @@ def main() -> None:
     variants += [(f"ramp {d:g}", d, True) for d in numbers(parser, args.ramp, "ramp")]
     compare(args, days, variants, one)
 
+
 if __name__ == "__main__":
     main()

@@ -189,5 +189,6 @@ def main() -> None:
         variants += [(f"{source} {v:g}", v, source, horizon_s) for v in numbers(parser, getattr(args, source), source)]
     compare(args, days, variants, one, setting=f", horizon {args.horizon_h:g} h")
 
+
 if __name__ == "__main__":
     main()

@@ -74,5 +74,6 @@ def main() -> None:
     compare(args, days, [("the blend", 0.0, overrides)] + [(f"spread {v:g}", v, overrides) for v in strengths], one,
             setting="".join(f", --set {o}" for o in overrides))
 
+
 if __name__ == "__main__":
     main()
