@@ -68,6 +68,20 @@ def test_within_the_box_it_places_as_the_spec(spec, tmp_path):
     assert model == static
 
 
+def test_a_sibling_spread_is_fixed_by_the_card_and_places_as_the_spec(tmp_path):
+    spec = "static-weights:w=0.4/0.3/0.2/0.1:tau=0.5:spread=3"
+    folder = write_static_model(spec, tmp_path / "m", "tiny")
+    assert json.loads((folder / CARD_FILE).read_text())["sibling_spread"] == 3.0
+    assert load_actor(folder).sibling_spread == 3.0 and spec_mode(spec) == "full"
+    scenario = load_scenario("tiny")
+    start, _ = scenario.span("test")
+    world = scenario.build(1)
+    runs = {name: Simulation(world, make_policy(name), 1, start, start + 6 * 3600).run()["metrics"]
+            for name in (f"td3:{folder}", spec, spec.replace(":spread=3", ""))}
+    assert runs[f"td3:{folder}"] == runs[spec]
+    assert runs[spec] != runs[spec.replace(":spread=3", "")]   # the spread places pods elsewhere on tiny
+
+
 def test_a_weight_of_zero_comes_back_at_the_box_s_floor(tmp_path):
     folder = write_static_model("static-weights:w=1/0/0/0:tau=0.4", tmp_path / "m", "tiny")
     args = decode(load_actor(folder).act(np.zeros(OBSERVATION_SIZE, dtype=np.float32)), "full")

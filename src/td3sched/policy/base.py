@@ -32,6 +32,9 @@ class PodRequest:
     cpu_limit_milli: float
     mem_limit_mib: float
     time_s: float
+    app: object = None
+    """The pod's workload, whose pods are its siblings (``policy.siblings``): the app's index in the
+    simulator, the controller that owns it (namespace/kind/name) in the engine; None: a pod of its own."""
 
     @property
     def nonzero_cpu_mem(self) -> np.ndarray:
@@ -105,3 +108,10 @@ class Policy(ABC):
     def released(self, pod: PodRequest, node: int, cluster: Cluster, reason: str = "departure") -> None:
         """Told after the pod has left ``node``, for policies that count what each node holds;
         ``reason`` is one of ``RELEASE_REASONS``."""
+
+    @property
+    def counts_releases(self) -> bool:
+        """Whether the simulator tells this policy of releases (``released``); only a policy that overrides
+        ``released`` is told (one call per departure otherwise). A policy that counts only in some settings
+        says so here."""
+        return type(self).released is not Policy.released

@@ -35,13 +35,22 @@ on dlrm-small FGD is the best baseline for what packing the GPU pods saves, and 
 
     score_n = (1 - frag) x minmax(score_n) + frag x minmax(fgd_n)
 
+**Sibling spread** (optional, ``spread``): the score lowered on the nodes that already run pods of the
+pod's own workload (``policy.siblings``: its replicas peak together), after the fragmentation blend:
+
+    score_n = (score_n + spread / (s_n + 1)) / (1 + spread)        s_n: the pod's siblings running on n
+
+With a spread above 1 a node with no sibling outranks every node with one; 0 (the default) leaves the
+score as it is, bit for bit.
+
 **As served** (the simulator's ``served_score_levels``): a front door answers a scheduler whole numbers,
 0-100 from ScoreNodes (``rounded_scores``), and kube-scheduler breaks their ties at random; with the
 setting at 100 the simulator scores this policy so too.
 
-Spec: ``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5[:ceiling=0.75][:req=0.5][:bal=0.5][:frag=0.25]``.
+Spec: ``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5[:ceiling=0.75][:req=0.5][:bal=0.5][:frag=0.25][:spread=3]``.
 Defaults: equal weights, tau = 0 (the reference design's idle-weighted score), no ceiling, requests share 0
-(usage only), balance share 0 (no balance term), fragmentation share 0 (no FGD term). The older form
+(usage only), balance share 0 (no balance term), fragmentation share 0 (no FGD term), spread 0 (no
+sibling term). The older form
 ``w=0.4,0.3,0.2,0.1;tau=0.5`` is still read, but its ``;`` ends a shell command unless quoted (see
 ``parse_args``).
 """
@@ -55,6 +64,7 @@ import numpy as np
 from td3sched.policy.assign_cache import AssignCache
 from td3sched.policy.base import Policy, PodRequest
 from td3sched.policy.features import balanced, closeness, requested_utilisation, utilisation, with_requests
+from td3sched.policy.siblings import Siblings, spread_siblings, validate_spread
 from td3sched.simulator.cluster import Cluster
 from td3sched.workload.pods import BEST_EFFORT
 
@@ -198,10 +208,10 @@ def validate_fragmentation(share) -> float:
 
 
 def static_weights_spec(weights, tau: float, ceiling: float | None = None, requests: float = 0.0,
-                        balance: float = 0.0, fragmentation: float = 0.0) -> str:
+                        balance: float = 0.0, fragmentation: float = 0.0, spread: float = 0.0) -> str:
     """The canonical spec, safe to paste into a shell unquoted: ``static-weights:w=a/b/c/d:tau=t``
-    (``:ceiling=c`` when there is one, ``:req=r``, ``:bal=b`` and ``:frag=f`` when those shares are not
-    0). Twelve significant digits: the weights read back still sum to 1 within ``SIMPLEX_TOLERANCE``."""
+    (``:ceiling=c`` when there is one, ``:req=r``, ``:bal=b``, ``:frag=f`` and ``:spread=s`` when those
+    are not 0). Twelve significant digits: the weights read back still sum to 1 within ``SIMPLEX_TOLERANCE``."""
     spec = (f"static-weights{ARG_SEPARATOR}w={LIST_SEPARATOR.join(f'{x:.12g}' for x in weights)}"
             f"{ARG_SEPARATOR}tau={tau:.12g}")
     if ceiling is not None:
@@ -210,19 +220,24 @@ def static_weights_spec(weights, tau: float, ceiling: float | None = None, reque
         spec += f"{ARG_SEPARATOR}req={requests:.12g}"
     if balance != 0:
         spec += f"{ARG_SEPARATOR}bal={balance:.12g}"
-    return spec if fragmentation == 0 else f"{spec}{ARG_SEPARATOR}frag={fragmentation:.12g}"
+    if fragmentation != 0:
+        spec += f"{ARG_SEPARATOR}frag={fragmentation:.12g}"
+    return spec if spread == 0 else f"{spec}{ARG_SEPARATOR}spread={spread:.12g}"
 
 
 class StaticWeights(Policy):
     name = "static-weights"
 
     def __init__(self, weights=(0.25, 0.25, 0.25, 0.25), tau: float = 0.0, ceiling: float | None = None,
-                 requests: float = 0.0, balance: float = 0.0, fragmentation: float = 0.0):
+                 requests: float = 0.0, balance: float = 0.0, fragmentation: float = 0.0, spread: float = 0.0):
         self.weights, self.tau = validate_weights(weights, tau)
         self.ceiling = validate_ceiling(ceiling)
         self.requests = validate_requests(requests)
         self.balance = validate_balance(balance)
         self.fragmentation = validate_fragmentation(fragmentation)
+        self.spread = validate_spread(spread)
+        self.siblings = Siblings()
+        """The running pods of each workload per node, for the sibling spread (kept only with one)."""
         self.fgd = None
         """FGD's score, for the fragmentation share (None without one: ``score_fragmentation``)."""
         if self.fragmentation:
@@ -242,10 +257,10 @@ class StaticWeights(Policy):
     @classmethod
     def from_spec(cls, args: str) -> "StaticWeights":
         kw = parse_args(args)
-        unknown = set(kw) - {"w", "tau", "ceiling", "req", "bal", "frag"}
+        unknown = set(kw) - {"w", "tau", "ceiling", "req", "bal", "frag", "spread"}
         if unknown:
             raise ValueError(f"static-weights: unknown argument(s) {sorted(unknown)}: expected w, tau, ceiling, req, "
-                             "bal and frag")
+                             "bal, frag and spread")
         try:
             weights = [float(x) for x in parse_list(kw["w"])] if "w" in kw else (0.25,) * 4
             tau = float(kw.get("tau", 0.0))
@@ -253,20 +268,22 @@ class StaticWeights(Policy):
             requests = float(kw.get("req", 0.0))
             balance = float(kw.get("bal", 0.0))
             fragmentation = float(kw.get("frag", 0.0))
+            spread = float(kw.get("spread", 0.0))
         except ValueError:
-            raise ValueError(f"static-weights:{args}: expected w=a/b/c/d:tau=x:ceiling=c:req=r:bal=b:frag=f with "
-                             "numbers") from None
-        return cls(weights, tau, ceiling, requests, balance, fragmentation)
+            raise ValueError(f"static-weights:{args}: expected w=a/b/c/d:tau=x:ceiling=c:req=r:bal=b:frag=f:spread=s "
+                             "with numbers") from None
+        return cls(weights, tau, ceiling, requests, balance, fragmentation, spread)
 
     @property
     def spec(self) -> str:
         return static_weights_spec(self.weights, self.tau, self.ceiling, self.requests, self.balance,
-                                   self.fragmentation)
+                                   self.fragmentation, self.spread)
 
     def attach(self, context) -> None:
         super().attach(context)
         self.cache = AssignCache(context.cluster.size, horizon_s=context.window_s + context.scrape_s)
         self.levels = context.score_levels
+        self.siblings = Siblings()
         if self.fgd is not None:
             self.fgd.attach(context)
 
@@ -279,11 +296,14 @@ class StaticWeights(Policy):
     def score_nodes(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster, u: np.ndarray) -> np.ndarray:
         """Scores of ``nodes`` of utilisation ``u`` (``utilisation``): ``product_score`` with this policy's
         weights, tau and shares (the balance share as ``pod_balance`` gives it for the pod), blended with
-        FGD's by the fragmentation share, rounded as served when the run says so (``levels``)."""
+        FGD's by the fragmentation share, lowered where the pod's siblings run by the spread, rounded as
+        served when the run says so (``levels``)."""
         r = requested_utilisation(pod, nodes, cluster) if self.requests else None
         s = product_score(u, r, self.weights, self.tau, self.requests, pod_balance(self.balance, pod.qos))
         if self.fgd is not None and self.fragmentation:
             s = blend_fragmentation(s, self.fgd.score(pod, nodes, cluster), self.fragmentation)
+        if self.spread:
+            s = spread_siblings(s, self.siblings.counts(pod.app, nodes), self.spread)
         return rounded_scores(s, self.levels) if self.levels else s
 
     def filter(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray | None:
@@ -309,3 +329,14 @@ class StaticWeights(Policy):
     def bound(self, pod: PodRequest, node: int, cluster: Cluster) -> None:
         if self.cache is not None:
             self.cache.add(node, pod.time_s, pod.nonzero_cpu_mem)
+        if self.spread:
+            self.siblings.add(pod.app, node)
+
+    def released(self, pod: PodRequest, node: int, cluster: Cluster, reason: str = "departure") -> None:
+        if self.spread:
+            self.siblings.remove(pod.app, node)
+
+    @property
+    def counts_releases(self) -> bool:
+        """Told of releases only with a sibling spread, which counts each node's running pods."""
+        return bool(self.spread)

@@ -146,8 +146,9 @@ def card_action_hold(card: dict) -> float:
 @dataclass(frozen=True)
 class ScoreArgs:
     """What an action stands for: the score's weights and tau, the hold-back ceiling (None: none), the
-    requests share (0: usage only), the balance share (0: no balance term) and the fragmentation share
-    (0: no fgd term)."""
+    requests share (0: usage only), the balance share (0: no balance term), the fragmentation share
+    (0: no fgd term) and the sibling spread (0: no sibling term; ``policy.siblings``). The spread is no
+    action dimension: a model card fixes it (``sibling_spread``), ``decode`` gives 0."""
 
     weights: np.ndarray
     tau: float
@@ -155,6 +156,7 @@ class ScoreArgs:
     requests: float = 0.0
     balance: float = 0.0
     fragmentation: float = 0.0
+    spread: float = 0.0
 
 
 def _sigmoid(x: float) -> float:
@@ -208,7 +210,7 @@ def static_score_args(spec: str, mode: str | None = "full") -> ScoreArgs:
         raise ValueError(f"static score {spec!r}: expected a static-weights spec, e.g. static-weights:w=1/0/0/0:tau=0.4")
     policy = StaticWeights.from_spec(args)
     args = ScoreArgs(np.asarray(policy.weights, dtype=np.float64), float(policy.tau), policy.ceiling,
-                     policy.requests, policy.balance, policy.fragmentation)
+                     policy.requests, policy.balance, policy.fragmentation, policy.spread)
     if mode is None:
         return args
     mode = check_action_mode(mode)

@@ -22,12 +22,14 @@ ONNX_FILE = "model.onnx"
 CARD_FORMAT = 1
 CARD_KEYS = ("format", "scenario", "overrides", "span", "episode_hours", "seed", "action_mode", "config",
              "observation", "normalizer", "code_version", "training", "created", "model_sha256")
-OPTIONAL_CARD_KEYS = ("action_dimensions", "action_hold_s", "warmup_hours", "warmup_score", "typical_pods")
+OPTIONAL_CARD_KEYS = ("action_dimensions", "action_hold_s", "warmup_hours", "warmup_score", "typical_pods",
+                      "sibling_spread")
 """Keys added after models were shipped: a card without them reads as before (``action_dimensions``:
 the action mode's, ``rl.actions.card_action_dimensions``; ``action_hold_s``: 0, an action per decision,
 ``rl.actions.card_action_hold``; ``warmup_hours`` and ``warmup_score``: the training episodes' warm-up,
 none; ``typical_pods``: the training scenario's typical pods per pool, which a model with a
-fragmentation share scores with outside the simulator, ``card_typical_pods``)."""
+fragmentation share scores with outside the simulator, ``card_typical_pods``; ``sibling_spread``: the
+sibling spread every decision's score takes (``policy.siblings``), 0, ``card_sibling_spread``)."""
 
 
 class ModelError(ValueError):
@@ -72,9 +74,18 @@ def read_card(folder: Path) -> dict:
         card_action_dimensions(card)
         card_action_hold(card)
         card_typical_pods(card)
+        card_sibling_spread(card)
     except ValueError as exc:
         raise ModelError(f"{path}: {exc}") from None
     return card
+
+
+def card_sibling_spread(card: dict) -> float:
+    """The sibling spread a model card fixes (``sibling_spread``; none: 0), as a float; ValueError when bad."""
+    from td3sched.policy.siblings import validate_spread
+
+    spread = card.get("sibling_spread")
+    return 0.0 if spread is None else validate_spread(spread)
 
 
 def card_typical_pods(card: dict):

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from td3sched.rl.actions import action_size, card_action_dimensions, card_action_hold, check_action_mode
-from td3sched.rl.card import ONNX_FILE, ModelError, card_typical_pods, folder_content_sha256
+from td3sched.rl.card import ONNX_FILE, ModelError, card_sibling_spread, card_typical_pods, folder_content_sha256
 from td3sched.rl.observation import OBSERVATION_FIELDS, OBSERVATION_SIZE
 
 METADATA_PREFIX = "td3sched."
@@ -40,6 +40,8 @@ class OnnxActor:
         """(pool names, typical pods per pool) the card gives for a fragmentation share, or None."""
         self.action_hold_s = card_action_hold(card)
         """Seconds an action holds (the card's ``action_hold_s``; 0: one action per decision)."""
+        self.sibling_spread = card_sibling_spread(card)
+        """The sibling spread every decision's score takes (the card's ``sibling_spread``; 0: none)."""
         self.input_name = session.get_inputs()[0].name
 
     @property

@@ -13,7 +13,8 @@ Two subclasses:
   and scores with the deterministic actor (no noise) through ONNX Runtime (``rl.onnx_actor``, the
   normaliser inside the graph): the same inference path as the decision engine. torch is imported
   only when the folder has no ``model.onnx`` yet (it is then exported in memory). A fragmentation
-  share is measured with the typical pods of the model's card, as the engine measures it.
+  share is measured with the typical pods of the model's card, as the engine measures it, and the
+  card's sibling spread (``sibling_spread``, ``policy.siblings``) is applied to every decision's score.
 
 With a hold (``hold_s`` > 0, a model card's ``action_hold_s``, ``td3sched train --action-hold``) the
 action is taken at most once per ``hold_s`` simulated seconds: a decision within ``hold_s`` of the
@@ -35,6 +36,7 @@ import numpy as np
 
 from td3sched.metrics.fragmentation import typical_for_pools
 from td3sched.policy.base import PodRequest
+from td3sched.policy.siblings import validate_spread
 from td3sched.policy.static_weights import StaticWeights
 from td3sched.rl.actions import ScoreArgs, check_action_mode, check_hold, decode
 from td3sched.rl.observation import OomWindow, observe
@@ -125,6 +127,8 @@ class TD3Policy(ActionPolicy):
         if model is None or isinstance(model, str):
             raise ValueError("td3 needs a trained model folder: td3:runs/NAME (written by td3sched train)")
         super().__init__(model.action_mode, float(getattr(model, "action_hold_s", 0.0)))
+        self.spread = validate_spread(getattr(model, "sibling_spread", 0.0))
+        """The card's sibling spread: every decision's score takes it (the action does not set it)."""
         self.model = model
         self.folder = model.folder
 

@@ -13,7 +13,8 @@ spec's pre-activations (``rl.actions.encode`` at the box's edge). ``decode`` giv
 the action box: a weight of 0 among others comes back as about 5e-5 (the softmax of logits 10 apart),
 a share of 0 or 1 as 0.0067 or 0.9933. The action mode is the smallest that expresses the spec (a
 ceiling: ``ceiling``; a balance share: ``balance``; a requests share: ``requests``; a fragmentation
-share: ``fragmentation``; else ``full``); a spec no mode expresses (a ceiling with a fragmentation
+share: ``fragmentation``; else ``full``). A sibling spread is no action dimension: the card fixes it
+(``sibling_spread``). A spec no mode expresses (a ceiling with a fragmentation
 share, say) is refused, naming the spec. The networks are small (``HIDDEN``) and the critics as
 initialised: the model is not trained, and its card says so (``training.static_spec``).
 """
@@ -66,9 +67,11 @@ def write_static_model(spec: str, folder, scenario: str, overrides: tuple[str, .
         last.weight.zero_()
         last.bias.copy_(torch.atanh(torch.clamp(torch.as_tensor(target) / LOGIT_LIMIT, -EDGE, EDGE)))
     folder = Path(folder)
+    spread = static_score_args(spec, mode).spread
     save_model(folder, agent, {"scenario": scenario, "overrides": list(overrides), "seed": 0,
                                "training": {"static_spec": spec, "steps": 0},
-                               **({"action_hold_s": float(action_hold_s)} if action_hold_s else {})})
+                               **({"action_hold_s": float(action_hold_s)} if action_hold_s else {}),
+                               **({"sibling_spread": spread} if spread else {})})
     export_onnx(folder)
     return folder
 

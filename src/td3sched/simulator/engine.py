@@ -234,8 +234,8 @@ class Simulation(ClusterAutoscaler):
         self.running_pods = RunningPods(w, self.cpu_weight, self.base_ms, self.pod_usage, self.crashed)
         """The running pods, with the columns a tick reads kept in their order (simulator.running)."""
         self._cpu_cores = self.cluster.allocatable[:, 0] + self.cluster.overhead[:, 0]
-        self._policy_counts_releases = type(policy).released is not Policy.released
-        """Only a policy that overrides ``released`` is told (one call per departure otherwise)."""
+        self._policy_counts_releases = policy.counts_releases
+        """Only a policy that counts releases is told (``Policy.counts_releases``)."""
         self._node_scratch = np.empty(c.size, dtype=np.int64)
         """Scratch for the compiled Filter and Select (kernels)."""
         self._no_counts = np.zeros(0, dtype=np.int64)
@@ -350,7 +350,7 @@ class Simulation(ClusterAutoscaler):
     def pod_request(self, pod: int, t: float) -> PodRequest:
         w = self.w
         return PodRequest(pod, w.request[pod], int(w.gpu_count[pod]), int(w.gpu_milli[pod]), int(w.qos[pod]),
-                          float(w.cpu_limit_milli[pod]), float(w.mem_limit_mib[pod]), t)
+                          float(w.cpu_limit_milli[pod]), float(w.mem_limit_mib[pod]), t, int(w.app[pod]))
 
     def _epoch_freed(self, node: int) -> None:
         n = int(self._n_freed[0])
