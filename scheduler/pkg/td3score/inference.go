@@ -39,7 +39,10 @@ const (
 // PluginActionModes are the action modes the plugin decodes and scores itself; a model of another mode
 // (requests, balance: they score by the requests' share, which the plugin's score has no term for) is
 // left to the engine. A fragmentation model's share is scored with FGD's (fragmentation.go) over the
-// typical pods GetModel sends with it.
+// typical pods GetModel sends with it. A model whose card fixes a sibling spread (GetModel's
+// sibling_spread) lowers the candidates that run the pod's siblings (SpreadSiblings), counted over the
+// scheduler's own NodeInfo pods (SiblingsOn: bound and assumed pods alike, where the engine counts what
+// its pod watch and ReportBinding have told it).
 var PluginActionModes = []string{"full", "seed", "ceiling", "fragmentation"}
 
 // GiB is the bytes of a gibibyte.
@@ -112,6 +115,8 @@ type servedModel struct {
 	failClosed bool
 	// typical: a fragmentation model's typical pods per pool (GetModel's typical_pods); nil otherwise.
 	typical PoolTypicalPods
+	// spread: the card's sibling spread (GetModel's sibling_spread); 0: none.
+	spread  float64
 	scratch sync.Pool // *inferenceScratch
 }
 
@@ -140,7 +145,12 @@ func loadModel(reply *enginev1.GetModelResponse) (*servedModel, error) {
 		return nil, fmt.Errorf("graph of %d inputs and %d outputs: expected %d and %d (action mode %q)", a.InputSize(),
 			a.OutputSize(), ObservationSize, actionWidth[reply.ActionMode], reply.ActionMode)
 	}
-	m := &servedModel{actor: a, version: reply.ModelVersion, mode: reply.ActionMode, failClosed: reply.FailClosed}
+	spread := reply.SiblingSpread
+	if math.IsNaN(spread) || spread < 0 || spread > MaxSpread {
+		return nil, fmt.Errorf("sibling spread %g: expected [0, %g]", spread, MaxSpread)
+	}
+	m := &servedModel{actor: a, version: reply.ModelVersion, mode: reply.ActionMode, failClosed: reply.FailClosed,
+		spread: spread}
 	if reply.ActionMode == "fragmentation" {
 		if m.typical, err = ParseTypicalPods([]byte(reply.TypicalPods)); err != nil {
 			return nil, fmt.Errorf("the fragmentation share's typical pods: %w", err)
@@ -173,7 +183,7 @@ func (pl *TD3Score) refreshModel(ctx context.Context) error {
 	case reply.ModelVersion == known && len(reply.Onnx) == 0:
 		if m := pl.model.Load(); m != nil && m.failClosed != reply.FailClosed {
 			pl.model.Store(&servedModel{actor: m.actor, version: m.version, mode: m.mode, failClosed: reply.FailClosed,
-				typical: m.typical})
+				typical: m.typical, spread: m.spread})
 		}
 		modelRefreshes.WithLabelValues("unchanged").Inc()
 		return nil
@@ -260,10 +270,24 @@ func (pl *TD3Score) inferScores(m *servedModel, p *enginev1.Pod, nodes []fwk.Nod
 	}
 	scores := make(map[string]int64, len(nodes))
 	next := 0 // the next fresh candidate
+	owner := p.Owner
 	for i, n := range nodes {
 		switch {
-		case s.fresh[i] && blended != nil:
-			scores[n.Node().Name] = To100(blended[next])
+		case s.fresh[i] && (blended != nil || m.spread > 0):
+			u := s.candidates[next].Utilisation
+			score := 0.0
+			if blended != nil {
+				score = blended[next]
+			} else {
+				score = WeightedCloseness(u, args.Weights, args.Tau)
+			}
+			if m.spread > 0 {
+				score = SpreadSiblings(score, float64(SiblingsOn(n, owner)), m.spread)
+			}
+			if args.Ceiling > 0 && !(u[0] <= args.Ceiling) {
+				score = 0
+			}
+			scores[n.Node().Name] = To100(score)
 			next++
 		case s.fresh[i]:
 			scores[n.Node().Name] = UtilisationScore(s.candidates[next].Utilisation, args.Weights, args.Tau, args.Ceiling)
@@ -331,3 +355,30 @@ func qosIndex(q enginev1.QosClass) int {
 }
 
 func unixSecondsOf(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// MaxSpread is the largest sibling spread (policy/siblings.py MAX_SPREAD).
+const MaxSpread = 100.0
+
+// SpreadSiblings is a score in [0, 1] lowered for the pod's siblings on the node (policy/siblings.py
+// spread_siblings): (score + spread/(siblings+1)) / (1+spread); a spread of 0 leaves it as it is.
+func SpreadSiblings(score, siblings, spread float64) float64 {
+	if spread == 0 {
+		return score
+	}
+	return (score + spread/(siblings+1.0)) / (1.0 + spread)
+}
+
+// SiblingsOn counts the pods on the node (the scheduler's NodeInfo: bound and assumed pods) whose
+// controller is owner (Owner); none for a pod of no controller.
+func SiblingsOn(n fwk.NodeInfo, owner string) int {
+	if owner == "" {
+		return 0
+	}
+	count := 0
+	for _, p := range n.GetPods() {
+		if Owner(p.GetPod()) == owner {
+			count++
+		}
+	}
+	return count
+}

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	enginev1 "td3-scheduler/scheduler/pkg/engine/v1"
 )
@@ -19,7 +20,8 @@ const (
 // EnginePod is what the engine needs of a v1.Pod, read as src/td3sched/engine/kubernetes_objects.py
 // reads it (the shared test vectors hold the two equal): each request is what NodeResourcesFit counts
 // (the containers' sum or the largest init container's, plus spec.overhead; a missing request is its
-// limit); a limit is none (0) when a container has none; QoS is status.qosClass, else derived.
+// limit); a limit is none (0) when a container has none; QoS is status.qosClass, else derived; the owner
+// is the pod's controller (Owner).
 func EnginePod(pod *v1.Pod) (*enginev1.Pod, error) {
 	name := pod.Name
 	if name == "" {
@@ -91,11 +93,27 @@ func EnginePod(pod *v1.Pod) (*enginev1.Pod, error) {
 		CpuLimitMilli: limit(v1.ResourceCPU) * 1000,
 		MemLimitMib:   limit(v1.ResourceMemory) / (1 << 20),
 		Qos:           qos(pod, containers),
+		Owner:         Owner(pod),
 	}
 	if gpus > 0 {
 		out.GpuMilli = 1000
 	}
 	return out, nil
+}
+
+// Owner is the pod's controller as the engine names it (kubernetes_objects.controller_of): the
+// namespace, kind and name of the owner reference marked controller, "namespace/Kind/name" (an empty
+// namespace is "default"); "" for a pod no controller made. Its other pods are the pod's siblings.
+func Owner(pod *v1.Pod) string {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil {
+		return ""
+	}
+	namespace := pod.Namespace
+	if namespace == "" {
+		namespace = "default"
+	}
+	return namespace + "/" + ref.Kind + "/" + ref.Name
 }
 
 // containerResources are one container's requests (defaulted to its limits) and limits, in base units.

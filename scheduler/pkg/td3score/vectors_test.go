@@ -56,8 +56,15 @@ type vectors struct {
 			QoS           string   `json:"qos"`
 			CPULimitMilli *float64 `json:"cpu_limit_milli"`
 			MemLimitMiB   *float64 `json:"mem_limit_mib"`
+			Owner         string   `json:"owner"`
 		} `json:"expected"`
 	} `json:"pods"`
+	Siblings []struct {
+		Score    float64 `json:"score"`
+		Siblings float64 `json:"siblings"`
+		Spread   float64 `json:"spread"`
+		Value    float64 `json:"value"`
+	} `json:"siblings"`
 }
 
 // readJSON reads a shared test vector file into into.
@@ -145,7 +152,7 @@ func TestEnginePodMatchesPython(t *testing.T) {
 		if got.Name != e.Name || got.Namespace != e.Namespace || !near(got.CpuMilli, e.CPUMilli) ||
 			!near(got.MemMib, e.MemMiB) || !near(got.DiskGib, e.DiskGiB) || !near(got.RdmaPct, e.RdmaPct) || got.GpuCount != e.GPUCount ||
 			got.GpuMilli != e.GPUMilli || got.Qos != qos[e.QoS] || !near(got.CpuLimitMilli, orZero(e.CPULimitMilli)) ||
-			!near(got.MemLimitMib, orZero(e.MemLimitMiB)) {
+			!near(got.MemLimitMib, orZero(e.MemLimitMiB)) || got.Owner != e.Owner {
 			t.Errorf("pod %s: Go %v, Python %+v", c.Pod.Name, got, e)
 		}
 	}

@@ -34,7 +34,7 @@ def pod_to_proto(pod: PodSpec) -> engine_pb2.Pod:
         namespace=pod.namespace, name=pod.name, cpu_milli=pod.cpu_milli, mem_mib=pod.mem_mib, disk_gib=pod.disk_gib,
         rdma_pct=pod.rdma_pct, gpu_count=pod.gpu_count, gpu_milli=pod.gpu_milli, qos=_QOS_CLASS[pod.qos],
         cpu_limit_milli=pod.cpu_limit_milli if math.isfinite(pod.cpu_limit_milli) else 0.0,
-        mem_limit_mib=pod.mem_limit_mib if math.isfinite(pod.mem_limit_mib) else 0.0)
+        mem_limit_mib=pod.mem_limit_mib if math.isfinite(pod.mem_limit_mib) else 0.0, owner=pod.owner)
 
 
 class GrpcClient:

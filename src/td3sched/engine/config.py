@@ -3,7 +3,8 @@ are refused; an error names the key (``grpc.port``) and what it allows. Every de
 
     model: models/td3-dlrm            # a model folder (model.onnx served; export-onnx writes it)
     fallback: {weights: [...], tau: 0} # default: the best-static arguments of the model's scenario
-                                      # (+ fragmentation: 0.25, typical_pods: a card: the blend)
+                                      # (+ fragmentation: 0.25, typical_pods: a card: the blend;
+                                      #  + spread: 3, the sibling spread)
     shadow: false                     # decide and log; answers advisory / neutral
     safety_cpu_util: 0.9              # /filter: observed CPU above this share of allocatable fails
     grpc: {enabled: true, address: 127.0.0.1, port: 50051, max_workers: 8}
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from td3sched.engine.kubernetes_objects import DEFAULT_POOL_LABEL, SERVICE_ACCOUNT_DIR
 from td3sched.engine.prometheus_source import DEFAULT_QUERIES
+from td3sched.policy.siblings import MAX_SPREAD
 
 STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
@@ -110,6 +112,9 @@ class FallbackSettings(BaseModel):
     """The typical pods the share is measured with, per pool by name: a model card holding them (a
     shipped blend's, e.g. models/static-blend-dlrm-small/model.json) or a file of their form (relative: to
     the config file). Required with a share."""
+    spread: float = Field(0.0, ge=0, le=MAX_SPREAD)
+    """The sibling spread (``policy.siblings``): the score lowered on the nodes that run the pod's siblings,
+    the bound pods of its controller, which the Kubernetes pod watch gives (without it, no such term); 0: none."""
 
     @model_validator(mode="after")
     def _share_needs_typical_pods(self):

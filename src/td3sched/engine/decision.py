@@ -41,6 +41,13 @@ and each node's pool; a pool the card does not name has no typical pods, so its 
 (``no_allocation``). Nor can the plugin's own score, so such an action is not handed to it. A card
 without typical pods is refused at load, naming the model.
 
+**Sibling spread** (a card's ``sibling_spread``, or the fallback's ``spread``): the score is lowered on the
+candidates that run the pod's siblings, the bound pods of its controller (``PodSpec.owner``), as
+``static-weights``' ``spread`` lowers it (``policy.siblings.spread_siblings``), after the fragmentation blend.
+The state knows the pods' controllers from its pod watch (``ShadowState.sibling_counts``); without one a
+model with a spread falls back (``no_pods``), and the fallback's own spread is left out. The td3score
+plugin's own scoring has no such term, so such an action is not handed to it.
+
 Candidates with stale or missing metrics (``state.Staleness``) are left out of the observation and
 get ``NEUTRAL_SCORE`` (fail-open) or are excluded (fail-closed). The safety filter
 (``simulator.filter.safety_ok``) removes nodes whose observed CPU is above the threshold.
@@ -58,6 +65,8 @@ allocation, else the static score alone), and says why:
     no_requests       the model scores by requests and the state does not know them (no pod watch)
     no_allocation     the model has a fragmentation share and the state does not know the nodes'
                       allocation (what the bound pods' requests leave free, and the nodes' pools)
+    no_pods           the model has a sibling spread and the state does not know the bound pods'
+                      controllers (no pod watch)
 
 **Action hold** (a card's ``action_hold_s`` > 0, ``rl.policy.ActionPolicy``): the actor is asked at most
 once per hold, on the engine's clock; a decision within the hold of the last action the model took
@@ -83,6 +92,7 @@ import numpy as np
 from td3sched.metrics.fragmentation import PoolTypicalPods, typical_for_pools
 from td3sched.policy.base import PodRequest
 from td3sched.policy.fgd import fragmentation_decrease
+from td3sched.policy.siblings import spread_siblings, validate_spread
 from td3sched.policy.features import requested_utilisation, utilisation
 from td3sched.policy.static_weights import (blend_fragmentation, pod_balance, product_score, rounded_scores,
                                            validate_fragmentation, validate_weights, within_ceiling)
@@ -96,7 +106,7 @@ NEUTRAL_SCORE = 0.5
 RANGE_SLACK = 1e-4
 """An action beyond LOGIT_LIMIT by more than this is out of range (the actor's tanh cannot reach it)."""
 FALLBACK_REASONS = ("no_model", "model_error", "nan", "out_of_range", "no_fresh_metrics", "no_requests",
-                    "no_allocation")
+                    "no_allocation", "no_pods")
 QOS_NAMES = ("Guaranteed", "Burstable", "BestEffort")
 """QoS classes, indexed like ``PodRequest.qos`` (workload.pods)."""
 
@@ -118,8 +128,13 @@ class PodSpec:
     """inf: no limit (as the simulator's workloads)."""
     mem_limit_mib: float = math.inf
     namespace: str = ""
+    owner: str = ""
+    """The pod's controller (``namespace/Kind/name`` of its controlling owner reference), whose other pods
+    are its siblings (``policy.siblings``); "": a pod of its own."""
 
     def __post_init__(self):
+        if not isinstance(self.owner, str):
+            raise ValueError(f"pod.owner={self.owner!r}: expected the controller's namespace/kind/name, or \"\"")
         for key in ("cpu_milli", "mem_mib", "disk_gib", "rdma_pct", "cpu_limit_milli", "mem_limit_mib"):
             value = getattr(self, key)
             limit = key.endswith("_limit_milli") or key.endswith("_limit_mib")  # inf: no limit
@@ -135,7 +150,8 @@ class PodSpec:
 
     def request(self, time_s: float) -> PodRequest:
         return PodRequest(-1, np.array([self.cpu_milli, self.mem_mib, self.disk_gib, self.rdma_pct]),
-                          self.gpu_count, self.gpu_milli, self.qos, self.cpu_limit_milli, self.mem_limit_mib, time_s)
+                          self.gpu_count, self.gpu_milli, self.qos, self.cpu_limit_milli, self.mem_limit_mib, time_s,
+                          self.owner or None)
 
 
 def quantize(scores: np.ndarray, max_score: int) -> np.ndarray:
@@ -174,6 +190,8 @@ class Decision:
     """The action's balance share (0: the model declares none, or a fallback)."""
     fragmentation: float = 0.0
     """The action's fragmentation share (0: the model declares none, or a fallback)."""
+    spread: float = 0.0
+    """The sibling spread the scores took (0: none, or the state does not know the pods)."""
     requested: np.ndarray | None = None
     """[fresh, 2] requested CPU and memory utilisation of the fresh candidates, pod included (for the
     decision log); None when the snapshot does not know the requests."""
@@ -286,6 +304,8 @@ class DecisionEngine:
     """The fallback's fragmentation share: its static score blended with FGD's, measured with
     ``fallback_measure`` (when the snapshot has the nodes' allocation; without it, the static score)."""
     fallback_measure: FragmentationMeasure | None = None
+    fallback_spread: float = 0.0
+    """The fallback's sibling spread (``policy.siblings``), applied when the state knows the pods."""
 
     _held: tuple | None = field(default=None, init=False, repr=False)
     """(model version, time, pre-activations) of the last action a holding model took."""
@@ -293,6 +313,7 @@ class DecisionEngine:
     def __post_init__(self):
         self.fallback_weights, self.fallback_tau = validate_weights(self.fallback_weights, self.fallback_tau)
         self.fallback_fragmentation = validate_fragmentation(self.fallback_fragmentation)
+        self.fallback_spread = validate_spread(self.fallback_spread)
         if self.fallback_fragmentation and self.fallback_measure is None:
             raise ValueError(f"fallback fragmentation share {self.fallback_fragmentation:g}: expected the typical "
                              "pods it is measured with (fallback_measure)")
@@ -369,24 +390,36 @@ class DecisionEngine:
         by_fragmentation = not reason and measure is not None
         if by_fragmentation and snap.allocation is None:
             reason, by_fragmentation = "no_allocation", False
+        model_spread = getattr(actor, "sibling_spread", 0.0) if actor is not None else 0.0
+        by_siblings = not reason and model_spread > 0
+        if by_siblings and not self.state.knows_pods:
+            reason, by_siblings = "no_pods", False
         if hold and not reason and not held_action:
             self._held = (version, now, action)
         valid_s = 0.0
-        if (hold and not reason and not by_requests and not by_fragmentation and not self.shadow
+        if (hold and not reason and not by_requests and not by_fragmentation and not by_siblings and not self.shadow
                 and self.state.staleness.mode != "fail-closed"):
             valid_s = hold - (now - taken_at)
         if reason:  # the static score, blended with FGD's when the fallback has a share and the allocation is known
             blend_by = self.fallback_measure if snap.allocation is not None else None
             args = ScoreArgs(self.fallback_weights, self.fallback_tau,
                              fragmentation=self.fallback_fragmentation if blend_by is not None else 0.0)
+            spread = self.fallback_spread
         else:
             blend_by = measure if by_fragmentation else None
             args = decode(action, actor.action_mode)
+            spread = model_spread
         r = requested_utilisation(request, nodes, snap) if snap.nonzero_requested is not None else None
         fresh_scores = product_score(u, r, args.weights, args.tau, args.requests, pod_balance(args.balance, request.qos))
         if blend_by is not None and args.fragmentation:
             fresh_scores = blend_fragmentation(fresh_scores, blend_by.decrease(request, nodes, snap.allocation),
                                                args.fragmentation)
+        siblings = self.state.sibling_counts(pod.owner, names if every else [n for n, f in zip(names, fresh) if f]) \
+            if spread else None
+        if siblings is None:
+            spread = 0.0
+        else:
+            fresh_scores = spread_siblings(fresh_scores, siblings, spread)
         held = None
         if args.ceiling is not None:
             over = ~within_ceiling(u, args.ceiling)
@@ -400,7 +433,7 @@ class DecisionEngine:
         return Decision(names, scores, excluded, stale, args.weights, args.tau, action, version, reason, obs, u, now,
                         advisory=self.shadow, ceiling=args.ceiling, held_back=held, action_held=held_action,
                         action_valid_s=valid_s, requests=args.requests, balance=args.balance, requested=r,
-                        fragmentation=args.fragmentation)
+                        fragmentation=args.fragmentation, spread=spread)
 
     def warm_up(self) -> None:
         """Decide and filter on a two-node cluster of its own, before and after a binding, so that every

@@ -47,7 +47,7 @@ def pod_from_proto(pod) -> PodSpec:
             raise ValueError(f"pod.{key}={value!r}: expected a finite non-negative number")
     return PodSpec(pod.name, pod.cpu_milli, pod.mem_mib, pod.disk_gib, pod.rdma_pct, int(pod.gpu_count),
                    int(pod.gpu_milli), _QOS[pod.qos], pod.cpu_limit_milli or math.inf, pod.mem_limit_mib or math.inf,
-                   pod.namespace)
+                   pod.namespace, pod.owner)
 
 
 def action_to_proto(d, action_mode: str, dimensions=()):
@@ -57,7 +57,8 @@ def action_to_proto(d, action_mode: str, dimensions=()):
                              ceiling=float(d.ceiling) if getattr(d, "ceiling", None) is not None else 0.0,
                              dimensions=list(dimensions), requests=float(getattr(d, "requests", 0.0)),
                              balance=float(getattr(d, "balance", 0.0)),
-                             fragmentation=float(getattr(d, "fragmentation", 0.0)))
+                             fragmentation=float(getattr(d, "fragmentation", 0.0)),
+                             spread=float(getattr(d, "spread", 0.0)))
 
 
 def score_nodes_reply(names, scores_0_100: list[int], stale, excluded, action, model_version: str,
@@ -187,7 +188,8 @@ class DecisionEngineServicer(engine_pb2_grpc.DecisionEngineServicer):
             return engine_pb2.GetModelResponse(model_version=actor.version, onnx=graph, action_mode=actor.action_mode,
                                                dimensions=list(getattr(actor, "dimensions", ())),
                                                action_hold_s=float(getattr(actor, "action_hold_s", 0.0)),
-                                               typical_pods=typical_pods_json(actor), **common)
+                                               typical_pods=typical_pods_json(actor),
+                                               sibling_spread=float(getattr(actor, "sibling_spread", 0.0)), **common)
         return self._guard("get_model", context, run)
 
     def GetNodeMetrics(self, request, context):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import math
 import re
+import uuid
 from fractions import Fraction
 from pathlib import Path
 
@@ -115,6 +116,21 @@ def _qos(containers: list[tuple[dict, dict]]) -> int:
     return QOS_NAMES.index("Guaranteed" if guaranteed else "Burstable")
 
 
+def controller_of(meta: dict, namespace: str, where: str) -> str:
+    """``namespace/Kind/name`` of the owner reference marked ``controller`` (the ReplicaSet, StatefulSet,
+    Job... that made the pod: its other pods are the pod's siblings), "" when none is; ValueError naming a
+    malformed reference."""
+    for i, ref in enumerate(_list(meta.get("ownerReferences"), f"{where}.metadata.ownerReferences")):
+        ref = _obj(ref, f"{where}.metadata.ownerReferences[{i}]")
+        if ref.get("controller") is True:
+            kind, name = ref.get("kind"), ref.get("name")
+            if not (isinstance(kind, str) and kind and isinstance(name, str) and name):
+                raise ValueError(f"{where}.metadata.ownerReferences[{i}]: kind {kind!r}, name {name!r}: expected "
+                                 "the controller's kind and name")
+            return f"{namespace or 'default'}/{kind}/{name}"
+    return ""
+
+
 def pod_from_k8s(pod, where: str = "Pod") -> PodSpec:
     """The ``PodSpec`` of a v1.Pod (JSON object); ValueError naming the path of a bad field."""
     pod = _obj(pod, where)
@@ -151,17 +167,20 @@ def pod_from_k8s(pod, where: str = "Pod") -> PodSpec:
     if gpus != int(gpus):
         raise ValueError(f"{where}: {GPU_RESOURCE} request {gpus!r}: expected whole GPUs")
     namespace = meta.get("namespace") or ""
+    namespace = namespace if isinstance(namespace, str) else ""
     return PodSpec(name, cpu_milli=total(0, "cpu", Fraction(1000)), mem_mib=total(0, "memory", Fraction(1, MIB)),
                    disk_gib=total(0, "ephemeral-storage", Fraction(1, GIB)), rdma_pct=total(0, RDMA_RESOURCE),
                    gpu_count=int(gpus), gpu_milli=1000 if gpus else 0, qos=qos,
                    cpu_limit_milli=total(1, "cpu", Fraction(1000)), mem_limit_mib=total(1, "memory", Fraction(1, MIB)),
-                   namespace=namespace if isinstance(namespace, str) else "")
+                   namespace=namespace, owner=controller_of(meta, namespace, where))
 
 
 def pod_to_k8s(pod: PodSpec, uid: str = "") -> dict:
     """A v1.Pod (JSON object, as the API server serves it) asking what ``pod`` asks: one container
-    with its requests (and limits, when finite), ``status.qosClass`` set. ``pod_from_k8s`` reads it
-    back to ``pod`` exactly (GPU shares of a device aside: a v1.Pod asks whole GPUs)."""
+    with its requests (and limits, when finite), ``status.qosClass`` set, and an owner reference marked
+    controller for ``pod.owner`` (of its namespace; the owner's uid made up from its name: no controller
+    made it). ``pod_from_k8s`` reads it back to ``pod`` exactly (GPU shares of a device aside: a v1.Pod
+    asks whole GPUs)."""
     requests = {"cpu": format_quantity(pod.cpu_milli, "m"), "memory": format_quantity(pod.mem_mib, "Mi")}
     if pod.disk_gib:
         requests["ephemeral-storage"] = format_quantity(pod.disk_gib, "Gi")
@@ -178,8 +197,18 @@ def pod_to_k8s(pod: PodSpec, uid: str = "") -> dict:
         if key in requests:
             limits[key] = requests[key]
     resources = {"requests": requests, **({"limits": limits} if limits else {})}
+    meta = {"name": pod.name, "namespace": pod.namespace or "default", "uid": uid}
+    if pod.owner:
+        parts = pod.owner.split("/", 2)
+        if len(parts) != 3 or not all(parts):
+            raise ValueError(f"pod.owner={pod.owner!r}: expected namespace/Kind/name")
+        owner_ns, kind, owner = parts
+        if owner_ns != meta["namespace"]:
+            raise ValueError(f"pod.owner={pod.owner!r}: expected an owner in the pod's namespace {meta['namespace']!r}")
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": kind, "name": owner, "controller": True,
+                                    "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, pod.owner))}]
     return {"kind": "Pod", "apiVersion": "v1",
-            "metadata": {"name": pod.name, "namespace": pod.namespace or "default", "uid": uid},
+            "metadata": meta,
             "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9", "resources": resources}],
                      "schedulerName": "default-scheduler"},
             "status": {"phase": "Pending", "qosClass": QOS_NAMES[pod.qos]}}

@@ -395,13 +395,14 @@ class KubernetesSource:
             self.service.report_kills(namespace, name, node, kills)
 
     def _pods_listed(self, items: list, first: bool) -> None:
-        bound = {}
+        bound, owners = {}, {}
         for pod in items:
             key, namespace, name, node = self._key(pod)
             if not node:
                 continue
             spec = self._read(pod)
             bound[key] = (namespace, name, node, self._requests(spec))
+            owners[key] = ("" if isinstance(spec, ValueError) else spec.owner, node)
             held = self.bound.get(key)
             moved = held is None or held[2] != node
             if not first and moved:
@@ -411,6 +412,7 @@ class KubernetesSource:
             namespace, name, node, _ = self.bound[key]
             self.service.forget_binding(namespace, name, node)  # gone while the watch was away
         self.bound = bound
+        self.state.set_pods(owners)
         self.restarts = {k: v for k, v in self.restarts.items() if k in bound}
         requested: dict[str, np.ndarray] = {}
         for _, _, node, req in bound.values():

@@ -12,7 +12,9 @@ constants:
                    decision scores it (the plugin scores a held action with a ceiling so)
     safety         simulator.filter.safety_ok
     pods           kubernetes_objects.pod_from_k8s (requests as NodeResourcesFit counts them, QoS,
-                   limits)
+                   limits, the controller that owns the pod)
+    siblings       policy.siblings.spread_siblings: a score lowered for the pod's siblings on the node
+                   (the plugin's in-process inference of a model whose card fixes a sibling spread)
     prometheus     prometheus_source.DEFAULT_QUERIES and the snapshot's unit conversions
     observation    rl.observation.observe over candidates of an engine snapshot (``NodeSnapshot``: every
                    known node counts as ready), with the assign cache's usage and the pod
@@ -143,13 +145,15 @@ def _container(name: str, requests: dict | None = None, limits: dict | None = No
 
 
 def _pod(name: str, containers: list[dict], inits: list[dict] | None = None, overhead: dict | None = None,
-         qos: str | None = None) -> dict:
+         qos: str | None = None, owners: list[dict] | None = None) -> dict:
     spec = {"schedulerName": "td3-scheduler", "containers": containers}
     if inits:
         spec["initContainers"] = inits
     if overhead:
         spec["overhead"] = overhead
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "vectors"}, "spec": spec}
+    if owners:
+        pod["metadata"]["ownerReferences"] = owners
     if qos:
         pod["status"] = {"qosClass": qos}
     return pod
@@ -173,7 +177,27 @@ POD_EXAMPLES = [
     _pod("exponent", [_container("a", {"cpu": "2e-1", "memory": "134217728"})]),
     _pod("rdma", [_container("a", {"cpu": "8", "memory": "16Gi", "koordinator.sh/rdma": "25"},
                              {"koordinator.sh/rdma": "25"}), _container("b", {"koordinator.sh/rdma": "10"})]),
+    _pod("replica", [_container("a", {"cpu": "100m"})],
+         owners=[{"apiVersion": "v1", "kind": "ConfigMap", "name": "cfg", "uid": "u0"},
+                 {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9", "uid": "u1", "controller": True}]),
+    _pod("owned-not-controlled", [_container("a", {"cpu": "100m"})],
+         owners=[{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9", "uid": "u1", "controller": False}]),
 ]
+
+
+def sibling_vectors(rng: np.random.Generator, n: int = 40) -> list[dict]:
+    """Scores in [0, 1] lowered for the pod's siblings on a node by a spread (``spread_siblings``), spreads
+    0 and the bounds among them."""
+    from td3sched.policy.siblings import MAX_SPREAD, spread_siblings
+
+    out = []
+    for i in range(n):
+        score = float(rng.choice([0.0, 1.0, rng.uniform()]))
+        siblings = int(rng.choice([0, 1, 2, 7]))
+        spread = float((0.0, MAX_SPREAD, 3.0)[i] if i < 3 else rng.uniform(0, 10))
+        value = float(spread_siblings(np.array([score]), np.array([siblings]), spread)[0])
+        out.append({"score": score, "siblings": siblings, "spread": spread, "value": value})
+    return out
 
 
 def _finite_or_none(x: float):
@@ -188,7 +212,7 @@ def pod_vectors() -> list[dict]:
                     "mem_mib": spec.mem_mib, "disk_gib": spec.disk_gib, "rdma_pct": spec.rdma_pct, "gpu_count": spec.gpu_count,
                     "gpu_milli": spec.gpu_milli, "qos": ("Guaranteed", "Burstable", "BestEffort")[spec.qos],
                     "cpu_limit_milli": _finite_or_none(spec.cpu_limit_milli),
-                    "mem_limit_mib": _finite_or_none(spec.mem_limit_mib)}
+                    "mem_limit_mib": _finite_or_none(spec.mem_limit_mib), "owner": spec.owner}
         out.append({"pod": pod, "expected": expected})
     return out
 
@@ -430,6 +454,7 @@ def vectors(seed: int = 11) -> dict:
     out["decisions"] = decision_vectors(rng)
     out["fallback_fragmentation"] = fragmentation_vectors(rng)
     out["fragmentation_decisions"] = fragmentation_vectors(rng, 16, model=True)
+    out["siblings"] = sibling_vectors(rng)
     return out
 
 

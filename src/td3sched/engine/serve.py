@@ -91,11 +91,12 @@ class RunningEngine:
         actor = load_actor(config.model) if config.model is not None else None
         weights, tau, source = resolve_fallback(config, actor)
         share, measure = fallback_fragmentation(config)
-        log.info("model %s, fallback weights %s, tau %g (%s), fragmentation share %g", actor.version if actor else "none",
-                 weights.tolist(), tau, source, share)
+        spread = config.fallback.spread if config.fallback is not None else 0.0
+        log.info("model %s, fallback weights %s, tau %g (%s), fragmentation share %g, sibling spread %g",
+                 actor.version if actor else "none", weights.tolist(), tau, source, share, spread)
         self.state = ShadowState(time.time, Staleness(config.staleness.max_age_s, config.staleness.mode))
         self.engine = DecisionEngine(self.state, ModelSlot(actor), weights, tau, config.safety_cpu_util, config.shadow,
-                                     share, measure)
+                                     share, measure, spread)
         self.engine.warm_up()
         dl = config.decision_log
         self.log = DecisionLog(dl.path, dl.max_bytes, dl.keep, dl.fsync_interval_s) if dl is not None else None

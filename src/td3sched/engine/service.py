@@ -91,6 +91,7 @@ class EngineService:
             **({"requests": float(d.requests)} if d.requests else {}),
             **({"balance": float(d.balance)} if d.balance else {}),
             **({"fragmentation": float(d.fragmentation)} if d.fragmentation else {}),
+            **({"spread": float(d.spread)} if d.spread else {}),
             **({} if d.ceiling is None else {"ceiling": float(d.ceiling),
                                              "held_back": [n for n, h in zip(d.candidates, d.held_back) if h]})})
         self.metrics.log_records.inc()
@@ -143,13 +144,15 @@ class EngineService:
 
     def report_binding(self, pod: PodSpec, node: str, decision_id: str = "", source: str = "report_binding",
                        created_s: float | None = None) -> bool:
-        """Feed the assign cache (``KeyError`` for an unknown node): the one path of ``ReportBinding``
+        """Feed the assign cache and the pods' workloads (``KeyError`` for an unknown node): the one path of
+        ``ReportBinding``
         and of the pod watch (``source``: report_binding, pod_watch). A binding the other source has
         already counted (``ShadowState.report_binding``) is logged but not counted again. True when
         counted. ``created_s``: when the pod was created (Unix seconds; the pod watch reads it), logged
         with the binding so that the history knows the pod's wait."""
-        counted = self.engine.state.report_binding(node, pod.request(0.0).nonzero_cpu_mem,
-                                                   pod=binding_key(pod.namespace, pod.name), source=source)
+        key = binding_key(pod.namespace, pod.name)
+        counted = self.engine.state.report_binding(node, pod.request(0.0).nonzero_cpu_mem, pod=key, source=source)
+        self.engine.state.place_pod(key, pod.owner, node)
         self.metrics.bindings.labels(source, "counted" if counted else "duplicate").inc()
         if self.log is not None:
             self.log.append({"kind": "binding", "time_s": self.engine.state.clock(), "decision_id": decision_id,
@@ -162,6 +165,7 @@ class EngineService:
         """The pod is gone (the pod watch saw it deleted or finished): out of the assign cache, and a
         ``release`` record in the decision log (the history's departures)."""
         self.engine.state.forget_binding(binding_key(namespace, name))
+        self.engine.state.remove_pod(binding_key(namespace, name))
         if self.log is not None:
             self.log.append({"kind": "release", "time_s": self.engine.state.clock(),
                              "pod": {"namespace": namespace, "name": name}, "node": node})

@@ -24,6 +24,12 @@ The pods' requests per node (``set_requested``, ``add_requested``, from the pod 
 the requests themselves, GPUs included. With an inventory they also give each snapshot its
 ``Allocation``: allocatable minus requests, and the nodes' whole GPUs with the requested ones taken.
 
+The pods' workloads per node (``set_pods``, ``place_pod``, ``remove_pod``): each bound pod's controller
+(``PodSpec.owner``), counted per node (``policy.siblings.Siblings``), so that a decision can lower the nodes
+that run the pod's siblings (a sibling spread). The pod watch lists and follows them; ``ReportBinding``
+counts a binding at once (before the watch sees it), and the watch's report of the same pod on the same
+node is the same pod. Without a pod watch the state does not know them (``sibling_counts`` is None).
+
 Staleness (``Staleness``): a node's metrics are stale when older than ``max_age_s`` or missing (a
 node no source has reported, or a NaN value). Stale nodes get ``mode``'s treatment:
 ``fail-open`` (default) scores them neutral and lets them pass the safety filter; ``fail-closed``
@@ -45,6 +51,7 @@ from numba import njit
 
 from td3sched.policy.assign_cache import AssignCache
 from td3sched.policy.base import PodRequest
+from td3sched.policy.siblings import Siblings
 from td3sched.simulator.cluster import USAGE_COLUMNS
 
 ASSIGN_HORIZON_S = 600.0
@@ -291,6 +298,10 @@ class ShadowState:
         self._inventory: NodeInventory | None = None
         self._requested: dict[str, np.ndarray] | None = None
         """node -> the non-zero requests of the pods bound there (the pod watch), None: not known."""
+        self._pods: dict[str, tuple[str, str]] | None = None
+        """binding_key -> (owner, node) of the bound pods that have an owner (``set_pods``); None: not known."""
+        self._siblings = Siblings()
+        """``_pods`` counted per owner and node."""
         self._lock = threading.Lock()
         self._cache = AssignCache(0, horizon_s=ASSIGN_HORIZON_S)
         self._cache_version = 0
@@ -377,6 +388,56 @@ class ShadowState:
             if a is not None and inventory is not None and inventory.names[i] == node:
                 a.free[i] = inventory.allocatable[i] - held[2:6]
                 a.gpu_free[i] = gpu_layout(inventory.gpus[i:i + 1], held[6:7], a.gpu_free.shape[1])[0]
+
+    def set_pods(self, pods: dict[str, tuple[str, str]]) -> None:
+        """The bound pods as the pod watch lists them, binding_key -> (owner, node) ("" owner: none): from
+        now on the state knows the pods' workloads per node."""
+        kept, siblings = {}, Siblings()
+        for key, (owner, node) in pods.items():
+            if owner:
+                kept[key] = (owner, node)
+                siblings.add(owner, node)
+        with self._lock:
+            self._pods, self._siblings = kept, siblings
+
+    def place_pod(self, pod: str, owner: str, node: str) -> None:
+        """The pod ``pod`` (``binding_key``) of ``owner`` is bound to ``node`` (ReportBinding, the pod
+        watch): counted once, however many paths report it; a pod reported on another node moved there."""
+        if not owner:
+            return
+        with self._lock:
+            if self._pods is None:
+                return
+            held = self._pods.get(pod)
+            if held == (owner, node):
+                return
+            if held is not None:
+                self._siblings.remove(*held)
+            self._pods[pod] = (owner, node)
+            self._siblings.add(owner, node)
+
+    def remove_pod(self, pod: str) -> None:
+        """The pod (``binding_key``) is gone: no longer anybody's sibling."""
+        with self._lock:
+            held = self._pods.pop(pod, None) if self._pods is not None else None
+            if held is not None:
+                self._siblings.remove(*held)
+
+    @property
+    def knows_pods(self) -> bool:
+        """Whether a pod watch has told the state the pods' workloads (``set_pods``)."""
+        return self._pods is not None
+
+    def sibling_counts(self, owner: str, nodes: list[str]) -> np.ndarray | None:
+        """[k] bound pods of ``owner`` on each of ``nodes`` (names); None when the state does not know the
+        pods (no pod watch)."""
+        with self._lock:
+            if self._pods is None:
+                return None
+            on = self._siblings.nodes_of(owner) if owner else {}
+            if not on:
+                return np.zeros(len(nodes))
+            return np.fromiter((on.get(n, 0) for n in nodes), dtype=np.float64, count=len(nodes))
 
     def _swap(self, snap: NodeSnapshot | None) -> None:
         """Under ``self._lock``: serve ``snap``; the assign cache follows the nodes by name."""

@@ -18,6 +18,10 @@ do. A front door answers integers, so the same run through the engine in process
 same way (``like``) to be the same run, bit for bit; ``like=None`` keeps the scores in [0, 1], the
 simulator's own ``td3`` policy exactly.
 
+The twin is also the engine's pod watch: each pod carries its app as its controller (``PodSpec.owner``)
+and every release is reported (``EngineService.forget_binding``), so that a model with a sibling spread is
+served on the pods' siblings as the td3 policy counts them.
+
 The engine never sees stale metrics here (the td3 policy has no staleness rule), and its safety
 threshold is the simulator's (``safety_cpu_util``), so /filter refuses nothing the simulator's Filter
 let through, except what a model's hold-back ceiling holds back: exactly what the td3 policy's own
@@ -51,12 +55,15 @@ NEVER_STALE_S = 1e12
 """The twin's staleness horizon: the simulator's observed metrics are as fresh as its pipeline makes them."""
 
 
+TWIN_NAMESPACE = "twin"
+
+
 def pod_spec(pod: PodRequest) -> PodSpec:
     """What a scheduler would tell the engine about a simulated pod."""
     cpu, mem, disk, rdma = pod.request.tolist()
     return PodSpec(f"pod-{pod.index}", cpu, mem, disk, rdma, gpu_count=pod.gpu_count, gpu_milli=pod.gpu_milli,
                    qos=pod.qos, cpu_limit_milli=pod.cpu_limit_milli, mem_limit_mib=pod.mem_limit_mib,
-                   namespace="twin")
+                   namespace=TWIN_NAMESPACE, owner="" if pod.app is None else f"{TWIN_NAMESPACE}/App/{pod.app}")
 
 
 class EngineTwin(Policy):
@@ -89,6 +96,7 @@ class EngineTwin(Policy):
                                       context.oom_kills or (lambda: 0))
         self.service = EngineService(DecisionEngine(self.state, ModelSlot(self.actor),
                                                     safety_cpu_util=self.safety_cpu_util))
+        self.state.set_pods({})  # the twin is the engine's pod watch: it reports every binding and release
         if self.door == "grpc":
             door = GrpcFrontDoor(self.service, "127.0.0.1", 0, max_workers=2)
             self._servers.append(door)
@@ -131,6 +139,10 @@ class EngineTwin(Policy):
             self.client.report_binding(pod_spec(pod), name, self._decision_id)
         else:
             self.service.report_binding(pod_spec(pod), name, self._decision_id)
+
+    def released(self, pod: PodRequest, node: int, cluster: Cluster, reason: str = "departure") -> None:
+        """The pod left its node: the engine's pod watch would see it gone."""
+        self.service.forget_binding(TWIN_NAMESPACE, f"pod-{pod.index}", str(cluster.names[node]))
 
     def close(self) -> None:
         """Stop the front door and close the client (also at the next ``attach``)."""

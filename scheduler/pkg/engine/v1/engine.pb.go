@@ -90,6 +90,7 @@ type Pod struct {
 	Qos           QosClass               `protobuf:"varint,9,opt,name=qos,proto3,enum=td3sched.engine.v1.QosClass" json:"qos,omitempty"`
 	CpuLimitMilli float64                `protobuf:"fixed64,10,opt,name=cpu_limit_milli,json=cpuLimitMilli,proto3" json:"cpu_limit_milli,omitempty"` // 0: no limit
 	MemLimitMib   float64                `protobuf:"fixed64,11,opt,name=mem_limit_mib,json=memLimitMib,proto3" json:"mem_limit_mib,omitempty"`       // 0: no limit
+	Owner         string                 `protobuf:"bytes,12,opt,name=owner,proto3" json:"owner,omitempty"`                                          // the controller that made the pod (namespace/Kind/name of the owner reference
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -201,6 +202,13 @@ func (x *Pod) GetMemLimitMib() float64 {
 	return 0
 }
 
+func (x *Pod) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 // The score arguments of a decision.
 type Action struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -213,6 +221,7 @@ type Action struct {
 	Requests       float64                `protobuf:"fixed64,7,opt,name=requests,proto3" json:"requests,omitempty"`                                          // the requests share (CPU and memory scored by requests, not usage) when the card declares one; 0 otherwise
 	Balance        float64                `protobuf:"fixed64,8,opt,name=balance,proto3" json:"balance,omitempty"`                                            // the balance share (the score blended with how alike CPU and memory fill) when the card declares one; 0 otherwise
 	Fragmentation  float64                `protobuf:"fixed64,9,opt,name=fragmentation,proto3" json:"fragmentation,omitempty"`                                // the fragmentation share (the score blended with FGD's) when the card declares one; 0 otherwise
+	Spread         float64                `protobuf:"fixed64,10,opt,name=spread,proto3" json:"spread,omitempty"`                                             // the sibling spread the scores took (nodes running the pod's siblings lowered); 0: none
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -306,6 +315,13 @@ func (x *Action) GetBalance() float64 {
 func (x *Action) GetFragmentation() float64 {
 	if x != nil {
 		return x.Fragmentation
+	}
+	return 0
+}
+
+func (x *Action) GetSpread() float64 {
+	if x != nil {
+		return x.Spread
 	}
 	return 0
 }
@@ -444,7 +460,7 @@ type ScoreNodesResponse struct {
 	Action         *Action                `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	ModelVersion   string                 `protobuf:"bytes,3,opt,name=model_version,json=modelVersion,proto3" json:"model_version,omitempty"`
 	Fallback       bool                   `protobuf:"varint,4,opt,name=fallback,proto3" json:"fallback,omitempty"`
-	FallbackReason string                 `protobuf:"bytes,5,opt,name=fallback_reason,json=fallbackReason,proto3" json:"fallback_reason,omitempty"` // no_model, model_error, nan, out_of_range, no_fresh_metrics, no_requests, no_allocation
+	FallbackReason string                 `protobuf:"bytes,5,opt,name=fallback_reason,json=fallbackReason,proto3" json:"fallback_reason,omitempty"` // no_model, model_error, nan, out_of_range, no_fresh_metrics, no_requests, no_allocation, no_pods
 	Advisory       bool                   `protobuf:"varint,6,opt,name=advisory,proto3" json:"advisory,omitempty"`                                  // shadow mode: logged, not to be acted on
 	DecisionId     string                 `protobuf:"bytes,7,opt,name=decision_id,json=decisionId,proto3" json:"decision_id,omitempty"`             // give it back in ReportBinding
 	// Seconds the action keeps holding after this answer (the model card's action_hold_s, on the
@@ -919,7 +935,10 @@ type GetModelResponse struct {
 	// A model with a fragmentation share (dimension "frag"): the typical pods its card measures the share
 	// with, per pool by name, as JSON ({"pools": [...], "sets": [...]}, metrics/fragmentation.py
 	// typical_pods_to_json); "" for other models.
-	TypicalPods   string `protobuf:"bytes,10,opt,name=typical_pods,json=typicalPods,proto3" json:"typical_pods,omitempty"`
+	TypicalPods string `protobuf:"bytes,10,opt,name=typical_pods,json=typicalPods,proto3" json:"typical_pods,omitempty"`
+	// The sibling spread the card fixes (model.json sibling_spread): every decision's score is lowered on the
+	// nodes that run the pod's siblings, the bound pods of its controller (policy/siblings.py); 0: none.
+	SiblingSpread float64 `protobuf:"fixed64,11,opt,name=sibling_spread,json=siblingSpread,proto3" json:"sibling_spread,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1022,6 +1041,13 @@ func (x *GetModelResponse) GetTypicalPods() string {
 		return x.TypicalPods
 	}
 	return ""
+}
+
+func (x *GetModelResponse) GetSiblingSpread() float64 {
+	if x != nil {
+		return x.SiblingSpread
+	}
+	return 0
 }
 
 // The node metrics the engine's shadow state holds, as its metrics source took them (before its assign
@@ -1180,7 +1206,7 @@ var File_td3sched_engine_v1_engine_proto protoreflect.FileDescriptor
 
 const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftd3sched/engine/v1/engine.proto\x12\x12td3sched.engine.v1\"\xd9\x02\n" +
+	"\x1ftd3sched/engine/v1/engine.proto\x12\x12td3sched.engine.v1\"\xef\x02\n" +
 	"\x03Pod\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
@@ -1193,7 +1219,8 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\x03qos\x18\t \x01(\x0e2\x1c.td3sched.engine.v1.QosClassR\x03qos\x12&\n" +
 	"\x0fcpu_limit_milli\x18\n" +
 	" \x01(\x01R\rcpuLimitMilli\x12\"\n" +
-	"\rmem_limit_mib\x18\v \x01(\x01R\vmemLimitMib\"\x94\x02\n" +
+	"\rmem_limit_mib\x18\v \x01(\x01R\vmemLimitMib\x12\x14\n" +
+	"\x05owner\x18\f \x01(\tR\x05owner\"\xac\x02\n" +
 	"\x06Action\x12'\n" +
 	"\x0fpre_activations\x18\x01 \x03(\x02R\x0epreActivations\x12\x18\n" +
 	"\aweights\x18\x02 \x03(\x01R\aweights\x12\x10\n" +
@@ -1206,7 +1233,9 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"dimensions\x12\x1a\n" +
 	"\brequests\x18\a \x01(\x01R\brequests\x12\x18\n" +
 	"\abalance\x18\b \x01(\x01R\abalance\x12$\n" +
-	"\rfragmentation\x18\t \x01(\x01R\rfragmentation\"\x84\x01\n" +
+	"\rfragmentation\x18\t \x01(\x01R\rfragmentation\x12\x16\n" +
+	"\x06spread\x18\n" +
+	" \x01(\x01R\x06spread\"\x84\x01\n" +
 	"\tNodeScore\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x03R\x05score\x12\x14\n" +
@@ -1248,7 +1277,7 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"\baccepted\x18\x01 \x01(\rR\baccepted\x12\x1a\n" +
 	"\brejected\x18\x02 \x03(\tR\brejected\"6\n" +
 	"\x0fGetModelRequest\x12#\n" +
-	"\rknown_version\x18\x01 \x01(\tR\fknownVersion\"\xe9\x02\n" +
+	"\rknown_version\x18\x01 \x01(\tR\fknownVersion\"\x90\x03\n" +
 	"\x10GetModelResponse\x12#\n" +
 	"\rmodel_version\x18\x01 \x01(\tR\fmodelVersion\x12\x12\n" +
 	"\x04onnx\x18\x02 \x01(\fR\x04onnx\x12\x1f\n" +
@@ -1264,7 +1293,8 @@ const file_td3sched_engine_v1_engine_proto_rawDesc = "" +
 	"failClosed\x12(\n" +
 	"\x10oom_kills_recent\x18\t \x01(\x01R\x0eoomKillsRecent\x12!\n" +
 	"\ftypical_pods\x18\n" +
-	" \x01(\tR\vtypicalPods\"@\n" +
+	" \x01(\tR\vtypicalPods\x12%\n" +
+	"\x0esibling_spread\x18\v \x01(\x01R\rsiblingSpread\"@\n" +
 	"\x15GetNodeMetricsRequest\x12'\n" +
 	"\x10known_taken_at_s\x18\x01 \x01(\x01R\rknownTakenAtS\"\x92\x02\n" +
 	"\x16GetNodeMetricsResponse\x12\x1c\n" +

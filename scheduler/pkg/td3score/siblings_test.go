@@ -1,0 +1,134 @@
+package td3score
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"td3-scheduler/scheduler/pkg/nodemetrics"
+)
+
+func TestSpreadSiblingsIsThePythonRule(t *testing.T) {
+	v := loadVectors(t)
+	if len(v.Siblings) < 20 {
+		t.Fatalf("testdata/vectors.json: %d siblings cases", len(v.Siblings))
+	}
+	for i, c := range v.Siblings {
+		if got := SpreadSiblings(c.Score, c.Siblings, c.Spread); !near(got, c.Value) {
+			t.Errorf("siblings[%d] %+v: Go %g", i, c, got)
+		}
+	}
+}
+
+// replica is a pod of the given controller (kind, name; none when kind is "") in namespace ns.
+func replica(name, ns, kind, owner string, controller bool) *v1.Pod {
+	meta := metav1.ObjectMeta{Name: name, Namespace: ns, UID: k8stypes.UID("uid-" + name)}
+	if kind != "" {
+		meta.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: owner,
+			UID: k8stypes.UID("uid-" + owner), Controller: &controller}}
+	}
+	return &v1.Pod{ObjectMeta: meta, Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c"}}}}
+}
+
+func TestSiblingsOnCountsTheNodesPodsOfThePodsController(t *testing.T) {
+	info := framework.NewNodeInfo()
+	info.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}})
+	for _, p := range []*v1.Pod{
+		replica("web-a", "shop", "ReplicaSet", "web-7d9", true),
+		replica("web-b", "shop", "ReplicaSet", "web-7d9", true),
+		replica("web-other-ns", "lab", "ReplicaSet", "web-7d9", true), // same name, another namespace
+		replica("web-owned", "shop", "ReplicaSet", "web-7d9", false),  // owned, not controlled
+		replica("db-0", "shop", "StatefulSet", "db", true),
+		replica("lone", "shop", "", "", false),
+	} {
+		info.AddPod(p)
+	}
+	pod := replica("web-c", "shop", "ReplicaSet", "web-7d9", true)
+	if got := Owner(pod); got != "shop/ReplicaSet/web-7d9" {
+		t.Fatalf("Owner: %q", got)
+	}
+	for owner, want := range map[string]int{Owner(pod): 2, "shop/StatefulSet/db": 1, "lab/ReplicaSet/web-7d9": 1,
+		"": 0, "shop/Job/x": 0} {
+		if got := SiblingsOn(info, owner); got != want {
+			t.Errorf("SiblingsOn(%q) = %d, want %d", owner, got, want)
+		}
+	}
+	if got := Owner(replica("x", "", "Job", "j", true)); got != "default/Job/j" {
+		t.Errorf("Owner of a pod without a namespace: %q", got)
+	}
+}
+
+// TestInferenceLowersTheNodesRunningThePodsSiblings runs the vectors' decisions with the model's card
+// fixing a sibling spread of 3 and some of the pod's siblings on each candidate: every fresh candidate
+// scores the engine's score lowered by SpreadSiblings (the engine's decision with the spread: the
+// vectors' scores, then policy/siblings.py spread_siblings), every other as before.
+func TestInferenceLowersTheNodesRunningThePodsSiblings(t *testing.T) {
+	v := loadInferenceVectors(t)
+	pl := newTestPlugin(t, "127.0.0.1:1", nil)
+	const spread = 3.0
+	models := map[bool]*servedModel{}
+	for _, failClosed := range []bool{false, true} {
+		m := servedTestModel(t, failClosed)
+		models[failClosed] = &servedModel{actor: m.actor, version: m.version, mode: m.mode, failClosed: failClosed,
+			spread: spread}
+	}
+	lowered := 0
+	for i, d := range v.Decisions {
+		if d.FallbackReason != "" {
+			continue
+		}
+		now := time.Unix(0, int64(d.NowS*1e9))
+		pl.now = func() time.Time { return now }
+		snap := &nodemetrics.Snapshot{Nodes: map[string]nodemetrics.Node{}, TakenAt: now}
+		pl.oomKills.Store(math.Float64bits(d.OOMKillsRecent))
+		infos := map[string]fwk.NodeInfo{}
+		for _, n := range d.Nodes {
+			snap.Nodes[n.Name] = nodemetrics.Node{Observed: n.Observed, Capacity: n.Capacity, SampleTime: n.SampleTimeS}
+			infos[n.Name] = vectorNode(n.Name, n.Allocatable)
+		}
+		pl.metrics.Publish(snap)
+		nodes := make([]fwk.NodeInfo, len(d.Candidates))
+		siblings := make([]int, len(d.Candidates))
+		for j, name := range d.Candidates {
+			info := infos[name].(*framework.NodeInfo)
+			siblings[j] = j % 3
+			for k := 0; k < siblings[j]; k++ {
+				info.AddPod(replica(name+"-web-"+string(rune('a'+k)), "shop", "ReplicaSet", "web-7d9", true))
+			}
+			info.AddPod(replica(name+"-db", "shop", "StatefulSet", "db", true)) // no sibling
+			nodes[j] = info
+		}
+		p := d.Pod.engine()
+		p.Namespace, p.Owner = "shop", "shop/ReplicaSet/web-7d9"
+		scores, reason, err := pl.inferScores(models[d.FailClosed], p, nodes)
+		if reason != "" {
+			t.Fatalf("decision %d: fell back (%s: %v)", i, reason, err)
+		}
+		for j, name := range d.Candidates {
+			want := d.Scores100[j]
+			if _, fresh, _, _ := pl.nodeState(snap, name, now); fresh {
+				exact := SpreadSiblings(d.Scores[j], float64(siblings[j]), spread)
+				want = To100(exact)
+				if siblings[j] > 0 {
+					lowered++
+				}
+				halfway := math.Abs(math.Mod(100*exact, 1)-0.5) < 1e-3
+				if got := scores[name]; got != want && !(halfway && math.Abs(float64(got-want)) == 1) {
+					t.Fatalf("decision %d: node %s (%d siblings) scored %d, want %d (%.6f)", i, name, siblings[j], got,
+						want, 100*exact)
+				}
+			} else if scores[name] != want {
+				t.Fatalf("decision %d: stale node %s scored %d, want %d", i, name, scores[name], want)
+			}
+		}
+	}
+	if lowered < 20 {
+		t.Fatalf("only %d fresh candidates had siblings", lowered)
+	}
+}
