@@ -288,6 +288,39 @@ def test_each_nodes_allocation_follows_its_bound_pods_gpus_and_pool_label(cluste
         cluster.delete_node(node)
 
 
+def test_each_controllers_pods_per_node_follow_the_bindings(cluster, namespace, source):
+    """The siblings a model with a sibling spread scores by: each bound pod's controller (the owner
+    reference marked controller), counted per node from the list and each binding and departure; a pod
+    owned by no controller is nobody's sibling. No controller-manager runs, so the owners need not exist."""
+    owner = f"{namespace}/ReplicaSet/web"
+
+    def replica(name: str, controller: bool = True) -> None:
+        cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "0b9c6c1e-0000-4000-8000-000000000001",
+                "controller": controller}]},
+            "spec": {"schedulerName": NOBODY, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}})
+
+    def counts():
+        return source.state.sibling_counts(owner, ["node-1", "node-2"]).tolist()
+
+    assert counts() == [0, 0]
+    for name, node in (("web-a", "node-1"), ("web-b", "node-1"), ("web-c", "node-2")):
+        replica(name)
+        cluster.bind_pod(namespace, name, node)
+    replica("owned", controller=False)
+    cluster.bind_pod(namespace, "owned", "node-2")
+    assert wait_for(lambda: counts() == [2, 1], deadline_s=DEADLINE_S), f"bindings did not reach the counts: {counts()}"
+    cluster.delete_pod(namespace, "web-a")
+    assert wait_for(lambda: counts() == [1, 1], deadline_s=DEADLINE_S), f"a departure did not leave them: {counts()}"
+    again = make_source(cluster)  # a new engine lists the pods already bound
+    try:
+        assert wait_for(lambda: all(w.synced for w in again.watches), deadline_s=DEADLINE_S)
+        assert again.state.sibling_counts(owner, ["node-1", "node-2"]).tolist() == [1, 1]
+    finally:
+        again.stop()
+
+
 def _restarted(cluster, namespace: str, name: str, restarts: int, reason: str) -> None:
     """Set the pod's container status as a kubelet would after ``restarts`` restarts, the last for ``reason``."""
     cluster.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": {"containerStatuses": [{

@@ -459,3 +459,73 @@ def test_invalid_plugin_args_stop_the_scheduler_naming_the_field(k8s_bins, clust
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "TD3Score args: args.safetyCPUUtil: Invalid value: 1.5: expected a share in (0, 1]" in result.stderr
+
+
+SIBLING_SPEC = "static-weights:w=1/0/0/0:tau=1:spread=3"
+"""Packing (tau 1: the busiest node by CPU wins) with a sibling spread: without the spread every replica
+would go to the busiest node under the safety threshold; with it, each goes to a node no sibling runs on."""
+REPLICAS = 6
+"""Fewer than the nodes under the safety threshold (7): each replica can have a node of its own."""
+
+
+def create_replica(cluster, namespace: str, name: str, scheduler: str) -> None:
+    """A pod of the ReplicaSet ``web`` (an owner reference marked controller; no controller-manager runs,
+    so the ReplicaSet need not exist)."""
+    cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "ownerReferences": [{
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "controller": True,
+            "uid": "0b9c6c1e-0000-4000-8000-000000000002"}]},
+        "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0, "containers": [{
+            "name": "main", "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}})
+
+
+@pytest.mark.parametrize("path", ["plugin", "plugin-inference", "extender"])
+def test_replicas_of_one_controller_land_on_nodes_of_their_own(cluster, prometheus, processes, namespace,
+                                                               start_scheduler, tmp_path, path):
+    """A model whose card fixes a sibling spread, served with the pod watch: through the td3-scheduler
+    asking the engine, through the td3-scheduler running the model itself (siblings from its NodeInfo, the
+    replicas created at once: its own assumed pods count), and through the stock kube-scheduler with the
+    extender. The engine counts a sibling once ReportBinding or its pod watch has told it of the binding, so
+    on those paths each replica is created once the one before is in the engine's log."""
+    from td3sched.rl.static_model import write_static_model
+
+    model = write_static_model(SIBLING_SPEC, tmp_path / "sibling", "tiny")
+    engine = Engine(tmp_path / "engine", prometheus, processes, model=str(model),
+                    kubernetes={"kubeconfig": str(cluster.kubeconfig)})
+    try:
+        engine.wait_fresh([n[0] for n in NODES])
+        if path == "plugin-inference":
+            scheduler = start_inference_in_plugin(engine, prometheus, start_scheduler)
+            names = [f"web-{i}" for i in range(REPLICAS)]
+            for name in names:
+                create_replica(cluster, namespace, name, PLUGIN_SCHEDULER)
+        else:
+            if path == "plugin":
+                scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{engine.grpc_port}", prometheus,
+                                                                    engineTimeoutMillis=GENEROUS_MS))
+            else:
+                config = extender_config(f"http://127.0.0.1:{engine.http_port}")
+                config["extenders"][0]["httpTimeout"] = "30s"
+                scheduler = start_scheduler("extender", config)
+            names = []
+            for i in range(REPLICAS):
+                name = f"web-{i}"
+                create_replica(cluster, namespace, name, PLUGIN_SCHEDULER if path == "plugin" else EXTENDER_SCHEDULER)
+                names.append(name)
+                told = wait_for(lambda: any(r["kind"] == "binding" and r["pod"]["name"] == name
+                                            and r["pod"]["namespace"] == namespace for r in engine.records()) or None,
+                                deadline_s=BIND_DEADLINE_S, every_s=0.2)
+                assert told, f"{name}: the engine never learnt of its binding"
+        bound = wait_bound(cluster, namespace, names)
+        records = engine.records()
+    finally:
+        engine.stop()
+    assert HOT_NODE not in bound.values(), f"a replica was bound to {HOT_NODE}, over the safety threshold"
+    assert len(set(bound.values())) == REPLICAS, f"replicas share a node: {bound}"
+    decided = [r for r in records if r["kind"] == "decision" and r["pod"]["namespace"] == namespace]
+    if path == "plugin-inference":
+        assert not decided and scheduler.metric("td3score_decisions_total", source="plugin") == REPLICAS
+    else:
+        assert len(decided) >= REPLICAS and all(not r["fallback_reason"] and r["spread"] == 3.0 for r in decided)
+        assert {r["pod"]["owner"] for r in decided} == {f"{namespace}/ReplicaSet/web"}

@@ -127,8 +127,10 @@ def test_the_command_writes_a_model_and_refuses_to_overwrite_one(tmp_path):
 SHIPPED_STATIC = sorted(SHIPPED_MODELS.glob("static-*"))
 
 
-def test_the_blend_is_shipped_for_both_scenarios():
-    assert [f.name for f in SHIPPED_STATIC] == ["static-blend-dlrm-small", "static-blend-openb"]
+def test_the_blend_is_shipped_for_both_scenarios_and_with_the_sibling_spread_for_dlrm_small():
+    assert [f.name for f in SHIPPED_STATIC] == ["static-blend-dlrm-small", "static-blend-openb",
+                                               "static-spread-dlrm-small"]
+    assert load_actor(SHIPPED_STATIC[2]).sibling_spread == 3.0
 
 
 @pytest.mark.parametrize("folder", SHIPPED_STATIC, ids=[f.name for f in SHIPPED_STATIC])
@@ -143,6 +145,7 @@ def test_a_shipped_static_model_acts_its_card_s_spec_and_carries_typical_pods(fo
     want = static_score_args(spec, actor.action_mode)
     np.testing.assert_allclose(args.weights, want.weights, atol=2e-4)
     assert (args.tau, args.fragmentation) == pytest.approx((want.tau, want.fragmentation), abs=1e-6)
+    assert actor.sibling_spread == want.spread
     assert actor.action_mode == spec_mode(spec)
     names, typical = actor.typical_pods
     assert names and len(names) == len(typical.pools) and all(len(p) > 0 for p in typical.pools)
