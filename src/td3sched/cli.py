@@ -561,6 +561,9 @@ def train(
                                              "(default 0: from an empty cluster). docs/td3.md."),
     warmup_score: Optional[str] = typer.Option(None, help="The static-weights spec that places the warm-up's pods, "
                                                "e.g. the scenario's best static (needed with --warmup-h)."),
+    spread: Optional[float] = typer.Option(None, help="The sibling spread every decision's score takes, fixed in "
+                                           "the model's card (static-weights' spread, policy/siblings.py; default 0: "
+                                           "none), e.g. 3 with --anchor ...:spread=3."),
     anchor: Optional[str] = typer.Option(None, help="Warm start from this static-weights spec: the random steps "
                                          "take its action plus noise and the actor starts as it "
                                          "(TD3Config.anchor; default: none)."),
@@ -600,7 +603,7 @@ def train(
         _fail(f"training needs the rl extra ({exc}): pip install 'td3sched[rl]'")
     given = {"scenario": scenario, "seed": seed, "span": span, "episode_hours": episode_hours, "action_mode": action,
              "action_hold_s": action_hold, "warmup_hours": warmup_h, "warmup_score": warmup_score,
-             "env_workers": env_workers}
+             "env_workers": env_workers, "sibling_spread": spread}
     learner = {"algo": algo, "learning_starts": learning_starts, "gamma_per_hour": gamma_per_hour,
                "preactivation_penalty": preactivation_penalty, "branch_every": branch_every,
                "branch_horizon_s": branch_horizon, "branch_imitation": branch_imitation, "anchor": anchor,
@@ -648,8 +651,11 @@ def train(
             if anchor is not None:  # with the action mode's check, before any work
                 from td3sched.rl.actions import static_score_args
 
+                from td3sched.rl.train import check_spread_of
+
                 try:
-                    static_score_args(anchor, settings.action_mode)
+                    check_spread_of(anchor, static_score_args(anchor, settings.action_mode), settings.sibling_spread,
+                                    "the anchor")
                 except ValueError as exc:
                     raise ValueError(f"--anchor: {exc}") from None
             config = TD3Config(**{k: v for k, v in learner.items() if v is not None})

@@ -53,7 +53,7 @@ def test_the_newest_window_keeps_the_last_decisions(history):
 
 def test_finetuning_learns_the_windows_choices_and_names_its_parent(history, tmp_path):
     torch.set_num_threads(1)
-    static_model(tmp_path / "parent", [0.25] * 4, 0.6, {"scenario": "tiny"})  # another policy: tau 0.6
+    static_model(tmp_path / "parent", [0.25] * 4, 0.6, {"scenario": "tiny", "sibling_spread": 3.0})  # tau 0.6
     parent = load_model(tmp_path / "parent")
     training = finetune(history, tmp_path / "parent", tmp_path / "candidate", window="7d", learning_rate=1e-3,
                         epochs=5)
@@ -63,6 +63,7 @@ def test_finetuning_learns_the_windows_choices_and_names_its_parent(history, tmp
     card = json.loads((tmp_path / "candidate" / "model.json").read_text())
     assert card["training"]["kind"] == "finetune" and card["training"]["learning_rate"] == 1e-3
     assert card["training"]["parent_training"]["kind"] == "static" and card["scenario"] == "tiny"
+    assert card["sibling_spread"] == 3.0  # the score's term, not the actor's: the child serves it too
     child = load_model(tmp_path / "candidate")
     for (k, a), b in zip(parent.critic.state_dict().items(), child.critic.state_dict().values()):
         assert torch.equal(a, b), k  # the critics are the parent's

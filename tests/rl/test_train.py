@@ -238,3 +238,36 @@ def test_warmup_actor_fills_the_buffer_with_the_actors_actions(warmup_actor):
         np.testing.assert_allclose(actions, np.broadcast_to(constant, actions.shape), atol=1e-5)
     else:
         assert np.abs(actions - constant).max() > 1.0
+
+
+def test_train_command_fixes_a_sibling_spread_in_the_card_and_the_td3_policy_scores_with_it(tmp_path):
+    """--spread: every decision's score (the warm-up's too) takes the sibling spread and the card fixes it,
+    so the td3 policy and the engine serve what was trained; a spec with another spread is refused."""
+    import json
+
+    from td3sched.policy import make_policy
+
+    out = tmp_path / "spread"
+    score = "static-weights:w=1/0/0/0:tau=0.4:spread=3"
+    args = ["train", "--scenario", "tiny", "--steps", "30", "--episode-hours", "1", "--learning-starts", "20",
+            "--action-hold", "600", "--warmup-h", "2", "--warmup-score", score, "--anchor", score, "--spread", "3",
+            "--checkpoint-every", "0", "--out", str(out), "--no-progress"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "model.json").read_text())["sibling_spread"] == 3.0
+    assert make_policy(f"td3:{out}").spread == 3.0
+    from td3sched.rl.env import ClusterSchedulingEnv
+
+    env = ClusterSchedulingEnv("tiny", episode_hours=1, sibling_spread=3.0)
+    try:
+        env.reset(seed=1)
+        env.step(env.action_space.sample())
+        assert env._policy.spread == 3.0 and env._policy.counts_releases and len(env._policy.siblings) > 0
+    finally:
+        env.close()
+    for bad, message in ((["--spread", "0", "--anchor", score], "the anchor 'static-weights:w=1/0/0/0:tau=0.4:spread=3' "
+                                                                 "has a sibling spread of 3 and the run 0"),
+                         (["--warmup-h", "1", "--warmup-score", score], "the warm-up score"),
+                         (["--spread", "-1"], "spread=-1.0: expected a sibling spread")):
+        refused = runner.invoke(app, ["train", "--steps", "10", "--out", str(tmp_path / "bad"), *bad])
+        assert refused.exit_code == 2 and message in " ".join(refused.output.split()), refused.output

@@ -87,7 +87,9 @@ def finetune(history, model, out, window: str = DEFAULT_WINDOW, learning_rate: f
     critic = {k: v for k, v in parent.critic.state_dict().items()}
     save_bc_model(Path(out), result, {"scenario": card.get("scenario"), "overrides": card.get("overrides") or [],
                                       "span": card.get("span"), "episode_hours": card.get("episode_hours"),
-                                      "seed": seed, "config": dict(card["config"]), "training": training},
+                                      "seed": seed, "config": dict(card["config"]), "training": training,
+                                      **({"sibling_spread": card["sibling_spread"]} if card.get("sibling_spread")
+                                         else {})},  # the score's term, not the actor's: kept
                   critic_state=critic)
     return training
 
@@ -102,6 +104,7 @@ def finetune_on_replay(history, model, out, window: str = DEFAULT_WINDOW, learni
     import tempfile
 
     from td3sched.lifecycle.gate import history_replay
+    from td3sched.rl.card import card_sibling_spread
     from td3sched.rl.model import load_model
     from td3sched.rl.td3 import TD3
     from td3sched.rl.train import TrainSettings, learn
@@ -131,7 +134,7 @@ def finetune_on_replay(history, model, out, window: str = DEFAULT_WINDOW, learni
                                  action_mode=agent.action_mode, overrides=tuple(overrides),
                                  action_hold_s=float(card.get("action_hold_s") or 0.0),
                                  warmup_hours=float(card.get("warmup_hours") or 0.0),
-                                 warmup_score=card.get("warmup_score"))
+                                 warmup_score=card.get("warmup_score"), sibling_spread=card_sibling_spread(card))
         say(f"TD3 on the replay of the newest {window} ({scenario}, {' '.join(overrides) or span}), {hours:g} h "
             f"episodes, {steps:,} steps at {learning_rate:g}, alpha {alpha:g}; parent {parent.content_sha256[:12]}")
         env = settings.make_env()
@@ -146,7 +149,8 @@ def finetune_on_replay(history, model, out, window: str = DEFAULT_WINDOW, learni
                 "steps": steps, "learning_rate": learning_rate, "alpha": alpha, "episodes": result.episodes,
                 "recent_returns": [float(r) for r in result.recent_returns], "wall_s": round(result.wall_s, 1),
                 "parent_training": card.get("training")}
-    kept = {k: card[k] for k in ("action_hold_s", "warmup_hours", "warmup_score") if card.get(k) is not None}
+    kept = {k: card[k] for k in ("action_hold_s", "warmup_hours", "warmup_score", "sibling_spread")
+            if card.get(k) is not None}
     agent.save(Path(out), {"scenario": card.get("scenario"), "overrides": card.get("overrides") or [],
                            "span": card.get("span"), "episode_hours": card.get("episode_hours"), "seed": seed,
                            **kept, "training": training})

@@ -31,7 +31,9 @@ of them were charged, and the next observation is the first decision after the h
 or to the window's end): a semi-MDP learner discounts by it. It ends with the window: ``truncated``
 is True on its last step (the cluster would go on), whose observation repeats the last decision's
 (there is no next decision, so a learner should not bootstrap from it); ``info["record"]`` is then the run's record.
-**Placing a pod by hand** (``step_logits(..., node=i)``, ``branches(..., nodes=...)``): the step's pod
+**Sibling spread** (``sibling_spread`` > 0): every decision's score, the warm-up's too, is lowered on the
+nodes that run the pod's siblings (``policy.siblings``); the action does not set it, the model's card
+fixes it. **Placing a pod by hand** (``step_logits(..., node=i)``, ``branches(..., nodes=...)``): the step's pod
 (its first, with a hold) goes to the pending decision's feasible node ``i`` (an index into the nodes
 ``pending_utilisation`` describes) whatever the score ranks first; the action still sets the score
 for the decisions after it. Diagnostics for a per-node scorer's head-room (benchmarks/rollout_headroom.py);
@@ -59,6 +61,7 @@ import numpy as np
 
 from td3sched.envs import ENV_ID  # noqa: F401 (registers it; re-exported)
 from td3sched.policy.base import PodRequest
+from td3sched.policy.siblings import validate_spread
 from td3sched.reward import StepRewardTracker
 from td3sched.rl import counterfactual
 from td3sched.rl.actions import (LOGIT_LIMIT, ScoreArgs, action_size, check_action_mode, check_hold, decode,
@@ -215,13 +218,15 @@ class ClusterSchedulingEnv(gym.Env):
 
     def __init__(self, scenario: str = "tiny", span: str = "train", episode_hours: float = 24.0,
                  action_mode: str = "full", overrides: tuple[str, ...] | list[str] = (), lenient: bool = False,
-                 action_hold_s: float = 0.0, warmup_hours: float = 0.0, warmup_score: str | None = None):
+                 action_hold_s: float = 0.0, warmup_hours: float = 0.0, warmup_score: str | None = None,
+                 sibling_spread: float = 0.0):
         if not (np.isfinite(episode_hours) and episode_hours > 0):
             raise ValueError(f"episode_hours={episode_hours!r}: expected a positive number of hours")
         self._warmup_args = check_warmup(warmup_hours, warmup_score, action_mode)
         self.warmup_s = float(warmup_hours) * 3600.0
         self.warmup_score = warmup_score
         self.action_hold_s = check_hold(action_hold_s)
+        self.sibling_spread = validate_spread(sibling_spread)
         self.scenario_name = scenario
         self.scenario = load_scenario(scenario, list(overrides))
         self.span = span
@@ -423,6 +428,7 @@ class ClusterSchedulingEnv(gym.Env):
         """Start the worker on ``episode``; the first observation, or None if no decision came."""
         world = self._world_for(episode.world_seed)
         policy = _HandOffPolicy(self.action_mode, self._to_env, self._to_sim, self.action_hold_s, self._warmup_args)
+        policy.spread = self.sibling_spread  # the card's: every decision's score, the warm-up's too
         self._policy = policy
         sim = Simulation(world, policy, episode.sim_seed, episode.start_s, episode.end_s, warmup_s=self.warmup_s)
         sim.reward = StepRewardTracker(world.reward, sim._max_nodes)

@@ -43,6 +43,14 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed, with the file and the reason."""
 
 
+def check_spread_of(spec: str, args, spread: float, what: str) -> None:
+    """A ValueError when the static spec ``spec`` (score arguments ``args``) has another sibling spread than
+    the run's: the run's spread scores every decision, so a spec's own would be silently ignored."""
+    if args is not None and args.spread != spread:
+        raise ValueError(f"{what} {spec!r} has a sibling spread of {args.spread:g} and the run {spread:g}: the run's "
+                         f"spread scores every decision (--spread {args.spread:g} to train with it)")
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     """What an env and a run are made of, besides the TD3 config."""
@@ -62,28 +70,35 @@ class TrainSettings:
     env_workers: int = 1
     """Copies of the env stepped at once, each drawing its own windows (``rl.workers``; 1: the learner's
     env alone). The run depends on it."""
+    sibling_spread: float = 0.0
+    """The sibling spread every decision's score takes (``policy.siblings``; 0: none): the model's card
+    fixes it, so that the engine and the simulator's td3 policy serve the score it was trained with."""
 
     def __post_init__(self) -> None:
+        from td3sched.policy.siblings import validate_spread
+
+        validate_spread(self.sibling_spread)
         if isinstance(self.env_workers, bool) or not isinstance(self.env_workers, int) or self.env_workers < 1:
             raise ValueError(f"env_workers {self.env_workers!r}: expected an integer >= 1 (1: the learner's env alone)")
         if self.warmup_hours or self.warmup_score is not None:
             from td3sched.rl.env import check_warmup
 
-            check_warmup(self.warmup_hours, self.warmup_score, self.action_mode)
+            warmup = check_warmup(self.warmup_hours, self.warmup_score, self.action_mode)
+            check_spread_of(self.warmup_score, warmup, self.sibling_spread, "the warm-up score")
 
     def make_env(self):
         from td3sched.rl.env import ClusterSchedulingEnv
 
         return ClusterSchedulingEnv(self.scenario, self.span, self.episode_hours, self.action_mode, self.overrides,
                                     action_hold_s=self.action_hold_s, warmup_hours=self.warmup_hours,
-                                    warmup_score=self.warmup_score)
+                                    warmup_score=self.warmup_score, sibling_spread=self.sibling_spread)
 
     @classmethod
     def of_env(cls, env, seed: int) -> "TrainSettings":
         """The settings ``env`` was made with, and ``seed``."""
         e = env.unwrapped
         return cls(e.scenario_name, seed, e.span, e.episode_s / 3600.0, e.action_mode, tuple(e.scenario.overrides),
-                   e.action_hold_s, e.warmup_s / 3600.0, e.warmup_score)
+                   e.action_hold_s, e.warmup_s / 3600.0, e.warmup_score, sibling_spread=e.sibling_spread)
 
     def to_json(self) -> dict:
         return {**asdict(self), "overrides": list(self.overrides)}
