@@ -46,7 +46,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 # span, 3 seeds; the full report lands in results/demo/
 demo: setup
 	rm -rf results/demo  # afresh: runs of an older code version would not mix with this one's
-	$(VENV)/bin/td3sched evaluate --scenario tiny --span test --seeds 3 --policies k8s-default,td3:models/td3-dlrm,td3:models/td3-dlrm-seed,td3:models/static-blend-dlrm-small --out results/demo
+	$(VENV)/bin/td3sched evaluate --scenario tiny --span test --seeds 3 --policies k8s-default,td3:models/td3-dlrm,td3:models/td3-dlrm-seed,td3:models/static-blend-dlrm-small,td3:models/static-spread-dlrm-small --out results/demo
 
 test: setup
 	$(PY) -m pytest -q

@@ -56,23 +56,46 @@ type inferenceVectors struct {
 			Ceiling        *float64   `json:"ceiling"`
 		} `json:"decode"`
 	} `json:"actor"`
-	Decisions []struct {
-		NowS           float64 `json:"now_s"`
-		OOMKillsRecent float64 `json:"oom_kills_recent"`
-		FailClosed     bool    `json:"fail_closed"`
-		Nodes          []struct {
-			Name        string     `json:"name"`
-			Allocatable [4]float64 `json:"allocatable"`
-			Capacity    [4]float64 `json:"capacity"`
-			Observed    [4]float64 `json:"observed"`
-			SampleTimeS float64    `json:"sample_time_s"`
-		} `json:"nodes"`
-		Pod            vectorPod `json:"pod"`
-		Candidates     []string  `json:"candidates"`
-		FallbackReason string    `json:"fallback_reason"`
-		Scores         []float64 `json:"scores"`
-		Scores100      []int64   `json:"scores_0_100"`
-	} `json:"decisions"`
+	Decisions []vectorDecision `json:"decisions"`
+}
+
+// vectorDecision is one of the engine's decisions: the nodes' metrics, the pod, its candidates and scores.
+type vectorDecision struct {
+	NowS           float64 `json:"now_s"`
+	OOMKillsRecent float64 `json:"oom_kills_recent"`
+	FailClosed     bool    `json:"fail_closed"`
+	Nodes          []struct {
+		Name        string     `json:"name"`
+		Allocatable [4]float64 `json:"allocatable"`
+		Capacity    [4]float64 `json:"capacity"`
+		Observed    [4]float64 `json:"observed"`
+		SampleTimeS float64    `json:"sample_time_s"`
+	} `json:"nodes"`
+	Pod            vectorPod `json:"pod"`
+	Candidates     []string  `json:"candidates"`
+	FallbackReason string    `json:"fallback_reason"`
+	Scores         []float64 `json:"scores"`
+	Scores100      []int64   `json:"scores_0_100"`
+}
+
+// publish sets the plugin's clock, node metrics and recent OOM kills to the decision's; it returns the
+// snapshot, the clock's time and the candidates' NodeInfos, in the decision's order.
+func (d vectorDecision) publish(pl *TD3Score) (*nodemetrics.Snapshot, time.Time, []fwk.NodeInfo) {
+	now := time.Unix(0, int64(d.NowS*1e9))
+	pl.now = func() time.Time { return now }
+	snap := &nodemetrics.Snapshot{Nodes: map[string]nodemetrics.Node{}, TakenAt: now}
+	pl.oomKills.Store(math.Float64bits(d.OOMKillsRecent))
+	infos := map[string]fwk.NodeInfo{}
+	for _, n := range d.Nodes {
+		snap.Nodes[n.Name] = nodemetrics.Node{Observed: n.Observed, Capacity: n.Capacity, SampleTime: n.SampleTimeS}
+		infos[n.Name] = vectorNode(n.Name, n.Allocatable)
+	}
+	pl.metrics.Publish(snap)
+	nodes := make([]fwk.NodeInfo, len(d.Candidates))
+	for j, name := range d.Candidates {
+		nodes[j] = infos[name]
+	}
+	return snap, now, nodes
 }
 
 type vectorPod struct {
@@ -196,20 +219,7 @@ func TestInferenceMatchesTheEnginesDecision(t *testing.T) {
 	pl := newTestPlugin(t, "127.0.0.1:1", nil)
 	models := map[bool]*servedModel{false: servedTestModel(t, false), true: servedTestModel(t, true)}
 	for i, d := range v.Decisions {
-		now := time.Unix(0, int64(d.NowS*1e9))
-		pl.now = func() time.Time { return now }
-		snap := &nodemetrics.Snapshot{Nodes: map[string]nodemetrics.Node{}, TakenAt: now}
-		pl.oomKills.Store(math.Float64bits(d.OOMKillsRecent))
-		infos := map[string]fwk.NodeInfo{}
-		for _, n := range d.Nodes {
-			snap.Nodes[n.Name] = nodemetrics.Node{Observed: n.Observed, Capacity: n.Capacity, SampleTime: n.SampleTimeS}
-			infos[n.Name] = vectorNode(n.Name, n.Allocatable)
-		}
-		pl.metrics.Publish(snap)
-		nodes := make([]fwk.NodeInfo, len(d.Candidates))
-		for j, name := range d.Candidates {
-			nodes[j] = infos[name]
-		}
+		_, _, nodes := d.publish(pl)
 		scores, reason, err := pl.inferScores(models[d.FailClosed], d.Pod.engine(), nodes)
 		if reason != d.FallbackReason {
 			t.Fatalf("decision %d: fallback reason Go %q (%v), Python %q", i, reason, err, d.FallbackReason)

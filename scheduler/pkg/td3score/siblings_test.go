@@ -3,15 +3,11 @@ package td3score
 import (
 	"math"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
-	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-
-	"td3-scheduler/scheduler/pkg/nodemetrics"
 )
 
 func TestSpreadSiblingsIsThePythonRule(t *testing.T) {
@@ -83,26 +79,15 @@ func TestInferenceLowersTheNodesRunningThePodsSiblings(t *testing.T) {
 		if d.FallbackReason != "" {
 			continue
 		}
-		now := time.Unix(0, int64(d.NowS*1e9))
-		pl.now = func() time.Time { return now }
-		snap := &nodemetrics.Snapshot{Nodes: map[string]nodemetrics.Node{}, TakenAt: now}
-		pl.oomKills.Store(math.Float64bits(d.OOMKillsRecent))
-		infos := map[string]fwk.NodeInfo{}
-		for _, n := range d.Nodes {
-			snap.Nodes[n.Name] = nodemetrics.Node{Observed: n.Observed, Capacity: n.Capacity, SampleTime: n.SampleTimeS}
-			infos[n.Name] = vectorNode(n.Name, n.Allocatable)
-		}
-		pl.metrics.Publish(snap)
-		nodes := make([]fwk.NodeInfo, len(d.Candidates))
+		snap, now, nodes := d.publish(pl)
 		siblings := make([]int, len(d.Candidates))
 		for j, name := range d.Candidates {
-			info := infos[name].(*framework.NodeInfo)
+			info := nodes[j].(*framework.NodeInfo)
 			siblings[j] = j % 3
 			for k := 0; k < siblings[j]; k++ {
 				info.AddPod(replica(name+"-web-"+string(rune('a'+k)), "shop", "ReplicaSet", "web-7d9", true))
 			}
 			info.AddPod(replica(name+"-db", "shop", "StatefulSet", "db", true)) // no sibling
-			nodes[j] = info
 		}
 		p := d.Pod.engine()
 		p.Namespace, p.Owner = "shop", "shop/ReplicaSet/web-7d9"
