@@ -176,7 +176,7 @@ class LiveMirror:
     def live_pod(self, pod) -> dict:
         """The v1.Pod asking what the simulated pod asks."""
         w, i = self.workload, pod.index
-        obj = pod_to_k8s(dataclasses.replace(pod_spec(pod), namespace=self.namespace))
+        obj = pod_to_k8s(pod_spec(pod, self.namespace))
         obj.pop("status")
         obj["metadata"].pop("uid")
         spec = obj["spec"]
@@ -273,7 +273,7 @@ class KubeSchedulerReplay(EngineTwin):
 
     def score(self, pod, nodes, cluster) -> np.ndarray:
         feasible = cluster.names[nodes].tolist()
-        expected = pod_spec(pod)
+        expected = pod_spec(pod, self.mirror.namespace)
         signature = dataclasses.replace(expected, name="")
         if self._last is not None and self._last[0] == signature:
             time.sleep(max(0.0, self._last[1] + MAX_BATCH_AGE_S - time.monotonic()))

@@ -58,12 +58,13 @@ NEVER_STALE_S = 1e12
 TWIN_NAMESPACE = "twin"
 
 
-def pod_spec(pod: PodRequest) -> PodSpec:
-    """What a scheduler would tell the engine about a simulated pod."""
+def pod_spec(pod: PodRequest, namespace: str = TWIN_NAMESPACE) -> PodSpec:
+    """What a scheduler would tell the engine about a simulated pod of ``namespace``: its app is its
+    controller, of the same namespace."""
     cpu, mem, disk, rdma = pod.request.tolist()
     return PodSpec(f"pod-{pod.index}", cpu, mem, disk, rdma, gpu_count=pod.gpu_count, gpu_milli=pod.gpu_milli,
                    qos=pod.qos, cpu_limit_milli=pod.cpu_limit_milli, mem_limit_mib=pod.mem_limit_mib,
-                   namespace=TWIN_NAMESPACE, owner="" if pod.app is None else f"{TWIN_NAMESPACE}/App/{pod.app}")
+                   namespace=namespace, owner="" if pod.app is None else f"{namespace}/App/{pod.app}")
 
 
 class EngineTwin(Policy):
