@@ -46,7 +46,8 @@ candidates that run the pod's siblings, the bound pods of its controller (``PodS
 ``static-weights``' ``spread`` lowers it (``policy.siblings.spread_siblings``), after the fragmentation blend.
 The state knows the pods' controllers from its pod watch (``ShadowState.sibling_counts``); without one a
 model with a spread falls back (``no_pods``), and the fallback's own spread is left out. The td3score
-plugin's own scoring has no such term, so such an action is not handed to it.
+plugin's scoring of a held action has no such term, so such an action is not handed to it (its in-process
+inference of such a model has the term, counting the siblings over its NodeInfo pods).
 
 Candidates with stale or missing metrics (``state.Staleness``) are left out of the observation and
 get ``NEUTRAL_SCORE`` (fail-open) or are excluded (fail-closed). The safety filter
@@ -92,8 +93,8 @@ import numpy as np
 from td3sched.metrics.fragmentation import PoolTypicalPods, typical_for_pools
 from td3sched.policy.base import PodRequest
 from td3sched.policy.fgd import fragmentation_decrease
-from td3sched.policy.siblings import spread_siblings, validate_spread
 from td3sched.policy.features import requested_utilisation, utilisation
+from td3sched.policy.siblings import spread_siblings, validate_spread
 from td3sched.policy.static_weights import (blend_fragmentation, pod_balance, product_score, rounded_scores,
                                            validate_fragmentation, validate_weights, within_ceiling)
 from td3sched.rl.actions import LOGIT_LIMIT, ScoreArgs, decode, reads_requests
@@ -414,8 +415,9 @@ class DecisionEngine:
         if blend_by is not None and args.fragmentation:
             fresh_scores = blend_fragmentation(fresh_scores, blend_by.decrease(request, nodes, snap.allocation),
                                                args.fragmentation)
-        siblings = self.state.sibling_counts(pod.owner, names if every else [n for n, f in zip(names, fresh) if f]) \
-            if spread else None
+        siblings = None  # the pod's siblings on each fresh candidate; None: no spread, or no pod watch to count them
+        if spread:
+            siblings = self.state.sibling_counts(pod.owner, names if every else [n for n, f in zip(names, fresh) if f])
         if siblings is None:
             spread = 0.0
         else:
