@@ -2,6 +2,7 @@
 
     python benchmarks/node_scorer.py                                   # tiny: 10 train episodes, 5 test seeds
     python benchmarks/node_scorer.py --scenario dlrm-small --episode-hours 2 --train-episodes 8
+    python benchmarks/node_scorer.py --scenario dlrm-small --base static-weights:w=1/0/0/0:tau=0.4:frag=0.25:spread=3 ...
 
 The reference action (weights and tau) orders the nodes by one formula for every node of a decision.
 A per-node scorer is a function of each candidate's own features, so it can put a pod on a node no
@@ -15,10 +16,13 @@ in one run:
    for ``--horizon`` simulated seconds. A branch's advantage is its return minus the base choice's.
 2. **Fit.** A small network ``f(node features, observation)`` trained so that ``f(node) - f(base's
    choice)`` predicts the advantage (squared error; node features: its four utilisations with the
-   pod, their distance from the decision's mean, and the base's score of it). The last fifth of the
+   pod, their distance from the decision's mean, the base's score of it, and how many of the pod's
+   siblings it runs, counted when the base has a sibling spread). The last fifth of the
    decisions is held out: the correlation of predicted and measured advantages says how much of a
    placement's effect a scorer that reads the candidates can know. A ridge regression on the feature
    differences is printed beside it, a check that the network's figure is not its own overfitting.
+   With a spread, the same two fits without the siblings column are printed too: what knowing the
+   siblings adds.
 3. **Evaluate.** Episodes of the test span, for the network and for the ridge regression as ``f``:
    at every decision the pod goes to ``argmax f`` when ``f``
    puts that node more than ``--margin`` (in units of the advantages' standard deviation; repeatable)
@@ -43,20 +47,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rollout_headroom import base_action, node_candidates, placed_return  # noqa: E402
 
 from td3sched.evaluate.stats import summarize  # noqa: E402
-from td3sched.policy.static_weights import product_score  # noqa: E402
-from td3sched.rl.actions import decode  # noqa: E402
+from td3sched.rl.actions import static_score_args  # noqa: E402
 from td3sched.rl.env import ClusterSchedulingEnv, episode_return  # noqa: E402
 
 
-def node_features(u: np.ndarray, base_scores: np.ndarray, obs: np.ndarray) -> np.ndarray:
-    """[k, 9 + len(obs)]: each feasible node's utilisations with the pod, their distance from the
-    decision's mean, the base's score, and the decision's observation."""
+SIBLINGS_COLUMN = 9
+"""The node features' column of the pod's siblings on the node (``node_features``)."""
+
+
+def node_features(u: np.ndarray, base_scores: np.ndarray, siblings: np.ndarray, obs: np.ndarray) -> np.ndarray:
+    """[k, 10 + len(obs)]: each feasible node's utilisations with the pod, their distance from the
+    decision's mean, the base's score, the pod's siblings on it, and the decision's observation."""
     k = len(u)
-    return np.hstack([u, u - u.mean(axis=0), base_scores[:, None], np.broadcast_to(obs, (k, len(obs)))]).astype(
-        np.float32)
+    return np.hstack([u, u - u.mean(axis=0), base_scores[:, None], siblings[:, None],
+                      np.broadcast_to(obs, (k, len(obs)))]).astype(np.float32)
 
 
-def collect(env, base, score_args, args, rng):
+def collect(env, base, args, rng):
     """Rows (decision id, features of the branch's node, features of the base's choice, advantage)."""
     decisions, nodes_x, base_x, adv = [], [], [], []
     d = 0
@@ -67,13 +74,13 @@ def collect(env, base, score_args, args, rng):
         while True:
             if step % args.every == 0:
                 u = env.pending_utilisation()
-                scores = product_score(u, None, score_args.weights, score_args.tau)
+                scores, siblings = env.pending_scores(base)
                 if len(u) >= 2:
                     nodes = node_candidates(scores, args.candidates, rng)
                     branches = env.branches(np.repeat(base[None], len(nodes), axis=0), args.horizon, lambda o: base,
                                             workers=args.workers, nodes=nodes)
                     g = np.array([b.discounted() for b in branches])
-                    x = node_features(u, scores, obs)
+                    x = node_features(u, scores, siblings, obs)
                     chosen = int(np.argmax(scores))  # the base's choice (the first of tied bests)
                     for n, gk in zip(nodes[1:], g[1:]):
                         decisions.append(d)
@@ -138,7 +145,8 @@ def main() -> None:
     ap.add_argument("--scenario", default="tiny")
     ap.add_argument("--episode-hours", type=float, default=6.0)
     ap.add_argument("--base", default="static-weights:w=0.5/0.25/0/0.25:tau=0",
-                    help="The base score, a static-weights spec (default: tiny's static best, docs/td3.md).")
+                    help="The base score, a static-weights spec, with a fragmentation share and a sibling spread "
+                         "if it has them (default: tiny's static best, docs/td3.md).")
     ap.add_argument("--train-episodes", type=int, default=10, help="Episodes of the train span to collect from.")
     ap.add_argument("--every", type=int, default=1, help="Branch every N-th decision of a collected episode.")
     ap.add_argument("--candidates", type=int, default=8, help="Nodes tried per branched decision, the base's included.")
@@ -157,23 +165,26 @@ def main() -> None:
     args = ap.parse_args()
     if args.candidates < 2 or args.every < 1 or args.train_episodes < 1 or args.test_seeds < 1:
         ap.error("--candidates >= 2, --every >= 1, --train-episodes >= 1 and --test-seeds >= 1 expected")
-    base = base_action(args.base)
-    score_args = decode(base, "full")
+    spec = static_score_args(args.base, None)
+    mode = "fragmentation" if spec.fragmentation else "full"
+    base = base_action(args.base, mode)
+    env_args = {"sibling_spread": spec.spread}
     rng = np.random.default_rng(args.seed)
     print(f"base {args.base}; {args.scenario}, {args.episode_hours:g} h episodes; {args.candidates} nodes per "
           f"branched decision, every {args.every}, horizon {args.horizon:g} s"
           + (f", episodes warmed up for {args.warmup_h:g} h under the base" if args.warmup_h else ""), flush=True)
 
-    warmup = {"warmup_hours": args.warmup_h, "warmup_score": args.base} if args.warmup_h else {}
+    if args.warmup_h:
+        env_args.update(warmup_hours=args.warmup_h, warmup_score=args.base)
     started = time.perf_counter()
     if args.data is not None and args.data.exists():
         with np.load(args.data) as z:
             decisions, nodes_x, base_x, adv = z["decisions"], z["nodes_x"], z["base_x"], z["adv"]
         print(f"read the collection from {args.data}")
     else:
-        env = ClusterSchedulingEnv(args.scenario, "train", args.episode_hours, "full", **warmup)
+        env = ClusterSchedulingEnv(args.scenario, "train", args.episode_hours, mode, **env_args)
         try:
-            decisions, nodes_x, base_x, adv = collect(env, base, score_args, args, rng)
+            decisions, nodes_x, base_x, adv = collect(env, base, args, rng)
         finally:
             env.close()
         if args.data is not None:
@@ -190,9 +201,22 @@ def main() -> None:
         pred = f(nodes_x[rows]) - f(base_x[rows])
         print(f"fit, {name}: correlation of predicted and measured advantage {correlation(pred, adv[rows]):+.3f} "
               f"(ridge {correlation(linear(nodes_x[rows] - base_x[rows]), adv[rows]):+.3f}) over {rows.sum()} branches")
+    if spec.spread:  # the same fits blind to the siblings: what knowing them adds
+        keep = np.arange(nodes_x.shape[1]) != SIBLINGS_COLUMN
+        blind = fit(nodes_x[:, keep], base_x[:, keep], adv, train, args)
+        blind_linear = ridge(nodes_x[:, keep] - base_x[:, keep], adv, train)
+        pred = blind(nodes_x[held][:, keep]) - blind(base_x[held][:, keep])
+        print(f"fit without the siblings, held out: correlation {correlation(pred, adv[held]):+.3f} (ridge "
+              f"{correlation(blind_linear(nodes_x[held][:, keep] - base_x[held][:, keep]), adv[held]):+.3f})")
+        column = nodes_x[:, SIBLINGS_COLUMN] - base_x[:, SIBLINGS_COLUMN]
+        for name, rows in (("more siblings than", column > 0), ("as many siblings as", column == 0),
+                           ("fewer siblings than", column < 0)):
+            if rows.any():
+                print(f"branches to a node with {name} the base's choice: {rows.sum()}, mean "
+                      f"advantage {adv[rows].mean():+.3g}, beat the base in {np.mean(adv[rows] > 0):.1%}")
 
     margins = args.margin or [0.0, 1.0]
-    test = ClusterSchedulingEnv(args.scenario, "test", args.episode_hours, "full", **warmup)
+    test = ClusterSchedulingEnv(args.scenario, "test", args.episode_hours, mode, **env_args)
     print("| model | margin | seed | window (h) | decisions | moved | base episode_reward | scorer episode_reward | "
           "scorer - base |")
     print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
@@ -204,7 +228,7 @@ def main() -> None:
             episode = {**vars(test.episode)}
             static = episode_return(test, episode, lambda obs: base)
             for (model, margin), got in gains.items():
-                total, steps, moved = scored_return(test, episode, base, score_args, models[model],
+                total, steps, moved = scored_return(test, episode, base, models[model],
                                                     margin * adv[train].std())
                 got.append(total - static)
                 print(f"| {model} | {margin:g} | {seed} | {episode['start_s'] / 3600:.1f}-{episode['end_s'] / 3600:.1f} | "
@@ -217,7 +241,7 @@ def main() -> None:
         half = f" ± {s.half:.4f} (95% interval)" if s.half is not None else ""
         print(f"scorer ({model}, margin {margin:g}) - base over {s.n} test seeds: {s.mean:+.4f}{half}")
 
-def scored_return(env, episode, base, score_args, f, threshold):
+def scored_return(env, episode, base, f, threshold):
     """The return of ``episode`` with each pod on ``argmax f`` when that beats the base's choice by more
     than ``threshold``; with the number of decisions and of pods moved off the base's choice."""
     steps = moved = 0
@@ -228,8 +252,8 @@ def scored_return(env, episode, base, score_args, f, threshold):
         u = env.pending_utilisation()
         if len(u) < 2:
             return base, None
-        scores = product_score(u, None, score_args.weights, score_args.tau)
-        v = f(node_features(u, scores, obs))
+        scores, siblings = env.pending_scores(base)
+        v = f(node_features(u, scores, siblings, obs))
         best, chosen = int(np.argmax(v)), int(np.argmax(scores))
         if best == chosen or v[best] - v[chosen] <= threshold:
             return base, None

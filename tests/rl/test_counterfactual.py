@@ -301,3 +301,44 @@ def test_a_node_outside_the_decision_or_in_the_ceiling_mode_is_refused(env):
             ceiling.step_logits(np.zeros(6, np.float32), node=0)
     finally:
         ceiling.close()
+
+
+def test_pending_scores_are_what_the_score_places_by_and_asking_changes_nothing():
+    """``pending_scores``: the action's scores of the pending decision's nodes, the sibling spread included,
+    with each node's siblings; the pod lands on their best, and an episode that asks at every decision is
+    charged what one that never asks is."""
+    base = np.array([5.0, 4.3, -5.0, 4.3, -5.0], np.float32)  # tiny's static best
+    asking = ClusterSchedulingEnv("tiny", "train", 2.0, "full", sibling_spread=3.0)
+    quiet = ClusterSchedulingEnv("tiny", "train", 2.0, "full", sibling_spread=3.0)
+    try:
+        asking.reset(seed=7)
+        quiet.reset(seed=7)
+        placed = {}
+        policy = asking._policy
+        bound = policy.bound
+        policy.bound = lambda pod, node, cluster: (placed.__setitem__(pod.index, node), bound(pod, node, cluster))
+        with_siblings = unique = 0
+        for _ in range(150):
+            scores, siblings = asking.pending_scores(base)
+            u = asking.pending_utilisation()
+            assert scores.shape == siblings.shape == (len(u),) and ((0 <= scores) & (scores <= 1)).all()
+            with_siblings += int(siblings.any())
+            if siblings.any():  # a node with a sibling scores below every node without one (spread 3)
+                assert scores[siblings > 0].max() < scores[siblings == 0].max(initial=np.inf) or siblings.all()
+            pod, nodes = asking.pending_pod(), policy.pending[1]
+            ranked = np.sort(scores)
+            _, r_ask, *_ = asking.step_logits(base)
+            _, r_quiet, *_ = quiet.step_logits(base)
+            assert r_ask == r_quiet
+            if len(ranked) >= 2 and ranked[-1] > ranked[-2]:  # a unique best: that is where the pod went
+                unique += 1
+                assert placed[pod] == nodes[int(np.argmax(scores))]
+        assert with_siblings > 0 and unique > 0, (with_siblings, unique)
+        with pytest.raises(ValueError, match="expected"):
+            asking.pending_scores(np.zeros(3, np.float32))
+    finally:
+        asking.close()
+        quiet.close()
+    idle = ClusterSchedulingEnv("tiny", "train", 2.0, "full")
+    with pytest.raises(RuntimeError, match="without a pending decision"):
+        idle.pending_scores(base)

@@ -109,6 +109,13 @@ _STOP = object()
 
 
 @dataclass(frozen=True)
+class _Scores:
+    """A question about the pending decision (``pending_scores``): what ``action`` scores its nodes."""
+
+    action: np.ndarray
+
+
+@dataclass(frozen=True)
 class _Placed:
     """An action whose decision's pod goes to feasible node ``node`` (``step_logits(..., node=)``)."""
 
@@ -137,6 +144,8 @@ class _HandOffPolicy(ActionPolicy):
         """The feasible node the next Score puts its pod on, whatever the score (None: the score's)."""
         self.pod_index: int | None = None
         """The pending decision's pod (its index in the world's workload)."""
+        self.pending: tuple[PodRequest, np.ndarray, Cluster] | None = None
+        """The pending decision's pod, feasible nodes and cluster (``pending_scores``)."""
 
     def decide(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
         if self.warmup is not None and not self.sim.measuring:  # the warm-up's static score: no step
@@ -147,6 +156,7 @@ class _HandOffPolicy(ActionPolicy):
             return self.utilisation(pod, nodes, cluster)
         self.decision = (pod.time_s, len(nodes))
         self.pod_index = pod.index
+        self.pending = (pod, nodes, cluster)
         self.utilisation_seen = None
         return super().decide(pod, nodes, cluster)
 
@@ -179,6 +189,12 @@ class _HandOffPolicy(ActionPolicy):
             if isinstance(action, _Placed):
                 self.forced_node = action.node
                 return action.action
+            if isinstance(action, _Scores):  # a question: the decision still waits for its action
+                try:
+                    self.to_env.put(("scores", self.pending_scores(action.action), None, None))
+                except Exception as exc:  # handed to the agent, who asked
+                    self.to_env.put(("scores-error", exc, None, None))
+                continue
             if not isinstance(action, BranchRequest):
                 return action
             try:
@@ -189,6 +205,15 @@ class _HandOffPolicy(ActionPolicy):
             if self.branch is not None:  # this is the child: its first action goes to the simulator
                 return answer
             self.to_env.put(("branches", answer, None, None))
+
+    def pending_scores(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pending decision's scores of its feasible nodes under ``action`` (pre-activations), and its
+        pod's siblings on each. The action's score arguments stay set: the decision's own action sets them
+        again before its Score."""
+        pod, nodes, cluster = self.pending
+        self.set_score_args(decode(action, self.action_mode))
+        siblings = self.siblings.counts(pod.app, nodes) if self.spread else np.zeros(len(nodes))
+        return self.score_nodes(pod, nodes, cluster, self.utilisation_seen), np.asarray(siblings, dtype=np.float64)
 
     def _enter_branch(self, state: BranchState) -> None:
         self.branch = state
@@ -376,6 +401,22 @@ class ClusterSchedulingEnv(gym.Env):
         if not self._running or self._policy.utilisation_seen is None:
             raise RuntimeError("pending_utilisation() without a pending decision: call reset() first")
         return np.array(self._policy.utilisation_seen, dtype=np.float64)
+
+    def pending_scores(self, logits) -> tuple[np.ndarray, np.ndarray]:
+        """What the action of pre-activations ``logits`` would score each of the pending decision's
+        feasible nodes (in ``pending_utilisation``'s order; the sibling spread included), and how many of
+        the pending pod's siblings each runs (zeros without a spread, which alone counts them). The
+        decision still waits for its ``step`` (diagnostics: benchmarks/node_scorer.py)."""
+        if not self._running or self._policy.pending is None or self._policy.utilisation_seen is None:
+            raise RuntimeError("pending_scores() without a pending decision: call reset() first")
+        action = np.asarray(logits, dtype=np.float32).reshape(-1)
+        decode(action, self.action_mode)  # validates before the hand-off
+        self._to_sim.put(_Scores(action.copy()))
+        kind, payload, _, _ = self._to_env.get()
+        if kind == "scores-error":
+            raise RuntimeError(f"scoring the pending decision at {self._decision_t:g} s of {self.episode}: {payload}") \
+                from payload
+        return payload
 
     def pending_pod(self) -> int:
         """The pending decision's pod: its index in ``world.workload`` (diagnostics)."""
