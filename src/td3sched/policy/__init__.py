@@ -14,6 +14,7 @@ from td3sched.policy.fgd import FGD
 from td3sched.policy.gpu_clustering import GpuClustering
 from td3sched.policy.gpu_packing import GpuPacking
 from td3sched.policy.k8s_default import K8sDefault
+from td3sched.policy.k8s_default_spread import K8sDefaultSpread
 from td3sched.policy.k8s_most_allocated import K8sMostAllocated
 from td3sched.policy.koord_load_aware import KoordLoadAware
 from td3sched.policy.load_variation_risk_balancing import LoadVariationRiskBalancing
@@ -24,7 +25,7 @@ from td3sched.policy.target_load_packing import TargetLoadPacking
 from td3sched.rl.policy import TD3Policy  # torch is imported only when a model is loaded
 
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
-    K8sDefault, StaticWeights, RandomChoice, FGD,
+    K8sDefault, K8sDefaultSpread, StaticWeights, RandomChoice, FGD,
     K8sMostAllocated, TargetLoadPacking, LoadVariationRiskBalancing, KoordLoadAware, TD3Policy,
     DotProduct, GpuClustering, GpuPacking, BestFit,
 )}
