@@ -5,7 +5,8 @@
 Reads the run records ``td3sched evaluate`` wrote under ``results/NAME/runs`` (nothing is run again) and
 prints, for each other policy of the grid, the chosen policy minus it on each metric asked for, paired by
 seed (the same seed gives both the same workload), with the 95% t interval of the mean difference, and
-whether that interval excludes 0. ``head-to-head.md`` does this for the learned policies; this does it
+whether that interval excludes 0; then the ratio of the two means on each metric (the case study's
+goals are ratios against the default scheduler). ``head-to-head.md`` does this for the learned policies; this does it
 for any policy, a static score with arguments included.
 """
 
@@ -72,6 +73,18 @@ def main() -> None:
             cells.append((f"{num(base)}; " if i == 0 else "") + f"{num(d.mean, '+')}{interval}{mark}")
         print(f"| `{other}` | " + " | ".join(cells) + " |")
     print("(* the 95% interval excludes 0)")
+    print()
+    print(f"Means, {args.policy} / each other policy:")
+    print("| against | " + " | ".join(metrics) + " |")
+    print("|---|" + "---:|" * len(metrics))
+    for other in sorted(p for p in runs if p != args.policy):
+        cells = []
+        for m in metrics:
+            a = [r[m] for r in runs[other].values() if m in r]
+            b = [r[m] for r in mine.values() if m in r]
+            base = sum(a) / len(a) if a else 0.0
+            cells.append(f"{(sum(b) / len(b)) / base:.3f}x" if a and b and base else "n/a")
+        print(f"| `{other}` | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -108,6 +108,55 @@ def test_the_engine_lowers_the_candidates_running_the_pod_s_siblings_by_the_card
     np.testing.assert_array_equal(after.scores, spread_siblings(plain, np.array([0.0, 0, 1, 0]), 3.0))
 
 
+def test_a_burst_of_replicas_scored_before_any_binding_is_reported_lands_apart(spread_model):
+    """kube-scheduler scores a burst's replicas back to back and binds each asynchronously: the engine counts
+    each replica on the nodes its answer ranks first (shared among ties) until its binding is reported,
+    where the report says after it, and nowhere after EXPECT_S unbound; a shadow engine counts nothing."""
+    from td3sched.engine.state import EXPECT_S
+
+    actor = load_actor(spread_model)
+    service, clock = make_service(actor, snapshot(4, cpu_util=[0.2, 0.25, 0.3, 0.35]))
+    service.engine.state.set_pods({})
+    tops = []
+    for name in ("web-7d9-a", "web-7d9-b", "web-7d9-c"):
+        _, d = service.score_nodes(_replica(name, ""), None)
+        tops.append(d.candidates[int(np.argmax(d.scores))])
+    assert tops == ["node-3", "node-2", "node-1"], tops       # by usage alone (target 40%) all three: node-3
+    state = service.engine.state
+    nodes = ["node-0", "node-1", "node-2", "node-3"]
+    assert state.sibling_counts(OWNER, nodes).tolist() == [0, 1, 1, 1]
+    assert state.sibling_counts(OWNER, nodes, "shop/web-7d9-a").tolist() == [0, 1, 1, 0]  # not its own sibling
+    service.report_binding(_replica("web-7d9-a", ""), "node-0")  # the scheduler put a elsewhere: it moves
+    service.report_binding(_replica("web-7d9-b", ""), "node-2")
+    assert state.sibling_counts(OWNER, nodes).tolist() == [1, 1, 1, 0]
+    state.expect_pod("shop/web-7d9-b", OWNER, ["node-3"])        # a bound pod is not moved by a ranking
+    clock.t += EXPECT_S                                          # c never bound: it stops counting
+    assert state.sibling_counts(OWNER, nodes).tolist() == [1, 0, 1, 0]
+    state.expect_pod("shop/web-7d9-d", OWNER, ["node-1", "node-3"])  # tied first: either, at random
+    assert state.sibling_counts(OWNER, nodes).tolist() == [1, 0.5, 1, 0.5]
+    assert state.sibling_counts(OWNER, nodes, "shop/web-7d9-d").tolist() == [1, 0, 1, 0]
+    state.set_pods({"shop/web-7d9-a": (OWNER, "node-0")})      # a fresh list: b is gone, d still expected
+    assert state.sibling_counts(OWNER, nodes).tolist() == [1, 0.5, 0, 0.5]
+    state.place_pod("shop/web-7d9-d", OWNER, "node-3")         # bound: on its node alone
+    assert state.sibling_counts(OWNER, nodes).tolist() == [1, 0, 0, 1]
+    state.remove_pod("shop/web-7d9-d")
+    assert state.sibling_counts(OWNER, nodes).tolist() == [1, 0, 0, 0]
+
+    # the extender answers in 0-10: every node its answer ties first may take the pod, so each counts it
+    extender, _ = make_service(actor, snapshot(4, cpu_util=[0.34, 0.35, 0.1, 0.1]))
+    extender.engine.state.set_pods({})
+    _, d = extender.score_nodes(_replica("web-7d9-a", ""), nodes, api="prioritize")
+    tied = [n for n, q in zip(nodes, np.round(d.scores * 10)) if q == np.round(d.scores.max() * 10)]
+    assert len(tied) >= 2
+    assert extender.engine.state.sibling_counts(OWNER, tied).tolist() == [1 / len(tied)] * len(tied)
+
+    shadow, _ = make_service(actor, snapshot(4, cpu_util=[0.2, 0.25, 0.3, 0.35]), shadow=True)
+    shadow.engine.state.set_pods({})
+    for name in ("web-7d9-a", "web-7d9-b"):
+        shadow.score_nodes(_replica(name, ""), None)
+    assert shadow.engine.state.sibling_counts(OWNER, nodes).tolist() == [0, 0, 0, 0]
+
+
 def test_the_fallback_s_spread_applies_where_the_state_knows_the_pods():
     state = ShadowState(Clock(), Staleness())
     state.publish(snapshot(3, cpu_util=[0.3, 0.3, 0.3]))

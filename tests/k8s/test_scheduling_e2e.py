@@ -484,10 +484,16 @@ def create_replica(cluster, namespace: str, name: str, scheduler: str) -> None:
 def test_replicas_of_one_controller_land_on_nodes_of_their_own(cluster, prometheus, processes, namespace,
                                                                start_scheduler, tmp_path, path):
     """A model whose card fixes a sibling spread, served with the pod watch: through the td3-scheduler
-    asking the engine, through the td3-scheduler running the model itself (siblings from its NodeInfo, the
-    replicas created at once: its own assumed pods count), and through the stock kube-scheduler with the
-    extender. The engine counts a sibling once ReportBinding or its pod watch has told it of the binding, so
-    on those paths each replica is created once the one before is in the engine's log."""
+    asking the engine, through the td3-scheduler running the model itself (siblings from its NodeInfo, where
+    its own assumed pods count), and through the stock kube-scheduler with the extender.
+
+    On the plugin paths all replicas wait before the scheduler starts, as a ReplicaSet's burst does: it
+    scores each before the last one's binding reaches the engine, which counts a replica where it ranked
+    it first until then (``ShadowState.expect_pod``; without that they stack on one node). The extender
+    answers in 0-10, so several nodes tie first and kube-scheduler picks among them at random: the engine
+    cannot know which one until the binding, and shares the expected replica among them. A burst can then
+    still put two replicas together, so on that path each replica is created once the engine has been
+    told of the one before."""
     from td3sched.rl.static_model import write_static_model
 
     model = write_static_model(SIBLING_SPEC, tmp_path / "sibling", "tiny")
@@ -495,24 +501,21 @@ def test_replicas_of_one_controller_land_on_nodes_of_their_own(cluster, promethe
                     kubernetes={"kubeconfig": str(cluster.kubeconfig)})
     try:
         engine.wait_fresh([n[0] for n in NODES])
+        names = [f"web-{i}" for i in range(REPLICAS)]
+        if path != "extender":
+            for name in names:  # all waiting before the scheduler starts: it takes them back to back
+                create_replica(cluster, namespace, name, PLUGIN_SCHEDULER)
         if path == "plugin-inference":
             scheduler = start_inference_in_plugin(engine, prometheus, start_scheduler)
-            names = [f"web-{i}" for i in range(REPLICAS)]
-            for name in names:
-                create_replica(cluster, namespace, name, PLUGIN_SCHEDULER)
+        elif path == "plugin":
+            scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{engine.grpc_port}", prometheus,
+                                                                engineTimeoutMillis=GENEROUS_MS))
         else:
-            if path == "plugin":
-                scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{engine.grpc_port}", prometheus,
-                                                                    engineTimeoutMillis=GENEROUS_MS))
-            else:
-                config = extender_config(f"http://127.0.0.1:{engine.http_port}")
-                config["extenders"][0]["httpTimeout"] = "30s"
-                scheduler = start_scheduler("extender", config)
-            names = []
-            for i in range(REPLICAS):
-                name = f"web-{i}"
-                create_replica(cluster, namespace, name, PLUGIN_SCHEDULER if path == "plugin" else EXTENDER_SCHEDULER)
-                names.append(name)
+            config = extender_config(f"http://127.0.0.1:{engine.http_port}")
+            config["extenders"][0]["httpTimeout"] = "30s"
+            scheduler = start_scheduler("extender", config)
+            for name in names:
+                create_replica(cluster, namespace, name, EXTENDER_SCHEDULER)
                 told = wait_for(lambda: any(r["kind"] == "binding" and r["pod"]["name"] == name
                                             and r["pod"]["namespace"] == namespace for r in engine.records()) or None,
                                 deadline_s=BIND_DEADLINE_S, every_s=0.2)

@@ -100,7 +100,7 @@ from td3sched.policy.static_weights import (blend_fragmentation, pod_balance, pr
 from td3sched.rl.actions import LOGIT_LIMIT, ScoreArgs, decode, reads_requests
 from td3sched.rl.observation import OBSERVATION_SIZE, observe
 from td3sched.simulator.filter import safety_ok
-from td3sched.engine.state import Allocation, NodeSnapshot, NotReady, ShadowState
+from td3sched.engine.state import Allocation, NodeSnapshot, NotReady, ShadowState, binding_key
 
 NEUTRAL_SCORE = 0.5
 """Score in [0, 1] of a candidate with stale or missing metrics under fail-open (50 of 100)."""
@@ -417,7 +417,8 @@ class DecisionEngine:
                                                args.fragmentation)
         siblings = None  # the pod's siblings on each fresh candidate; None: no spread, or no pod watch to count them
         if spread:
-            siblings = self.state.sibling_counts(pod.owner, names if every else [n for n, f in zip(names, fresh) if f])
+            siblings = self.state.sibling_counts(pod.owner, names if every else [n for n, f in zip(names, fresh) if f],
+                                                 binding_key(pod.namespace, pod.name))
         if siblings is None:
             spread = 0.0
         else:

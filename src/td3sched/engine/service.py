@@ -20,7 +20,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from td3sched.engine.decision import Decision, DecisionEngine, PodSpec
+from td3sched.engine.decision import Decision, DecisionEngine, PodSpec, quantize
 from td3sched.engine.decision_log import DecisionLog
 from td3sched.engine.metrics import EngineMetrics
 from td3sched.engine.state import binding_key
@@ -40,6 +40,11 @@ REUSE_S = 30.0
 """How long (engine clock) a /filter decision stays the one the same pod's /prioritize uses."""
 REUSE_MAX = 4096
 """Filter decisions kept for reuse (the oldest go first)."""
+EXPECT_LEVELS = {"score_nodes": 100, "prioritize": 10}
+"""The score levels each front door answers in (ScoreNodes 0-100, the extender's /prioritize 0-10), by the
+``api`` of ``EngineService.score_nodes``: the nodes tied first at that resolution are where the scheduler
+may bind the pod (``_expect``). GetSchedulingWeights is not here: the plugin scores with the action
+itself, counting its own assumed pods."""
 
 
 def _finite_list(x) -> list | None:
@@ -101,14 +106,32 @@ class EngineService:
         start = time.perf_counter()
         reused = self._reuse(pod, candidates) if api == "prioritize" else None
         if reused is not None:
+            self._expect(pod, reused[1], api)
             self.metrics.observe_latency(api, time.perf_counter() - start)
             return reused
         d = self.engine.decide(pod, candidates)
         decision_id = self._next_id()
         self.metrics.record_decision(d)
         self._log_decision(decision_id, pod, d)
+        self._expect(pod, d, api)
         self.metrics.observe_latency(api, time.perf_counter() - start)
         return decision_id, d
+
+    def _expect(self, pod: PodSpec, d: Decision, api: str) -> None:
+        """A decision that spread the pod from its siblings counts it as a sibling on the candidates its
+        answer ranks first until its binding is reported (``ShadowState.expect_pod``): the next replica of a
+        burst, scored before that report, is then kept apart from it. The answer's own resolution decides
+        the ties (``EXPECT_LEVELS``): the scheduler picks among the tied nodes at random. Advisory decisions
+        (shadow mode) place nothing and count nothing; neither does an action handed to the plugin, which
+        counts its own assumed pods."""
+        levels = EXPECT_LEVELS.get(api)
+        if levels is None or not d.spread or d.advisory or not pod.owner:
+            return
+        scores = np.where(np.asarray(d.excluded, dtype=bool), -1, quantize(np.asarray(d.scores), levels))
+        if scores.max() < 0:
+            return
+        top = [d.candidates[i] for i in np.flatnonzero(scores == scores.max())]
+        self.engine.state.expect_pod(binding_key(pod.namespace, pod.name), pod.owner, top)
 
     def filter(self, candidates: list[str], pod: PodSpec | None = None) -> dict[str, str]:
         """Failed nodes -> reason (``DecisionEngine.filter``); a decision taken for ``pod`` (a model with

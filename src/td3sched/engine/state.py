@@ -55,6 +55,10 @@ from td3sched.policy.siblings import Siblings
 from td3sched.simulator.cluster import USAGE_COLUMNS
 
 ASSIGN_HORIZON_S = 600.0
+EXPECT_S = 30.0
+"""How long a pod counts as a sibling on the nodes the engine ranked first (``expect_pod``) before its
+binding is reported: kube-scheduler binds in milliseconds to seconds; a pod still unbound then (it waits
+in the queue) stops counting there."""
 """A binding is forgotten after this long even if no scrape of its node came (a node gone quiet)."""
 DEFAULT_NIC_MBIT = 10_000.0
 """NIC capacity of a node whose metrics do not give one (10 Gbit/s, as the Prometheus source)."""
@@ -302,6 +306,11 @@ class ShadowState:
         """binding_key -> (owner, node) of the bound pods that have an owner (``set_pods``); None: not known."""
         self._siblings = Siblings()
         """``_pods`` counted per owner and node."""
+        self._expected: dict[str, tuple[str, tuple[str, ...], float]] = {}
+        """binding_key -> (owner, nodes, until when): pods not yet reported bound, counted as 1/len(nodes)
+        of a sibling on each node the engine ranked first for them (``expect_pod``)."""
+        self._expected_of: dict[str, set[str]] = {}
+        """owner -> its pods in ``_expected``."""
         self._lock = threading.Lock()
         self._cache = AssignCache(0, horizon_s=ASSIGN_HORIZON_S)
         self._cache_version = 0
@@ -398,6 +407,8 @@ class ShadowState:
                 kept[key] = (owner, node)
                 siblings.add(owner, node)
         with self._lock:
+            for key in [k for k in self._expected if k in kept]:  # listed bound: no longer expected
+                self._unexpect(key)
             self._pods, self._siblings = kept, siblings
 
     def place_pod(self, pod: str, owner: str, node: str) -> None:
@@ -408,6 +419,7 @@ class ShadowState:
         with self._lock:
             if self._pods is None:
                 return
+            self._unexpect(pod)
             held = self._pods.get(pod)
             if held == (owner, node):
                 return
@@ -416,25 +428,70 @@ class ShadowState:
             self._pods[pod] = (owner, node)
             self._siblings.add(owner, node)
 
+    def expect_pod(self, pod: str, owner: str, nodes: list[str]) -> None:
+        """The engine's answer ranked ``nodes`` first, tied, for the pod ``pod`` (``binding_key``) of
+        ``owner``: until its binding is reported, or for ``EXPECT_S``, count it as 1/len(nodes) of a
+        sibling on each of them (the scheduler picks among tied nodes at random). kube-scheduler schedules
+        the replicas of a burst back to back and binds each asynchronously, so the next replica is scored
+        before the last one's binding reaches the engine; counted where the last one may land, it is kept
+        apart from it. A pod reported bound is left where it is; the binding's report counts an expected
+        pod on the node it went to alone."""
+        if not owner or not nodes:
+            return
+        with self._lock:
+            if self._pods is None or pod in self._pods:
+                return
+            self._unexpect(pod)
+            self._expected[pod] = (owner, tuple(nodes), self.clock() + EXPECT_S)
+            self._expected_of.setdefault(owner, set()).add(pod)
+
+    def _unexpect(self, pod: str) -> None:
+        """Under ``self._lock``: stop counting the pod ``pod`` where it was expected."""
+        expected = self._expected.pop(pod, None)
+        if expected is not None:
+            pods = self._expected_of[expected[0]]
+            pods.discard(pod)
+            if not pods:
+                del self._expected_of[expected[0]]
+
     def remove_pod(self, pod: str) -> None:
         """The pod (``binding_key``) is gone: no longer anybody's sibling."""
         with self._lock:
             held = self._pods.pop(pod, None) if self._pods is not None else None
+            self._unexpect(pod)
             if held is not None:
                 self._siblings.remove(*held)
+
+    def _expire(self) -> None:
+        """Under ``self._lock``: stop counting the expected pods whose binding did not come in time."""
+        if not self._expected:
+            return
+        now = self.clock()
+        for pod in [k for k, (_, _, until) in self._expected.items() if until <= now]:
+            self._unexpect(pod)
 
     @property
     def knows_pods(self) -> bool:
         """Whether a pod watch has told the state the pods' workloads (``set_pods``)."""
         return self._pods is not None
 
-    def sibling_counts(self, owner: str, nodes: list[str]) -> np.ndarray | None:
-        """[k] bound pods of ``owner`` on each of ``nodes`` (names); None when the state does not know the
-        pods (no pod watch)."""
+    def sibling_counts(self, owner: str, nodes: list[str], pod: str | None = None) -> np.ndarray | None:
+        """[k] bound pods of ``owner`` on each of ``nodes`` (names), the pod ``pod`` (``binding_key``: the
+        one being scored, expected somewhere by an earlier ranking) not counted; None when the state does
+        not know the pods (no pod watch)."""
         with self._lock:
             if self._pods is None:
                 return None
-            on = self._siblings.nodes_of(owner) if owner else {}
+            self._expire()
+            on = dict(self._siblings.nodes_of(owner)) if owner else {}
+            own = self._pods.get(pod) if pod is not None else None
+            if own is not None and own[0] == owner:  # the pod scored is not its own sibling
+                on[own[1]] -= 1
+            for other in self._expected_of.get(owner, ()) if owner else ():
+                if other != pod:
+                    _, where, _ = self._expected[other]
+                    for node in where:
+                        on[node] = on.get(node, 0) + 1.0 / len(where)
             if not on:
                 return np.zeros(len(nodes))
             return np.fromiter((on.get(n, 0) for n in nodes), dtype=np.float64, count=len(nodes))
