@@ -480,12 +480,13 @@ def create_replica(cluster, namespace: str, name: str, scheduler: str) -> None:
             "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}})
 
 
-@pytest.mark.parametrize("path", ["plugin", "plugin-inference", "extender"])
+@pytest.mark.parametrize("path", ["plugin", "plugin-inference", "extender", "dead-engine"])
 def test_replicas_of_one_controller_land_on_nodes_of_their_own(cluster, prometheus, processes, namespace,
                                                                start_scheduler, tmp_path, path):
     """A model whose card fixes a sibling spread, served with the pod watch: through the td3-scheduler
     asking the engine, through the td3-scheduler running the model itself (siblings from its NodeInfo, where
-    its own assumed pods count), and through the stock kube-scheduler with the extender.
+    its own assumed pods count), through the stock kube-scheduler with the extender, and through the
+    td3-scheduler with no engine at all, on its static fallback with the model's spread (``fallbackSpread``).
 
     On the plugin paths all replicas wait before the scheduler starts, as a ReplicaSet's burst does: it
     scores each before the last one's binding reaches the engine, which counts a replica where it ranked
@@ -507,6 +508,10 @@ def test_replicas_of_one_controller_land_on_nodes_of_their_own(cluster, promethe
                 create_replica(cluster, namespace, name, PLUGIN_SCHEDULER)
         if path == "plugin-inference":
             scheduler = start_inference_in_plugin(engine, prometheus, start_scheduler)
+        elif path == "dead-engine":  # the model's score as the static fallback: packing, the spread of 3
+            scheduler = start_scheduler("plugin", plugin_config(
+                f"127.0.0.1:{free_port()}", prometheus, fallbackWeights=[1, 0, 0, 0], fallbackTau=1.0,
+                fallbackSpread=3.0))
         elif path == "plugin":
             scheduler = start_scheduler("plugin", plugin_config(f"127.0.0.1:{engine.grpc_port}", prometheus,
                                                                 engineTimeoutMillis=GENEROUS_MS))
@@ -529,6 +534,8 @@ def test_replicas_of_one_controller_land_on_nodes_of_their_own(cluster, promethe
     decided = [r for r in records if r["kind"] == "decision" and r["pod"]["namespace"] == namespace]
     if path == "plugin-inference":
         assert not decided and scheduler.metric("td3score_decisions_total", source="plugin") == REPLICAS
+    elif path == "dead-engine":
+        assert not decided and scheduler.metric("td3score_decisions_total", source="static") >= REPLICAS
     else:
         assert len(decided) >= REPLICAS and all(not r["fallback_reason"] and r["spread"] == 3.0 for r in decided)
         assert {r["pod"]["owner"] for r in decided} == {f"{namespace}/ReplicaSet/web"}

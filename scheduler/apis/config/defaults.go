@@ -17,6 +17,10 @@ var (
 	DefaultFallbackTau     = 0.0
 	// DefaultFallbackFragmentation: no fragmentation term.
 	DefaultFallbackFragmentation = 0.0
+	// DefaultFallbackSpread: no sibling spread.
+	DefaultFallbackSpread = 0.0
+	// MaxFallbackSpread is the largest sibling spread (policy/siblings.py MAX_SPREAD).
+	MaxFallbackSpread = 100.0
 	// DefaultPoolLabel: the engine's default pool label.
 	DefaultPoolLabel = "td3sched.io/pool"
 	// DefaultScoreHeldActions: a held action is scored in the scheduler, one engine call per hold.
@@ -78,6 +82,9 @@ func SetDefaults(args *TD3ScoreArgs) {
 	}
 	if args.FallbackFragmentation == nil {
 		args.FallbackFragmentation = ptr(DefaultFallbackFragmentation)
+	}
+	if args.FallbackSpread == nil {
+		args.FallbackSpread = ptr(DefaultFallbackSpread)
 	}
 	if args.PoolLabel == "" {
 		args.PoolLabel = DefaultPoolLabel

@@ -45,6 +45,11 @@ type TD3ScoreArgs struct {
 	// FallbackTypicalPods is the file of the typical pods the share is measured with, per pool by name: a
 	// model card holding them (a shipped blend's model.json) or their own form. Required with a share.
 	FallbackTypicalPods string `json:"fallbackTypicalPods,omitempty"`
+	// FallbackSpread is the static score's sibling spread in [0, 100] (policy/siblings.py): a candidate's
+	// score s becomes (s + spread/(n+1)) / (1+spread), n the pods of the pod's controller on the node (its
+	// NodeInfo: bound and assumed pods), after the fragmentation blend, as the engine's fallback spreads;
+	// 0: none. Set it to the served model's sibling_spread, so that a dead engine keeps replicas apart.
+	FallbackSpread *float64 `json:"fallbackSpread,omitempty"`
 	// PoolLabel is the node label naming a node's pool, whose typical pods its fragmentation is measured
 	// with (the engine's kubernetes.pool_label).
 	PoolLabel string `json:"poolLabel,omitempty"`

@@ -63,6 +63,10 @@ func Validate(args *TD3ScoreArgs) error {
 			fmt.Sprintf("fallbackFragmentation %g needs the typical pods it is measured with (a model card or "+
 				"typical pods file)", v)))
 	}
+	if v := *args.FallbackSpread; !(v >= 0 && v <= MaxFallbackSpread) {
+		errs = append(errs, field.Invalid(root.Child("fallbackSpread"), v,
+			fmt.Sprintf("expected a sibling spread in [0, %g] (0: none)", MaxFallbackSpread)))
+	}
 	if t := args.TLS; t != nil && (t.CertFile == "") != (t.KeyFile == "") {
 		errs = append(errs, field.Invalid(root.Child("tls"), fmt.Sprintf("certFile=%q keyFile=%q", t.CertFile, t.KeyFile),
 			"expected both certFile and keyFile (mutual TLS) or neither"))

@@ -190,7 +190,7 @@ func New(ctx context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, err
 		"deadline_ms", *args.EngineTimeoutMillis,
 		"metricsSource", args.MetricsSource, "prometheus", args.PrometheusURL, "safetyCPUUtil", *args.SafetyCPUUtil, "fallbackWeights", args.FallbackWeights,
 		"fallbackTau", *args.FallbackTau, "fallbackFragmentation", *args.FallbackFragmentation,
-		"fallbackTypicalPods", args.FallbackTypicalPods)
+		"fallbackTypicalPods", args.FallbackTypicalPods, "fallbackSpread", *args.FallbackSpread)
 	return pl, nil
 }
 
@@ -362,10 +362,25 @@ func (pl *TD3Score) blendedStaticScores(p *enginev1.Pod, nodes []fwk.NodeInfo) m
 	}
 	blended := pl.blendFragmentation(p, nodes, isFresh, u, pl.weights, *pl.args.FallbackTau,
 		*pl.args.FallbackFragmentation, pl.typical)
+	var freshNodes []fwk.NodeInfo
+	for i, n := range nodes {
+		if isFresh[i] {
+			freshNodes = append(freshNodes, n)
+		}
+	}
 	for i, score := range blended {
-		scores[fresh[i]] = To100(score)
+		scores[fresh[i]] = To100(pl.spread(score, p, freshNodes[i]))
 	}
 	return scores
+}
+
+// spread is a fresh candidate's static score in [0, 1] lowered by the fallback's sibling spread for the
+// pod's siblings on the node (SpreadSiblings over SiblingsOn), as the engine's fallback lowers it.
+func (pl *TD3Score) spread(score float64, p *enginev1.Pod, n fwk.NodeInfo) float64 {
+	if *pl.args.FallbackSpread == 0 || p.Owner == "" {
+		return score
+	}
+	return SpreadSiblings(score, float64(SiblingsOn(n, p.Owner)), *pl.args.FallbackSpread)
 }
 
 // callFailure names the fallback reason of a failed ScoreNodes call.
@@ -457,13 +472,19 @@ func (pl *TD3Score) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 	} else if p, err = EnginePod(pod); err != nil {
 		p = &enginev1.Pod{}
 	}
-	return pl.staticScore(ctx, p, name), nil
+	return pl.staticScore(ctx, p, nodeInfo), nil
 }
 
-// staticScore is StaticScore of the node over the plugin's live metrics and assign cache.
-func (pl *TD3Score) staticScore(ctx context.Context, p *enginev1.Pod, node string) int64 {
+// staticScore is StaticScore of the node over the plugin's live metrics and assign cache, lowered by the
+// fallback's sibling spread on a fresh node.
+func (pl *TD3Score) staticScore(ctx context.Context, p *enginev1.Pod, nodeInfo fwk.NodeInfo) int64 {
+	node := nodeInfo.Node().Name
 	m, fresh, recentCPU, recentMem := pl.nodeState(pl.metrics.Snapshot(), node, pl.now())
 	score := StaticScore(p.CpuMilli, p.MemMib, m, fresh, recentCPU, recentMem, pl.weights, *pl.args.FallbackTau)
+	if fresh && *pl.args.FallbackSpread > 0 {
+		u := Utilisation(p.CpuMilli, p.MemMib, m, recentCPU, recentMem)
+		score = To100(pl.spread(WeightedCloseness(u, pl.weights, *pl.args.FallbackTau), p, nodeInfo))
+	}
 	klog.FromContext(ctx).V(5).Info("td3score: static score", "node", node, "fresh", fresh, "observed", m.Observed,
 		"capacity", m.Capacity, "recentCPUMilli", recentCPU, "recentMemMiB", recentMem, "score", score)
 	return score

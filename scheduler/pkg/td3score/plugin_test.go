@@ -436,7 +436,7 @@ func TestStaticScoreOfANodeWithoutFreshMetricsIsNeutral(t *testing.T) {
 	stale, _ := testNodes([]float64{0.3}, 10*time.Minute)
 	for _, snap := range []*nodemetrics.Snapshot{{Nodes: map[string]nodemetrics.Node{}}, stale} {
 		pl.metrics.Publish(snap)
-		if s := pl.staticScore(context.Background(), &enginev1.Pod{CpuMilli: 100}, nodes[0].Node().Name); s != To100(NeutralScore) {
+		if s := pl.staticScore(context.Background(), &enginev1.Pod{CpuMilli: 100}, nodes[0]); s != To100(NeutralScore) {
 			t.Fatalf("expected the neutral score %d, got %d", To100(NeutralScore), s)
 		}
 	}

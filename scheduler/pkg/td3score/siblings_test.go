@@ -2,12 +2,16 @@ package td3score
 
 import (
 	"math"
+	"net"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"td3-scheduler/scheduler/apis/config"
 )
 
 func TestSpreadSiblingsIsThePythonRule(t *testing.T) {
@@ -115,5 +119,49 @@ func TestInferenceLowersTheNodesRunningThePodsSiblings(t *testing.T) {
 	}
 	if lowered < 20 {
 		t.Fatalf("only %d fresh candidates had siblings", lowered)
+	}
+}
+
+func TestADeadEnginesStaticScoreKeepsTheReplicasApartWithAFallbackSpread(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	address := lis.Addr().String()
+	_ = lis.Close() // nothing listens there: every pod falls back
+	for _, spread := range []float64{0, 3} {
+		pl := newTestPlugin(t, address, func(a *config.TD3ScoreArgs) {
+			a.EngineTimeoutMillis = ptrTo(int64(500))
+			a.FallbackWeights, a.FallbackTau, a.FallbackSpread = []float64{1, 0, 0, 0}, ptrTo(1.0), ptrTo(spread)
+		})
+		snap, nodes := testNodes([]float64{0.3, 0.6, 0.5}, 0)
+		pl.metrics.Publish(snap)
+		nodes[1].(*framework.NodeInfo).AddPod(replica("web-a", "shop", "ReplicaSet", "web-7d9", true)) // the busiest node runs a sibling
+		pod := replica("web-b", "shop", "ReplicaSet", "web-7d9", true)
+		got, _ := cycle(t, pl, pod, nodes)
+		p, _ := EnginePod(pod)
+		for _, n := range nodes {
+			name := n.Node().Name
+			m := snap.Nodes[name]
+			u := Utilisation(p.CpuMilli, p.MemMib, m, 0, 0)
+			want := To100(SpreadSiblings(WeightedCloseness(u, [4]float64{1, 0, 0, 0}, 1), float64(SiblingsOn(n, p.Owner)), spread))
+			if got[name] != want {
+				t.Errorf("spread %g, node %s (%d siblings): %d, want %d", spread, name, SiblingsOn(n, p.Owner), got[name], want)
+			}
+			if spread == 0 && got[name] != StaticScore(p.CpuMilli, p.MemMib, m, true, 0, 0, pl.weights, 1) {
+				t.Errorf("spread 0, node %s: %d is not the static score", name, got[name])
+			}
+		}
+		best := map[bool]string{false: "n1", true: "n2"}[spread > 0] // packing picks the busiest node without a sibling
+		for name, s := range got {
+			if name != best && s >= got[best] {
+				t.Errorf("spread %g: %s scores %d, not below %s's %d (%v)", spread, name, s, best, got[best], got)
+			}
+		}
+	}
+	bad := config.TD3ScoreArgs{FallbackSpread: ptrTo(101.0)}
+	config.SetDefaults(&bad)
+	if err := config.Validate(&bad); err == nil || !strings.Contains(err.Error(), "fallbackSpread: Invalid value: 101") {
+		t.Fatalf("a spread of 101: %v", err)
 	}
 }
