@@ -40,7 +40,6 @@ import time
 import numpy as np
 
 from td3sched.evaluate.stats import summarize
-from td3sched.policy.static_weights import product_score
 from td3sched.rl.actions import ACTION_DIMENSIONS, ACTION_MODES, LOGIT_LIMIT, action_size, decode, encode, static_score_args
 from td3sched.rl.env import ClusterSchedulingEnv, episode_return
 
@@ -96,7 +95,8 @@ def main() -> None:
     ap.add_argument("--episode-hours", type=float, default=6.0)
     ap.add_argument("--seeds", type=int, default=5, help="Episodes (env seeds 1..N).")
     ap.add_argument("--base", default="static-weights:w=0.5/0.25/0/0.25:tau=0",
-                    help="The base policy, a static-weights spec (default: tiny's static best, docs/td3.md).")
+                    help="The base policy, a static-weights spec; its sibling spread, if any, scores every "
+                         "candidate too (default: tiny's static best, docs/td3.md).")
     ap.add_argument("--hold", type=float, default=600.0, help="Seconds each action holds.")
     ap.add_argument("--warmup-h", type=float, default=0.0,
                     help="Start each episode from the cluster the base leaves after this many hours (default 0: empty).")
@@ -126,6 +126,7 @@ def main() -> None:
         ap.error(f"--vary {args.vary}: {unknown} not among the {args.action} action's dimensions {list(dims)}")
     varied = np.array([d in vary for d in dims])
     score_args = decode(base, args.action)
+    spread = static_score_args(args.base, None).spread  # fixed by the env, as a card fixes it: not an action
     ceiling = f", ceiling {score_args.ceiling:.4f}" if score_args.ceiling is not None else ""
     print(f"base {args.base}: pre-activations {np.round(base, 3).tolist()} (weights "
           f"{np.round(score_args.weights, 5).tolist()}, tau {score_args.tau:.4f}{ceiling}); hold {args.hold:g} s, horizon "
@@ -137,7 +138,8 @@ def main() -> None:
           + "".join(f"{d} chosen (mean) | " for d in shown) + "wall s |")
     print("|---:|---|---:|---:|---:|---:|---:|" + "---:|" * len(shown) + "---:|")
     env = ClusterSchedulingEnv(args.scenario, args.span, args.episode_hours, args.action, action_hold_s=args.hold,
-                               warmup_hours=args.warmup_h, warmup_score=args.base if args.warmup_h else None)
+                               warmup_hours=args.warmup_h, warmup_score=args.base if args.warmup_h else None,
+                               sibling_spread=spread)
     gains = []
     try:
         for seed in range(1, args.seeds + 1):
@@ -165,8 +167,7 @@ def main() -> None:
 
             def choose_node(obs):
                 nonlocal steps, kept
-                nodes = node_candidates(product_score(env.pending_utilisation(), None, score_args.weights,
-                                                      score_args.tau), args.candidates, rng)
+                nodes = node_candidates(env.pending_scores(base)[0], args.candidates, rng)
                 branches = env.branches(np.repeat(base[None], len(nodes), axis=0), args.horizon, lambda o: base,
                                         workers=args.workers, nodes=nodes)
                 best = least_charged(branches)
