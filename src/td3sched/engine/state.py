@@ -55,11 +55,11 @@ from td3sched.policy.siblings import Siblings
 from td3sched.simulator.cluster import USAGE_COLUMNS
 
 ASSIGN_HORIZON_S = 600.0
+"""A binding is forgotten after this long even if no scrape of its node came (a node gone quiet)."""
 EXPECT_S = 30.0
 """How long a pod counts as a sibling on the nodes the engine ranked first (``expect_pod``) before its
 binding is reported: kube-scheduler binds in milliseconds to seconds; a pod still unbound then (it waits
 in the queue) stops counting there."""
-"""A binding is forgotten after this long even if no scrape of its node came (a node gone quiet)."""
 DEFAULT_NIC_MBIT = 10_000.0
 """NIC capacity of a node whose metrics do not give one (10 Gbit/s, as the Prometheus source)."""
 
