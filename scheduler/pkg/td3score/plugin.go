@@ -480,8 +480,8 @@ func (pl *TD3Score) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 func (pl *TD3Score) staticScore(ctx context.Context, p *enginev1.Pod, nodeInfo fwk.NodeInfo) int64 {
 	node := nodeInfo.Node().Name
 	m, fresh, recentCPU, recentMem := pl.nodeState(pl.metrics.Snapshot(), node, pl.now())
-	score := StaticScore(p.CpuMilli, p.MemMib, m, fresh, recentCPU, recentMem, pl.weights, *pl.args.FallbackTau)
-	if fresh && *pl.args.FallbackSpread > 0 {
+	score := To100(NeutralScore) // StaticScore's, with the spread on a fresh node
+	if fresh {
 		u := Utilisation(p.CpuMilli, p.MemMib, m, recentCPU, recentMem)
 		score = To100(pl.spread(WeightedCloseness(u, pl.weights, *pl.args.FallbackTau), p, nodeInfo))
 	}

@@ -483,18 +483,23 @@ class ShadowState:
             if self._pods is None:
                 return None
             self._expire()
-            on = dict(self._siblings.nodes_of(owner)) if owner else {}
+            if not owner:
+                return np.zeros(len(nodes))
+            on = self._siblings.nodes_of(owner)
+            counts = np.fromiter((on.get(n, 0) for n in nodes), dtype=np.float64, count=len(nodes)) if on \
+                else np.zeros(len(nodes))
+            delta: dict[str, float] = {}  # the pod scored is not its own sibling; expected pods count shared
             own = self._pods.get(pod) if pod is not None else None
-            if own is not None and own[0] == owner:  # the pod scored is not its own sibling
-                on[own[1]] -= 1
-            for other in self._expected_of.get(owner, ()) if owner else ():
+            if own is not None and own[0] == owner:
+                delta[own[1]] = -1.0
+            for other in self._expected_of.get(owner, ()):
                 if other != pod:
                     _, where, _ = self._expected[other]
                     for node in where:
-                        on[node] = on.get(node, 0) + 1.0 / len(where)
-            if not on:
-                return np.zeros(len(nodes))
-            return np.fromiter((on.get(n, 0) for n in nodes), dtype=np.float64, count=len(nodes))
+                        delta[node] = delta.get(node, 0.0) + 1.0 / len(where)
+            if delta:
+                counts += np.fromiter((delta.get(n, 0.0) for n in nodes), dtype=np.float64, count=len(nodes))
+            return counts
 
     def _swap(self, snap: NodeSnapshot | None) -> None:
         """Under ``self._lock``: serve ``snap``; the assign cache follows the nodes by name."""
