@@ -131,6 +131,40 @@ def test_bindings_raise_the_nodes_utilisation_until_a_newer_scrape(actor):
         service.report_binding(POD, "ghost")
 
 
+def test_a_burst_answered_before_its_bindings_counts_each_pod_where_it_was_answered(tmp_path):
+    """kube-scheduler scores a burst back to back and binds each pod asynchronously: until a pod's binding is
+    reported the engine counts its requests on the node its answer ranked first, so the burst does not pile
+    onto the node that looked coolest; the binding's report moves it to its node, and a pod never reported
+    bound stops counting after EXPECT_S."""
+    from td3sched.engine.state import EXPECT_S, binding_key
+    from td3sched.rl.onnx_actor import load_actor
+    from td3sched.rl.static_model import write_static_model
+
+    actor = load_actor(write_static_model("static-weights:w=1/0/0/0:tau=0", tmp_path / "idle", "tiny"))
+    snap = snapshot(4, cpu_util=[0.3, 0.32, 0.34, 0.36])
+    service, clock = make_service(actor, snap)
+    pods = [PodSpec(f"batch-{i}", cpu_milli=4000, mem_mib=1024) for i in range(4)]
+    tops = []
+    for pod in pods:
+        _, d = service.score_nodes(pod, list(snap.names))
+        tops.append(int(d.scores.argmax()))
+    assert tops == [0, 1, 2, 3]  # the coolest first, then each a quarter of a node hotter than it looked
+    _, d = service.score_nodes(POD, list(snap.names))
+    state = service.engine.state
+    state.unexpect_pod(binding_key(POD.namespace, POD.name))
+    base = [0.3, 0.32, 0.34, 0.36]
+    np.testing.assert_allclose(d.utilisation[:, 0], np.add(base, 0.25 + 500 / 16000))
+    service.report_binding(pods[0], "node-3")  # the scheduler put it elsewhere: it counts there alone
+    _, d = service.score_nodes(POD, list(snap.names))
+    state.unexpect_pod(binding_key(POD.namespace, POD.name))
+    np.testing.assert_allclose(d.utilisation[:, 0], np.add(base, np.array([0, 0.25, 0.25, 0.5]) + 500 / 16000))
+    clock.t += EXPECT_S  # the others never bound (they wait in the queue): they stop counting
+    _, d = service.score_nodes(POD, list(snap.names))
+    np.testing.assert_allclose(d.utilisation[:, 0], np.add(base, np.array([0, 0, 0, 0.25]) + 500 / 16000))
+    with pytest.raises(ValueError, match=r"estimate_cpu_mem=\[-1, 0\]: expected \[CPU milli, memory MiB\]"):
+        state.expect_pod("default/y", "", ["node-0"], [-1, 0])
+
+
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 40), cpu=st.floats(0, 64000), mem=st.floats(0, 1e6), qos=st.integers(0, 2),
        stale=st.lists(st.booleans(), min_size=40, max_size=40), seed=st.integers(0, 10))

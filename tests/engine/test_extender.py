@@ -91,6 +91,25 @@ def test_prioritize_scores_0_to_10_from_the_engines_decision(extender, cache_cap
     assert [h["Score"] for h in result] == [int(round(10 * s)) for s in d.scores]
 
 
+def test_prioritize_answers_the_best_node_alone_at_the_top(tmp_path):
+    """Rounded to 0-10, nodes within a tenth of the best would tie with it and kube-scheduler would pick
+    among them at random: the answer keeps the best alone at the top, a node that rounds to it a level below."""
+    from td3sched.rl.onnx_actor import load_actor
+    from td3sched.rl.static_model import write_static_model
+
+    actor = load_actor(write_static_model("static-weights:w=1/0/0/0:tau=0", tmp_path / "idle", "tiny"))
+    service, _ = make_service(actor, snapshot(3, cpu_util=[0.3, 0.31, 0.6]))
+    ext = Extender(service)
+    try:
+        status, result = ext.call("POST", "/prioritize", {"Pod": POD, "Nodes": None, "NodeNames": NAMES})
+    finally:
+        ext.door.stop()
+    _, d = service.score_nodes(pod_from_k8s(POD), NAMES, api="prioritize")
+    rounded = [int(round(10 * s)) for s in d.scores]
+    assert status == 200 and rounded[0] == rounded[1] > rounded[2] and d.scores[0] > d.scores[1]
+    assert [h["Score"] for h in result] == [rounded[0], rounded[0] - 1, rounded[2]]
+
+
 def test_shadow_mode_answers_neutral_scores_but_logs_the_decision(actor):
     service, _ = make_service(actor, snapshot(3), shadow=True)
     ext = Extender(service)

@@ -114,9 +114,9 @@ def test_the_engine_blends_fgd_s_score_by_the_action_s_share(frag_model):
     actor = load_actor(frag_model)
     actor.typical_pods = (("cpu", "gpu"), GPU_TYPICAL)  # a measure whose GPU shapes matter on these nodes
     snap = _six_nodes()
-    service, clock = make_service(actor, snap)
     nodes = np.arange(6)
-    for pod in (POD, GPU_POD):
+    for pod in (POD, GPU_POD):  # each on the nodes as they are (the first would count where it is expected)
+        service, clock = make_service(actor, snap)
         _, d = service.score_nodes(pod, list(snap.names))
         args = decode(actor.act(d.observation), "fragmentation")
         assert args.fragmentation == pytest.approx(0.5) and d.fragmentation == args.fragmentation
@@ -161,8 +161,8 @@ def test_a_static_blend_written_as_a_model_is_served_as_the_blend(tmp_path):
     spec = "static-weights:w=1/0/0/0:tau=0.4:frag=0.25"
     actor = load_actor(write_static_model(spec, tmp_path / "blend", "tiny", action_hold_s=3600.0))
     snap = _six_nodes()
-    service, clock = make_service(actor, snap)
-    for pod in (POD, GPU_POD):
+    for pod in (POD, GPU_POD):  # each on the nodes as they are (the first would count where it is expected)
+        service, clock = make_service(actor, snap)
         _, d = service.score_nodes(pod, list(snap.names))
         assert not d.fallback and d.fragmentation == pytest.approx(0.25)
         assert d.tau == pytest.approx(0.4) and d.weights[0] == pytest.approx(1.0, abs=2e-4)

@@ -16,7 +16,7 @@ from td3sched.engine.config import FallbackSettings  # noqa: E402
 from td3sched.engine.decision import DecisionEngine, ModelSlot, PodSpec  # noqa: E402
 from td3sched.engine.kubernetes_objects import pod_from_k8s, pod_to_k8s  # noqa: E402
 from td3sched.engine.service import EngineService  # noqa: E402
-from td3sched.engine.state import ShadowState, Staleness  # noqa: E402
+from td3sched.engine.state import ShadowState, Staleness, binding_key  # noqa: E402
 from td3sched.engine.twin import EngineTwin  # noqa: E402
 from td3sched.policy import make_policy  # noqa: E402
 from td3sched.policy.features import utilisation  # noqa: E402
@@ -97,6 +97,7 @@ def test_the_engine_lowers_the_candidates_running_the_pod_s_siblings_by_the_card
                            "node-1")
     _, d = service.score_nodes(POD, None)
     assert not d.fallback and d.spread == 3.0 and d.action_valid_s == 0.0       # the plugin has no such term
+    service.engine.state.unexpect_pod(binding_key(POD.namespace, POD.name))     # as it scored: not its own neighbour
     request = POD.request(clock())
     plain = product_score(utilisation(request, np.arange(4), snap, service.engine.state.recent_usage(snap)), None,
                           d.weights, d.tau)
@@ -111,7 +112,8 @@ def test_the_engine_lowers_the_candidates_running_the_pod_s_siblings_by_the_card
 def test_a_burst_of_replicas_scored_before_any_binding_is_reported_lands_apart(spread_model):
     """kube-scheduler scores a burst's replicas back to back and binds each asynchronously: the engine counts
     each replica on the nodes its answer ranks first (shared among ties) until its binding is reported,
-    where the report says after it, and nowhere after EXPECT_S unbound; a shadow engine counts nothing."""
+    where the report says after it, and nowhere after EXPECT_S unbound; a shadow engine counts nothing.
+    (Each also counts in those nodes' usage: ``test_a_burst_of_pods_counts_where_each_was_answered``.)"""
     from td3sched.engine.state import EXPECT_S
 
     actor = load_actor(spread_model)
@@ -142,13 +144,21 @@ def test_a_burst_of_replicas_scored_before_any_binding_is_reported_lands_apart(s
     state.remove_pod("shop/web-7d9-d")
     assert state.sibling_counts(OWNER, nodes).tolist() == [1, 0, 0, 0]
 
-    # the extender answers in 0-10: every node its answer ties first may take the pod, so each counts it
+    # ScoreNodes answers in 0-100: every node its answer ties first may take the pod, so each counts it
+    tied, _ = make_service(actor, snapshot(4, cpu_util=[0.3, 0.3, 0.2, 0.3]))
+    tied.engine.state.set_pods({})
+    _, d = tied.score_nodes(_replica("web-7d9-a", ""), nodes)
+    assert (d.answer(100) == d.answer(100).max()).sum() == 3 and len(set(d.scores.tolist())) == 4
+    assert tied.engine.state.sibling_counts(OWNER, nodes).tolist() == [1 / 3, 1 / 3, 0, 1 / 3]
+    # the extender's 0-10 would tie nodes within a tenth: it answers the best alone at the top, counted there
     extender, _ = make_service(actor, snapshot(4, cpu_util=[0.34, 0.35, 0.1, 0.1]))
     extender.engine.state.set_pods({})
     _, d = extender.score_nodes(_replica("web-7d9-a", ""), nodes, api="prioritize")
-    tied = [n for n, q in zip(nodes, np.round(d.scores * 10)) if q == np.round(d.scores.max() * 10)]
-    assert len(tied) >= 2
-    assert extender.engine.state.sibling_counts(OWNER, tied).tolist() == [1 / len(tied)] * len(tied)
+    assert (np.round(d.scores * 10) == np.round(d.scores.max() * 10)).sum() >= 2  # rounded, they would tie
+    answer = d.answer(10)
+    assert (answer == answer.max()).sum() == 1 and answer.argmax() == d.scores.argmax()
+    counts = extender.engine.state.sibling_counts(OWNER, nodes)
+    assert counts.tolist() == [float(i == d.scores.argmax()) for i in range(4)]
 
     shadow, _ = make_service(actor, snapshot(4, cpu_util=[0.2, 0.25, 0.3, 0.35]), shadow=True)
     shadow.engine.state.set_pods({})

@@ -19,7 +19,7 @@ from concurrent import futures
 import numpy as np
 import pytest
 
-from td3sched.policy.static_weights import weighted_closeness
+from td3sched.policy.static_weights import served_scores, weighted_closeness
 from tests.engine.prometheus_harness import free_port, wait_for
 from tests.k8s.conftest import HOT_NODE, NODES
 from tests.k8s.control_plane import MODEL, REPO, Engine, extender_config, plugin_config
@@ -211,9 +211,10 @@ def test_extender_binds_where_the_engine_scores_highest(cluster, engine, namespa
         assert len(decisions) == 1, f"{pod}: {len(decisions)} decisions for one scheduling cycle"
         d = decisions[0]
         assert HOT_NODE not in [c["node"] for c in d["candidates"]], f"{pod}: /filter let {HOT_NODE} through"
-        # the extender answered round(10 x score): recompute it from the logged utilisation and action
+        # the extender answered the score in 0-10, the best alone at the top: recompute it from the logged
+        # utilisation and action
         u = np.array([c["u"] for c in d["candidates"]], dtype=float)
-        extender_scores = [round(s * 10) for s in weighted_closeness(u, np.array(d["weights"]), d["tau"])]
+        extender_scores = served_scores(weighted_closeness(u, np.array(d["weights"]), d["tau"]), 10).tolist()
         scores = dict(zip([c["node"] for c in d["candidates"]], extender_scores))
         assert bound[pod] in argmax_set(scores), f"{pod}: bound to {bound[pod]}, the extender answered {scores}"
 
@@ -488,13 +489,11 @@ def test_replicas_of_one_controller_land_on_nodes_of_their_own(cluster, promethe
     its own assumed pods count), through the stock kube-scheduler with the extender, and through the
     td3-scheduler with no engine at all, on its static fallback with the model's spread (``fallbackSpread``).
 
-    On the plugin paths all replicas wait before the scheduler starts, as a ReplicaSet's burst does: it
-    scores each before the last one's binding reaches the engine, which counts a replica where it ranked
-    it first until then (``ShadowState.expect_pod``; without that they stack on one node). The extender
-    answers in 0-10, so several nodes tie first and kube-scheduler picks among them at random: the engine
-    cannot know which one until the binding, and shares the expected replica among them. A burst can then
-    still put two replicas together, so on that path each replica is created once the engine has been
-    told of the one before."""
+    All replicas wait before the scheduler starts, as a ReplicaSet's burst does: it scores each before the
+    last one's binding reaches the engine, which counts a replica where its answer ranked it first until
+    then (``ShadowState.expect_pod``; without that they stack on one node). The extender answers the best
+    node alone at the top of its 0-10 (``served_scores``), so kube-scheduler binds where the engine
+    counted."""
     from td3sched.rl.static_model import write_static_model
 
     model = write_static_model(SIBLING_SPEC, tmp_path / "sibling", "tiny")
@@ -503,9 +502,8 @@ def test_replicas_of_one_controller_land_on_nodes_of_their_own(cluster, promethe
     try:
         engine.wait_fresh([n[0] for n in NODES])
         names = [f"web-{i}" for i in range(REPLICAS)]
-        if path != "extender":
-            for name in names:  # all waiting before the scheduler starts: it takes them back to back
-                create_replica(cluster, namespace, name, PLUGIN_SCHEDULER)
+        for name in names:  # all waiting before the scheduler starts: it takes them back to back
+            create_replica(cluster, namespace, name, EXTENDER_SCHEDULER if path == "extender" else PLUGIN_SCHEDULER)
         if path == "plugin-inference":
             scheduler = start_inference_in_plugin(engine, prometheus, start_scheduler)
         elif path == "dead-engine":  # the model's score as the static fallback: packing, the spread of 3
@@ -519,12 +517,6 @@ def test_replicas_of_one_controller_land_on_nodes_of_their_own(cluster, promethe
             config = extender_config(f"http://127.0.0.1:{engine.http_port}")
             config["extenders"][0]["httpTimeout"] = "30s"
             scheduler = start_scheduler("extender", config)
-            for name in names:
-                create_replica(cluster, namespace, name, EXTENDER_SCHEDULER)
-                told = wait_for(lambda: any(r["kind"] == "binding" and r["pod"]["name"] == name
-                                            and r["pod"]["namespace"] == namespace for r in engine.records()) or None,
-                                deadline_s=BIND_DEADLINE_S, every_s=0.2)
-                assert told, f"{name}: the engine never learnt of its binding"
         bound = wait_bound(cluster, namespace, names)
         records = engine.records()
     finally:

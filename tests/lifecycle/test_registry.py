@@ -97,6 +97,7 @@ def test_the_engine_reloads_a_promotion_and_a_rollback_gives_the_previous_answer
 
     from td3sched.engine.config import EngineConfig
     from td3sched.engine.serve import RunningEngine
+    from td3sched.engine.state import binding_key
     from td3sched.engine.v1 import engine_pb2, engine_pb2_grpc
     from tests.engine.conftest import Clock, snapshot
 
@@ -120,6 +121,8 @@ def test_the_engine_reloads_a_promotion_and_a_rollback_gives_the_previous_answer
             reply = stub.ScoreNodes(engine_pb2.ScoreNodesRequest(pod=pod, candidates=list(snap.names)), timeout=10)
             reply.ClearField("decision_id")  # a counter, not an answer
             out.append(reply.SerializeToString(deterministic=True))
+        for i in range(6):  # never bound: each round scores the same cluster, not the last round's pods
+            engine.state.unexpect_pod(binding_key("", f"web-{i}"))
         return out
 
     def serving_version(expected: str) -> bool:

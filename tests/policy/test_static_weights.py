@@ -13,7 +13,8 @@ from td3sched.policy import make_policy
 from td3sched.policy.assign_cache import AssignCache
 from td3sched.policy.base import PodRequest, PolicyContext
 from td3sched.policy.features import closeness, requested_utilisation
-from td3sched.policy.static_weights import StaticWeights, pod_balance, product_score, validate_weights
+from td3sched.policy.static_weights import (StaticWeights, pod_balance, product_score, rounded_scores,
+                                           served_scores, validate_weights)
 from td3sched.simulator.cluster import Cluster
 from td3sched.workload.pods import BURSTABLE
 from tests.simulator.worlds import node, pool
@@ -381,3 +382,24 @@ def test_a_fragmentation_share_anchors_only_an_actor_of_the_fragmentation_mode()
     args = static_score_args(spec, "fragmentation")
     assert args.fragmentation == 0.25
     assert decode(encode(args, "fragmentation"), "fragmentation").fragmentation == pytest.approx(0.25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.04, 0.3, 0.31, 0.349, 0.35, 0.5, 0.96, 1.0]) | st.floats(0, 1), min_size=1,
+                max_size=12),
+       st.sampled_from([10, 100]), st.integers(0, 2**32 - 1))
+def test_served_scores_keep_the_best_alone_at_the_top_where_the_extender_answers(scores, levels, seed):
+    """At the extender's 0-10 the nodes of the best score (among the eligible) hold the top level alone, the
+    others are at most a level below their rounding; ScoreNodes' 0-100 are the rounding itself."""
+    eligible = np.random.default_rng(seed).random(len(scores)) < 0.8
+    s = np.where(eligible, scores, 0.0)  # as the engine scores excluded and held-back nodes
+    q, rounded = served_scores(s, levels, eligible), rounded_scores(s, levels)
+    assert np.all((0 <= q) & (q <= levels)) and np.all(q == np.rint(q))
+    if levels == 100 or not eligible.any():
+        np.testing.assert_array_equal(q, rounded)
+        return
+    best = eligible & (s == s[eligible].max())
+    assert set(np.flatnonzero(q == q.max())) == set(np.flatnonzero(best))
+    assert np.all(q[~best] >= rounded[~best] - 1) and np.all(q[~best] <= rounded[~best])
+    assert np.all(q[best] == max(rounded[best].max(), 1))
+

@@ -10,8 +10,8 @@ import (
 const AssignHorizon = 600 * time.Second
 
 // AssignCache is the correction for stale metrics (policy/assign_cache.py): the CPU and memory
-// requests of pods bound to a node at or after the time of its newest sample are added to its
-// observed usage, until a scrape has seen them.
+// requests of pods bound (or assumed, about to be bound) to a node at or after the time of its newest
+// sample are added to its observed usage, until a scrape has seen them.
 type AssignCache struct {
 	mu      sync.Mutex
 	entries map[string][]assigned
@@ -19,6 +19,7 @@ type AssignCache struct {
 
 type assigned struct {
 	at       float64 // Unix seconds
+	pod      string  // the pod's UID ("": not named, never removed)
 	cpuMilli float64
 	memMiB   float64
 }
@@ -26,8 +27,9 @@ type assigned struct {
 // NewAssignCache is an empty cache.
 func NewAssignCache() *AssignCache { return &AssignCache{entries: map[string][]assigned{}} }
 
-// Add records a pod bound to node at time at, with its non-zero CPU and memory requests.
-func (c *AssignCache) Add(node string, at time.Time, cpuMilli, memMiB float64) {
+// Add records the pod pod (its UID; "" for one never removed) bound or assumed on node at time at, with
+// its non-zero CPU and memory requests.
+func (c *AssignCache) Add(node, pod string, at time.Time, cpuMilli, memMiB float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := unixSeconds(at)
@@ -37,7 +39,24 @@ func (c *AssignCache) Add(node string, at time.Time, cpuMilli, memMiB float64) {
 			kept = append(kept, e)
 		}
 	}
-	c.entries[node] = append(kept, assigned{now, cpuMilli, memMiB})
+	c.entries[node] = append(kept, assigned{now, pod, cpuMilli, memMiB})
+}
+
+// Remove forgets the pod pod (its UID) on node: an assumed pod the scheduler did not bind there. A pod
+// not held there is a no-op.
+func (c *AssignCache) Remove(node, pod string) {
+	if pod == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	entries := c.entries[node]
+	for i, e := range entries {
+		if e.pod == pod {
+			c.entries[node] = append(entries[:i:i], entries[i+1:]...)
+			return
+		}
+	}
 }
 
 // UsageSince is the CPU milli-cores and memory MiB of pods bound to node at or after since (Unix s).

@@ -115,9 +115,9 @@ func TestFailedRefreshKeepsTheLastSnapshot(t *testing.T) {
 func TestAssignCacheCountsBindingsSinceTheSample(t *testing.T) {
 	c := NewAssignCache()
 	t0 := time.Unix(1_000_000, 0)
-	c.Add("a", t0, 500, 256)
-	c.Add("a", t0.Add(10*time.Second), 100, 200)
-	c.Add("b", t0, 1000, 1000)
+	c.Add("a", "", t0, 500, 256)
+	c.Add("a", "uid-1", t0.Add(10*time.Second), 100, 200)
+	c.Add("b", "uid-2", t0, 1000, 1000)
 	cpu, mem := c.UsageSince("a", 1_000_000)
 	if cpu != 600 || mem != 456 {
 		t.Fatalf("both bindings at or after the sample: got %g, %g", cpu, mem)
@@ -125,7 +125,17 @@ func TestAssignCacheCountsBindingsSinceTheSample(t *testing.T) {
 	if cpu, mem = c.UsageSince("a", 1_000_005); cpu != 100 || mem != 200 {
 		t.Fatalf("one binding after the sample: got %g, %g", cpu, mem)
 	}
-	c.Add("a", t0.Add(AssignHorizon+11*time.Second), 1, 1)
+	c.Remove("a", "uid-2") // held on b, not a: a no-op
+	c.Remove("a", "")      // an unnamed entry is never removed
+	if cpu, mem = c.UsageSince("a", 1_000_000); cpu != 600 || mem != 456 {
+		t.Fatalf("removing what a does not hold changed it: got %g, %g", cpu, mem)
+	}
+	c.Remove("a", "uid-1") // assumed, then not bound there (Unreserve)
+	c.Remove("a", "uid-1") // twice: as once
+	if cpu, mem = c.UsageSince("a", 1_000_000); cpu != 500 || mem != 256 {
+		t.Fatalf("the removed pod still counts: got %g, %g", cpu, mem)
+	}
+	c.Add("a", "", t0.Add(AssignHorizon+11*time.Second), 1, 1)
 	if cpu, _ = c.UsageSince("a", 0); cpu != 1 {
 		t.Fatalf("bindings older than the horizon are forgotten: got %g milli-cores", cpu)
 	}

@@ -42,7 +42,7 @@ var reconnectBackoff = backoff.Config{BaseDelay: 100 * time.Millisecond, Multipl
 
 const stateKey fwk.StateKey = Name + "/decision"
 
-// TD3Score implements Filter, PreScore, Score (with NormalizeScore), PostBind and SignPod.
+// TD3Score implements Filter, PreScore, Score (with NormalizeScore), Reserve, PostBind and SignPod.
 type TD3Score struct {
 	args     config.TD3ScoreArgs
 	weights  [4]float64
@@ -127,6 +127,7 @@ var (
 	_ fwk.FilterPlugin   = &TD3Score{}
 	_ fwk.PreScorePlugin = &TD3Score{}
 	_ fwk.ScorePlugin    = &TD3Score{}
+	_ fwk.ReservePlugin  = &TD3Score{}
 	_ fwk.PostBindPlugin = &TD3Score{}
 	_ fwk.SignPlugin     = &TD3Score{}
 )
@@ -501,8 +502,35 @@ func (pl *TD3Score) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Po
 	return nil
 }
 
-// PostBind reports the binding to the engine (its assign cache and decision log) and to the plugin's own
-// assign cache (the static score's correction). Off the scheduling path; a failure is logged, not retried.
+// Reserve counts the pod on its node in the plugin's own assign cache (the correction its static score,
+// held actions and in-process model read) the moment kube-scheduler assumes it there: the next pod of a
+// burst is scored before this one is bound, and must not read the node as cool as it was. A pod whose
+// requests cannot be read is not counted (Score fell back for it too).
+func (pl *TD3Score) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	p, err := podOf(state, pod)
+	if err != nil {
+		return nil
+	}
+	cpu, mem := NonZeroRequests(p.CpuMilli, p.MemMib)
+	pl.assigned.Add(nodeName, string(pod.UID), pl.now(), cpu, mem)
+	return nil
+}
+
+// Unreserve takes back what Reserve counted: the pod was not bound there.
+func (pl *TD3Score) Unreserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) {
+	pl.assigned.Remove(nodeName, string(pod.UID))
+}
+
+// podOf is the pod as the engine reads it: the decision's, else converted.
+func podOf(state fwk.CycleState, pod *v1.Pod) (*enginev1.Pod, error) {
+	if d, err := readDecision(state); err == nil {
+		return d.pod, nil
+	}
+	return EnginePod(pod)
+}
+
+// PostBind reports the binding to the engine (its assign cache and decision log; the plugin's own counted
+// the pod at Reserve). Off the scheduling path; a failure is logged, not retried.
 // A pod scored with a held action is reported in a batch (bindingBatch), naming the decision that took the
 // action; so is a pod scored by the model run here (no engine decision to name).
 func (pl *TD3Score) PostBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
@@ -519,8 +547,6 @@ func (pl *TD3Score) PostBind(ctx context.Context, state fwk.CycleState, pod *v1.
 		logger.V(2).Info("td3score: binding not reported", "pod", klog.KObj(pod), "err", err)
 		return
 	}
-	cpu, mem := NonZeroRequests(p.CpuMilli, p.MemMib)
-	pl.assigned.Add(nodeName, pl.now(), cpu, mem)
 	if batched {
 		pl.batch.add(&enginev1.ReportBindingRequest{Pod: p, Node: nodeName, DecisionId: id})
 		return

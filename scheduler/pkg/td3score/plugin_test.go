@@ -192,13 +192,26 @@ func TestScoreIsTheEnginesAnswer(t *testing.T) {
 	if f.calls != 1 {
 		t.Fatalf("expected one ScoreNodes call per pod, got %d", f.calls)
 	}
-	pl.PostBind(context.Background(), state, testPod("web-1", "500m", "256Mi"), "n1")
+	pod := testPod("web-1", "500m", "256Mi")
+	pod.UID = "uid-web-1"
+	ctx := context.Background()
+	if st := pl.Reserve(ctx, state, pod, "n0"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	pl.Unreserve(ctx, state, pod, "n0") // not bound there after all
+	if cpu, _ := pl.assigned.UsageSince("n0", 0); cpu != 0 {
+		t.Fatalf("Unreserve: the plugin's assign cache still holds %g m for n0", cpu)
+	}
+	if st := pl.Reserve(ctx, state, pod, "n1"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	pl.PostBind(ctx, state, pod, "n1")
 	if len(f.bindings) != 1 || f.bindings[0].Node != "n1" || f.bindings[0].DecisionId != "d-web-1" ||
 		f.bindings[0].Pod.CpuMilli != 500 {
 		t.Fatalf("PostBind: expected ReportBinding(web-1 -> n1, d-web-1), got %v", f.bindings)
 	}
 	if cpu, mem := pl.assigned.UsageSince("n1", 0); cpu != 500 || mem != 256 {
-		t.Fatalf("PostBind: the plugin's assign cache holds %g m, %g MiB for n1", cpu, mem)
+		t.Fatalf("Reserve, PostBind: the plugin's assign cache holds %g m, %g MiB for n1", cpu, mem)
 	}
 }
 
@@ -427,6 +440,29 @@ func TestDeadEngineFallsBackAsUnavailable(t *testing.T) {
 		t.Fatalf("fallbacks_total{reason=unavailable}: %g -> %g", before, after)
 	}
 	pl.PostBind(context.Background(), state, pod, "n0") // must not block nor panic with the engine gone
+}
+
+func TestAPodReservedCountsOnItsNodeForTheNextPodsScore(t *testing.T) {
+	// kube-scheduler scores the next pod of a burst before binding this one: what Reserve counted moves it
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	address := lis.Addr().String()
+	_ = lis.Close() // no engine: the static score, idle-weighted (tau 0)
+	pl := newTestPlugin(t, address, func(a *config.TD3ScoreArgs) { a.EngineTimeoutMillis = ptrTo(int64(500)) })
+	snap, nodes := testNodes([]float64{0.3, 0.3}, 0)
+	pl.metrics.Publish(snap)
+	first := testPod("batch-0", "4", "1Gi")
+	first.UID = "uid-batch-0"
+	before, state := cycle(t, pl, first, nodes)
+	if st := pl.Reserve(context.Background(), state, first, "n0"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	after, _ := cycle(t, pl, testPod("batch-1", "4", "1Gi"), nodes)
+	if !(after["n0"] < before["n0"] && after["n1"] == before["n1"]) {
+		t.Fatalf("a pod reserved on n0 (a quarter of it) must lower n0's score alone: %v, then %v", before, after)
+	}
 }
 
 func TestStaticScoreOfANodeWithoutFreshMetricsIsNeutral(t *testing.T) {

@@ -96,7 +96,7 @@ from td3sched.policy.fgd import fragmentation_decrease
 from td3sched.policy.features import requested_utilisation, utilisation
 from td3sched.policy.siblings import spread_siblings, validate_spread
 from td3sched.policy.static_weights import (blend_fragmentation, pod_balance, product_score, rounded_scores,
-                                           validate_fragmentation, validate_weights, within_ceiling)
+                                           served_scores, validate_fragmentation, validate_weights, within_ceiling)
 from td3sched.rl.actions import LOGIT_LIMIT, ScoreArgs, decode, reads_requests
 from td3sched.rl.observation import OBSERVATION_SIZE, observe
 from td3sched.simulator.filter import safety_ok
@@ -211,6 +211,15 @@ class Decision:
 
     def scores_0_100(self) -> list[int]:
         return quantize(self.scores, 100).tolist()
+
+    def answer(self, max_score: int) -> np.ndarray:
+        """[k] the integers 0..``max_score`` a front door answers (``policy.static_weights.served_scores``:
+        rounded; at the extender's 0-10 the best candidates, excluded and held-back ones aside, alone at the
+        top)."""
+        eligible = ~np.asarray(self.excluded, dtype=bool)
+        if self.held_back is not None:
+            eligible &= ~np.asarray(self.held_back, dtype=bool)
+        return served_scores(self.scores, max_score, eligible).astype(np.int64)
 
 
 def check_servable(actor) -> None:

@@ -13,8 +13,10 @@ and gets the passing items back in ``Nodes``. /filter applies the safety filter,
 staleness drops stale nodes and, when the served model declares a hold-back ceiling, fails the nodes
 the pod's action holds back, naming the reason per failed node in ``FailedNodes`` (a pod with none
 left waits in kube-scheduler's queue).
-/prioritize is the engine's decision scaled to 0-10; in shadow mode it decides and logs but answers
-every node with the neutral score.
+/prioritize is the engine's decision scaled to 0-10 (``Decision.answer``), the best-scored nodes alone at
+the top (rounding would tie them with every node within a tenth of their score, among which kube-scheduler
+would pick at random); in shadow mode it decides and logs but answers every node with the
+neutral score.
 
 Also ``/healthz`` (the process answers), ``/readyz`` (the shadow state has metrics), ``/metrics``.
 
@@ -32,7 +34,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from td3sched.engine.decision import NEUTRAL_SCORE, quantize
+from td3sched.engine.decision import NEUTRAL_SCORE
 from td3sched.engine.kubernetes_objects import node_names_from_list, pod_from_k8s
 from td3sched.engine.service import EngineService
 from td3sched.engine.state import NotReady
@@ -155,7 +157,7 @@ class ExtenderHandler(BaseHTTPRequestHandler):
         if d.advisory:
             neutral = int(round(NEUTRAL_SCORE * MAX_EXTENDER_PRIORITY))
             return [{"Host": n, "Score": neutral} for n in names]
-        return [{"Host": n, "Score": s} for n, s in zip(names, quantize(d.scores, MAX_EXTENDER_PRIORITY).tolist())]
+        return [{"Host": n, "Score": s} for n, s in zip(names, d.answer(MAX_EXTENDER_PRIORITY).tolist())]
 
 
 class ExtenderServer(ThreadingHTTPServer):

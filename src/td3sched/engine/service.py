@@ -20,7 +20,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from td3sched.engine.decision import Decision, DecisionEngine, PodSpec, quantize
+from td3sched.engine.decision import Decision, DecisionEngine, PodSpec
 from td3sched.engine.decision_log import DecisionLog
 from td3sched.engine.metrics import EngineMetrics
 from td3sched.engine.state import binding_key
@@ -42,9 +42,9 @@ REUSE_MAX = 4096
 """Filter decisions kept for reuse (the oldest go first)."""
 EXPECT_LEVELS = {"score_nodes": 100, "prioritize": 10}
 """The score levels each front door answers in (ScoreNodes 0-100, the extender's /prioritize 0-10), by the
-``api`` of ``EngineService.score_nodes``: the nodes tied first at that resolution are where the scheduler
-may bind the pod (``_expect``). GetSchedulingWeights is not here: the plugin scores with the action
-itself, counting its own assumed pods."""
+``api`` of ``EngineService.score_nodes``: the nodes its answer ranks first are where the scheduler may bind
+the pod (``_expect``). GetSchedulingWeights is not here: the plugin scores with the action itself,
+counting its own assumed pods."""
 
 
 def _finite_list(x) -> list | None:
@@ -104,6 +104,7 @@ class EngineService:
     def score_nodes(self, pod: PodSpec, candidates: list[str] | None, api: str = "score_nodes") -> tuple[str, Decision]:
         """(decision id, decision); ``ValueError`` / ``NotReady`` pass through to the front door."""
         start = time.perf_counter()
+        self.engine.state.unexpect_pod(binding_key(pod.namespace, pod.name))
         reused = self._reuse(pod, candidates) if api == "prioritize" else None
         if reused is not None:
             self._expect(pod, reused[1], api)
@@ -118,25 +119,32 @@ class EngineService:
         return decision_id, d
 
     def _expect(self, pod: PodSpec, d: Decision, api: str) -> None:
-        """A decision that spread the pod from its siblings counts it as a sibling on the candidates its
-        answer ranks first until its binding is reported (``ShadowState.expect_pod``): the next replica of a
-        burst, scored before that report, is then kept apart from it. The answer's own resolution decides
-        the ties (``EXPECT_LEVELS``): the scheduler picks among the tied nodes at random. Advisory decisions
-        (shadow mode) place nothing and count nothing; neither does an action handed to the plugin, which
-        counts its own assumed pods."""
+        """Count the pod on the candidates its answer ranks first until its binding is reported
+        (``ShadowState.expect_pod``): in their usage and, with an owner, among its siblings there. The next
+        pod of a burst, scored before that report, then sees it where it will most likely be, as
+        kube-scheduler sees its assumed pods. The answer's own levels decide the ties (``EXPECT_LEVELS``,
+        ``Decision.answer``): the scheduler picks among the tied nodes at random. Advisory decisions (shadow
+        mode) place nothing and count nothing; neither does an action handed to the plugin, which counts
+        its own assumed pods."""
         levels = EXPECT_LEVELS.get(api)
-        if levels is None or not d.spread or d.advisory or not pod.owner:
+        if levels is None or d.advisory or not len(d.candidates):
             return
-        scores = np.where(np.asarray(d.excluded, dtype=bool), -1, quantize(np.asarray(d.scores), levels))
+        out = np.asarray(d.excluded, dtype=bool)
+        if d.held_back is not None:
+            out = out | np.asarray(d.held_back, dtype=bool)
+        scores = np.where(out, -1, d.answer(levels))
         if scores.max() < 0:
             return
         top = [d.candidates[i] for i in np.flatnonzero(scores == scores.max())]
-        self.engine.state.expect_pod(binding_key(pod.namespace, pod.name), pod.owner, top)
+        self.engine.state.expect_pod(binding_key(pod.namespace, pod.name), pod.owner, top,
+                                     pod.request(0.0).nonzero_cpu_mem)
 
     def filter(self, candidates: list[str], pod: PodSpec | None = None) -> dict[str, str]:
         """Failed nodes -> reason (``DecisionEngine.filter``); a decision taken for ``pod`` (a model with
         a hold-back ceiling) is counted, logged and kept for its /prioritize."""
         start = time.perf_counter()
+        if pod is not None:
+            self.engine.state.unexpect_pod(binding_key(pod.namespace, pod.name))
         failed, d = self.engine.filter(candidates, pod)
         if d is not None:
             decision_id = self._next_id()

@@ -30,6 +30,12 @@ that run the pod's siblings (a sibling spread). The pod watch lists and follows 
 counts a binding at once (before the watch sees it), and the watch's report of the same pod on the same
 node is the same pod. Without a pod watch the state does not know them (``sibling_counts`` is None).
 
+The pods the engine has answered for and whose binding has not been reported yet (``expect_pod``): as
+kube-scheduler assumes a pod on its node before binding it, the state counts such a pod, for at most
+``EXPECT_S``, on the nodes its answer ranked first (1/m on each of m tied ones): its requests in their
+usage (``recent_usage``) and, with an owner, as a sibling there (``sibling_counts``). Its binding's
+report (``report_binding``, ``place_pod``) takes it from there to the node it went to.
+
 Staleness (``Staleness``): a node's metrics are stale when older than ``max_age_s`` or missing (a
 node no source has reported, or a NaN value). Stale nodes get ``mode``'s treatment:
 ``fail-open`` (default) scores them neutral and lets them pass the safety filter; ``fail-closed``
@@ -57,7 +63,7 @@ from td3sched.simulator.cluster import USAGE_COLUMNS
 ASSIGN_HORIZON_S = 600.0
 """A binding is forgotten after this long even if no scrape of its node came (a node gone quiet)."""
 EXPECT_S = 30.0
-"""How long a pod counts as a sibling on the nodes the engine ranked first (``expect_pod``) before its
+"""How long a pod the engine scored counts on the nodes its answer ranked first (``expect_pod``) before its
 binding is reported: kube-scheduler binds in milliseconds to seconds; a pod still unbound then (it waits
 in the queue) stops counting there."""
 DEFAULT_NIC_MBIT = 10_000.0
@@ -306,17 +312,25 @@ class ShadowState:
         """binding_key -> (owner, node) of the bound pods that have an owner (``set_pods``); None: not known."""
         self._siblings = Siblings()
         """``_pods`` counted per owner and node."""
-        self._expected: dict[str, tuple[str, tuple[str, ...], float]] = {}
-        """binding_key -> (owner, nodes, until when): pods not yet reported bound, counted as 1/len(nodes)
-        of a sibling on each node the engine ranked first for them (``expect_pod``)."""
+        self._expected: dict[str, tuple[str, tuple[str, ...], float, np.ndarray]] = {}
+        """binding_key -> (owner, nodes, until when, [CPU milli, memory MiB]): pods not yet reported bound,
+        counted as 1/len(nodes) of a pod on each node the engine ranked first for them (``expect_pod``)."""
         self._expected_of: dict[str, set[str]] = {}
-        """owner -> its pods in ``_expected``."""
+        """owner -> its pods in ``_expected`` (those with an owner)."""
+        self._expected_load: dict[str, list] = {}
+        """node -> [pods expected there, their summed share of [CPU milli, memory MiB]], kept as pods are
+        expected and stop being (a node none is expected on is dropped, so no rounding is left behind)."""
+        self._expected_version = 0
+        """Counts the changes of ``_expected`` (``recent_usage`` keeps its answer while it holds)."""
         self._lock = threading.Lock()
         self._cache = AssignCache(0, horizon_s=ASSIGN_HORIZON_S)
         self._cache_version = 0
         """Counts the bindings added to the cache and its replacements."""
-        self._recent: tuple[NodeSnapshot, int, np.ndarray | None] | None = None
-        """``recent_usage``'s last answer: (snapshot, cache version, usage), valid while both hold."""
+        self._recent: tuple[NodeSnapshot, tuple[int, int], np.ndarray | None] | None = None
+        """``recent_usage``'s last answer: (snapshot, (cache version, expected version), usage), valid while
+        they hold."""
+        self._recent_bound: tuple[NodeSnapshot, int, np.ndarray | None] | None = None
+        """Its bound pods' part: (snapshot, cache version, usage), kept while the expected pods change."""
         self._bound: OrderedDict[str, tuple[str, float, frozenset]] = OrderedDict()
         """binding_key -> (node, time, sources that reported it) of the bindings counted within the
         horizon, oldest first."""
@@ -428,31 +442,61 @@ class ShadowState:
             self._pods[pod] = (owner, node)
             self._siblings.add(owner, node)
 
-    def expect_pod(self, pod: str, owner: str, nodes: list[str]) -> None:
+    def expect_pod(self, pod: str, owner: str, nodes: list[str], estimate_cpu_mem=(0.0, 0.0)) -> None:
         """The engine's answer ranked ``nodes`` first, tied, for the pod ``pod`` (``binding_key``) of
-        ``owner``: until its binding is reported, or for ``EXPECT_S``, count it as 1/len(nodes) of a
-        sibling on each of them (the scheduler picks among tied nodes at random). kube-scheduler schedules
-        the replicas of a burst back to back and binds each asynchronously, so the next replica is scored
-        before the last one's binding reaches the engine; counted where the last one may land, it is kept
-        apart from it. A pod reported bound is left where it is; the binding's report counts an expected
-        pod on the node it went to alone."""
-        if not owner or not nodes:
+        ``owner`` ("": none) requesting ``estimate_cpu_mem`` (its non-zero CPU milli and memory MiB, as
+        ``report_binding`` takes them): until its binding is reported, or for ``EXPECT_S``, count it as
+        1/len(nodes) of a pod on each of them (the scheduler picks among tied nodes at random), in their
+        usage and, with an owner, among its siblings. kube-scheduler schedules a burst of pods back to back
+        and binds each asynchronously, so the next pod is scored before the last one's binding reaches the
+        engine; counted where the last one may land, a burst does not pile onto the node that looked
+        coolest, and the next replica is kept apart from it. A pod reported bound is left where it is; the
+        binding's report counts an expected pod on the node it went to alone."""
+        if not nodes:
             return
+        estimate = np.asarray(estimate_cpu_mem, dtype=float)
+        if estimate.shape != (2,) or not np.all(np.isfinite(estimate)) or np.any(estimate < 0):
+            raise ValueError(f"estimate_cpu_mem={estimate_cpu_mem!r}: expected [CPU milli, memory MiB], "
+                             "finite and non-negative")
         with self._lock:
-            if self._pods is None or pod in self._pods:
+            if pod in self._bound or (self._pods is not None and pod in self._pods):
                 return
             self._unexpect(pod)
-            self._expected[pod] = (owner, tuple(nodes), self.clock() + EXPECT_S)
-            self._expected_of.setdefault(owner, set()).add(pod)
+            self._expected[pod] = (owner, tuple(nodes), self.clock() + EXPECT_S, estimate)
+            if owner:
+                self._expected_of.setdefault(owner, set()).add(pod)
+            share = estimate / len(nodes)
+            for node in nodes:
+                load = self._expected_load.setdefault(node, [0, np.zeros(2)])
+                load[0] += 1
+                load[1] = load[1] + share
+            self._expected_version += 1
+
+    def unexpect_pod(self, pod: str) -> None:
+        """Stop counting the pod ``pod`` (``binding_key``) where an earlier answer expected it: it is being
+        scored again (a retry, or the extender's /prioritize after its /filter), and is not its own
+        neighbour."""
+        with self._lock:
+            self._unexpect(pod)
 
     def _unexpect(self, pod: str) -> None:
         """Under ``self._lock``: stop counting the pod ``pod`` where it was expected."""
         expected = self._expected.pop(pod, None)
         if expected is not None:
-            pods = self._expected_of[expected[0]]
-            pods.discard(pod)
-            if not pods:
-                del self._expected_of[expected[0]]
+            self._expected_version += 1
+            share = expected[3] / len(expected[1])
+            for node in expected[1]:
+                load = self._expected_load[node]
+                load[0] -= 1
+                if load[0]:
+                    load[1] = load[1] - share
+                else:
+                    del self._expected_load[node]
+            pods = self._expected_of.get(expected[0])
+            if pods is not None:
+                pods.discard(pod)
+                if not pods:
+                    del self._expected_of[expected[0]]
 
     def remove_pod(self, pod: str) -> None:
         """The pod (``binding_key``) is gone: no longer anybody's sibling."""
@@ -464,10 +508,11 @@ class ShadowState:
 
     def _expire(self) -> None:
         """Under ``self._lock``: stop counting the expected pods whose binding did not come in time."""
-        if not self._expected:
-            return
         now = self.clock()
-        for pod in [k for k, (_, _, until) in self._expected.items() if until <= now]:
+        while self._expected:  # in the order expected, which is the order they expire in
+            pod, (_, _, until, _) = next(iter(self._expected.items()))
+            if until > now:
+                return
             self._unexpect(pod)
 
     @property
@@ -494,7 +539,7 @@ class ShadowState:
                 delta[own[1]] = -1.0
             for other in self._expected_of.get(owner, ()):
                 if other != pod:
-                    _, where, _ = self._expected[other]
+                    where = self._expected[other][1]
                     for node in where:
                         delta[node] = delta.get(node, 0.0) + 1.0 / len(where)
             if delta:
@@ -551,6 +596,7 @@ class ShadowState:
                     self._bound[pod] = (node, held[1], held[2] | {source})
                     return False
                 self._bound[pod] = (node, t, frozenset((source,)))
+                self._unexpect(pod)
                 self._bound.move_to_end(pod)
                 while self._bound and next(iter(self._bound.values()))[1] < t - ASSIGN_HORIZON_S:
                     self._bound.popitem(last=False)
@@ -565,20 +611,32 @@ class ShadowState:
             self._bound.pop(pod, None)
 
     def recent_usage(self, snap: NodeSnapshot) -> np.ndarray | None:
-        """[N, 2] CPU milli and memory MiB of pods bound to each node since its metrics were taken, or
-        None when no binding is held. The answer is kept until the snapshot or the cache changes (a
-        binding is added, the nodes change), so that decisions between bindings do not sum the cache
-        again: callers share it and must not modify it."""
+        """[N, 2] CPU milli and memory MiB of pods bound to each node since its metrics were taken, and of
+        the pods expected there (``expect_pod``), or None when there are none. The answer is kept until the
+        snapshot, the cache or the expected pods change (a binding is added, a pod expected, the nodes
+        change), so that decisions between them do not sum again: callers share it and must not modify
+        it."""
         with self._lock:
             if self._snapshot is not snap and (self._snapshot is None or self._snapshot.names != snap.names):
                 return None
+            self._expire()
+            version = (self._cache_version, self._expected_version)
             kept = self._recent
-            if kept is not None and kept[0] is snap and kept[1] == self._cache_version:
+            if kept is not None and kept[0] is snap and kept[1] == version:
                 return kept[2]
-            usage = None
-            if self._cache.size:
-                usage = self._cache.usage_since_each(snap.scraped_at_s)
-            self._recent = (snap, self._cache_version, usage)
+            bound = self._recent_bound
+            if bound is None or bound[0] is not snap or bound[1] != self._cache_version:
+                bound = (snap, self._cache_version,
+                         self._cache.usage_since_each(snap.scraped_at_s) if self._cache.size else None)
+                self._recent_bound = bound
+            usage = bound[2]
+            if self._expected_load:
+                usage = np.zeros((snap.size, 2)) if usage is None else usage.copy()
+                for node, (_, load) in self._expected_load.items():
+                    i = snap.index.get(node)
+                    if i is not None:
+                        usage[i] += load
+            self._recent = (snap, version, usage)
             return usage
 
     def fresh_candidates(self, snap: NodeSnapshot, now: float, idx: np.ndarray) -> tuple[np.ndarray, int]:

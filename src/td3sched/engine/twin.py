@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from td3sched.engine.client import ExtenderClient, GrpcClient
-from td3sched.engine.decision import DecisionEngine, ModelSlot, PodSpec, quantize
+from td3sched.engine.decision import DecisionEngine, ModelSlot, PodSpec
 from td3sched.engine.extender import MAX_EXTENDER_PRIORITY, ExtenderFrontDoor
 from td3sched.engine.grpc_server import GrpcFrontDoor
 from td3sched.engine.service import EngineService
@@ -127,7 +127,7 @@ class EngineTwin(Policy):
         if self.door == "in-process":
             api = "prioritize" if self._filtered else "score_nodes"  # /filter's decision, as the extender
             self._decision_id, d = self.service.score_nodes(spec, names, api=api)
-            scores = d.scores if self.like is None else quantize(d.scores, MAX_SCORE[self.like]).astype(np.float64)
+            scores = d.scores if self.like is None else d.answer(MAX_SCORE[self.like]).astype(np.float64)
         else:
             scores, self._decision_id = self.client.scores(spec, names)
         self.decisions += 1

@@ -44,8 +44,8 @@ With a spread above 1 a node with no sibling outranks every node with one; 0 (th
 score as it is, bit for bit.
 
 **As served** (the simulator's ``served_score_levels``): a front door answers a scheduler whole numbers,
-0-100 from ScoreNodes (``rounded_scores``), and kube-scheduler breaks their ties at random; with the
-setting at 100 the simulator scores this policy so too.
+0-100 from ScoreNodes, 0-10 from the extender (``served_scores``), and kube-scheduler breaks their ties at
+random; with the setting at 100 or 10 the simulator scores this policy so too.
 
 Spec: ``static-weights:w=0.4/0.3/0.2/0.1:tau=0.5[:ceiling=0.75][:req=0.5][:bal=0.5][:frag=0.25][:spread=3]``.
 Defaults: equal weights, tau = 0 (the reference design's idle-weighted score), no ceiling, requests share 0
@@ -92,6 +92,29 @@ def rounded_scores(scores: np.ndarray, levels: int) -> np.ndarray:
     ScoreNodes, kube-scheduler's MaxNodeScore; 10 for the extender, MaxExtenderPriority), rounded half
     to even; as floats."""
     return np.rint(levels * np.asarray(scores, dtype=np.float64))
+
+
+BEST_ALONE_LEVELS = frozenset({10})
+"""The levels whose front door answers the best nodes alone at the top (``served_scores``): the extender's
+0-10, where rounding would tie the best node with every node within a tenth of its score."""
+
+
+def served_scores(scores: np.ndarray, levels: int, eligible: np.ndarray | None = None) -> np.ndarray:
+    """Scores in [0, 1] as a front door answers them: ``rounded_scores``, and at ``BEST_ALONE_LEVELS`` the
+    nodes of the best score (among the ``eligible`` ones, default all) alone at the top level: any other
+    node that rounds to it is answered a level below, and a best score that rounds to 0 is answered 1.
+    kube-scheduler then picks among the nodes tied exactly, as it would among exact scores; as floats."""
+    q = rounded_scores(scores, levels)
+    if levels in BEST_ALONE_LEVELS and len(q):
+        s = np.asarray(scores, dtype=np.float64)
+        if eligible is not None:
+            s = np.where(eligible, s, -np.inf)
+        best = s == s.max()
+        if np.isfinite(s.max()):
+            top = max(q[best].max(), 1.0)
+            np.minimum(q, top - 1.0, out=q)
+            q[best] = top
+    return q
 
 
 def pod_balance(balance: float, qos: int) -> float:
@@ -304,7 +327,7 @@ class StaticWeights(Policy):
             s = blend_fragmentation(s, self.fgd.score(pod, nodes, cluster), self.fragmentation)
         if self.spread:
             s = spread_siblings(s, self.siblings.counts(pod.app, nodes), self.spread)
-        return rounded_scores(s, self.levels) if self.levels else s
+        return served_scores(s, self.levels) if self.levels else s
 
     def filter(self, pod: PodRequest, nodes: np.ndarray, cluster: Cluster) -> np.ndarray | None:
         """The hold-back ceiling: keep the nodes whose CPU utilisation with the pod stays within it."""

@@ -142,10 +142,11 @@ class SimConfig:
     node."""
     served_score_levels: ScoreLevels = 0
     """How the product's score (``static-weights``, ``td3``) reaches Select: 0, as it is (its own
-    continuous order, the policy's ranking); n > 0, rounded to the whole numbers 0..n as a front door
-    answers a scheduler (100: the td3score plugin's ScoreNodes, kube-scheduler's MaxNodeScore; 10: the
-    extender's MaxExtenderPriority), Select then breaking the ties at random as kube-scheduler does: the
-    policy as a cluster runs it. The baselines score with their own plugins' integers whatever this says."""
+    continuous order, the policy's ranking); n > 0, as a front door answers a scheduler in the whole
+    numbers 0..n (100: the td3score plugin's ScoreNodes, kube-scheduler's MaxNodeScore, rounded; 10: the
+    extender's MaxExtenderPriority, rounded with the best nodes alone at the top;
+    ``policy.static_weights.served_scores``), Select then breaking the ties at random as kube-scheduler
+    does: the policy as a cluster runs it. The baselines score with their own plugins' integers whatever this says."""
     overload_util: Utilisation = 0.85
     """A (node, tick) sample is overloaded when real CPU utilisation is above this."""
     warmup_days: Days = 3.0
