@@ -318,8 +318,10 @@ class ShadowState:
         self._expected_of: dict[str, set[str]] = {}
         """owner -> its pods in ``_expected`` (those with an owner)."""
         self._expected_load: dict[str, list] = {}
-        """node -> [pods expected there, their summed share of [CPU milli, memory MiB]], kept as pods are
+        """node -> [pods expected there, their summed share of CPU milli, of memory MiB], kept as pods are
         expected and stop being (a node none is expected on is dropped, so no rounding is left behind)."""
+        self._expected_rows = np.zeros((0, 2))
+        """``_expected_load`` as rows of the served snapshot's nodes (zero where none is expected)."""
         self._expected_version = 0
         """Counts the changes of ``_expected`` (``recent_usage`` keeps its answer while it holds)."""
         self._lock = threading.Lock()
@@ -465,11 +467,7 @@ class ShadowState:
             self._expected[pod] = (owner, tuple(nodes), self.clock() + EXPECT_S, estimate)
             if owner:
                 self._expected_of.setdefault(owner, set()).add(pod)
-            share = estimate / len(nodes)
-            for node in nodes:
-                load = self._expected_load.setdefault(node, [0, np.zeros(2)])
-                load[0] += 1
-                load[1] = load[1] + share
+            self._add_expected(nodes, float(estimate[0]) / len(nodes), float(estimate[1]) / len(nodes))
             self._expected_version += 1
 
     def unexpect_pod(self, pod: str) -> None:
@@ -479,19 +477,33 @@ class ShadowState:
         with self._lock:
             self._unexpect(pod)
 
+    def _add_expected(self, nodes, cpu: float, mem: float, count: int = 1) -> None:
+        """Under ``self._lock``: ``count`` pods more (or fewer) expected on each of ``nodes``, with ``cpu``
+        and ``mem`` each, in ``_expected_load`` and in the served snapshot's rows."""
+        index = self._snapshot.index if self._snapshot is not None else {}
+        rows = self._expected_rows
+        for node in nodes:
+            load = self._expected_load.get(node)
+            if load is None:
+                load = self._expected_load[node] = [0, 0.0, 0.0]
+            load[0] += count
+            if load[0]:
+                load[1] += cpu
+                load[2] += mem
+            else:
+                del self._expected_load[node]
+                load[1] = load[2] = 0.0
+            i = index.get(node)
+            if i is not None:
+                rows[i, 0], rows[i, 1] = load[1], load[2]
+
     def _unexpect(self, pod: str) -> None:
         """Under ``self._lock``: stop counting the pod ``pod`` where it was expected."""
         expected = self._expected.pop(pod, None)
         if expected is not None:
             self._expected_version += 1
-            share = expected[3] / len(expected[1])
-            for node in expected[1]:
-                load = self._expected_load[node]
-                load[0] -= 1
-                if load[0]:
-                    load[1] = load[1] - share
-                else:
-                    del self._expected_load[node]
+            nodes, estimate = expected[1], expected[3]
+            self._add_expected(nodes, -float(estimate[0]) / len(nodes), -float(estimate[1]) / len(nodes), -1)
             pods = self._expected_of.get(expected[0])
             if pods is not None:
                 pods.discard(pod)
@@ -560,6 +572,11 @@ class ShadowState:
                         cache.add(new, t, estimate)
             self._cache = cache
             self._cache_version += 1
+            self._expected_rows = np.zeros((snap.size, 2))
+            for node, (_, cpu, mem) in self._expected_load.items():
+                i = snap.index.get(node)
+                if i is not None:
+                    self._expected_rows[i] = cpu, mem
         self._snapshot = snap
 
     def assigned(self) -> dict[str, np.ndarray]:
@@ -631,11 +648,7 @@ class ShadowState:
                 self._recent_bound = bound
             usage = bound[2]
             if self._expected_load:
-                usage = np.zeros((snap.size, 2)) if usage is None else usage.copy()
-                for node, (_, load) in self._expected_load.items():
-                    i = snap.index.get(node)
-                    if i is not None:
-                        usage[i] += load
+                usage = self._expected_rows.copy() if usage is None else usage + self._expected_rows
             self._recent = (snap, version, usage)
             return usage
 
