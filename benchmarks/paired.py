@@ -8,6 +8,9 @@ seed (the same seed gives both the same workload), with the 95% t interval of th
 whether that interval excludes 0; then the ratio of the two means on each metric (the case study's
 goals are ratios against the default scheduler). ``head-to-head.md`` does this for the learned policies; this does it
 for any policy, a static score with arguments included.
+
+``--with FOLDER`` (repeatable) adds another evaluation's runs, named ``FOLDER-NAME/spec``: the same policy run
+with another setting (``td3sched evaluate --set``) on the same scenario, span and seeds pairs by seed as well.
 """
 
 from __future__ import annotations
@@ -48,8 +51,14 @@ def main() -> None:
     parser.add_argument("folder", type=Path, help="an evaluation's results folder (td3sched evaluate --out)")
     parser.add_argument("--policy", required=True, help="the policy spec compared with every other")
     parser.add_argument("--metrics", default=",".join(METRICS), help="comma-separated run metrics")
+    parser.add_argument("--with", dest="others", type=Path, action="append", default=[],
+                        help="another results folder whose runs join the comparison as FOLDER-NAME/spec")
     args = parser.parse_args()
     runs, versions = read_runs(args.folder)
+    for folder in args.others:
+        more, their = read_runs(folder)
+        runs.update({f"{folder.name}/{spec}": seeds for spec, seeds in more.items()})
+        versions |= their
     if args.policy not in runs:
         parser.error(f"--policy {args.policy!r}: not in {args.folder} (its policies: {', '.join(sorted(runs))})")
     metrics = [m for m in args.metrics.split(",") if m]

@@ -149,6 +149,7 @@ def test_a_burst_answered_before_its_bindings_counts_each_pod_where_it_was_answe
         _, d = service.score_nodes(pod, list(snap.names))
         tops.append(int(d.scores.argmax()))
     assert tops == [0, 1, 2, 3]  # the coolest first, then each a quarter of a node hotter than it looked
+    assert b"td3sched_expected_pods 4.0" in service.metrics.exposition()
     _, d = service.score_nodes(POD, list(snap.names))
     state = service.engine.state
     state.unexpect_pod(binding_key(POD.namespace, POD.name))
@@ -159,6 +160,7 @@ def test_a_burst_answered_before_its_bindings_counts_each_pod_where_it_was_answe
     state.unexpect_pod(binding_key(POD.namespace, POD.name))
     np.testing.assert_allclose(d.utilisation[:, 0], np.add(base, np.array([0, 0.25, 0.25, 0.5]) + 500 / 16000))
     clock.t += EXPECT_S  # the others never bound (they wait in the queue): they stop counting
+    assert b"td3sched_expected_pods 0.0" in service.metrics.exposition()
     _, d = service.score_nodes(POD, list(snap.names))
     np.testing.assert_allclose(d.utilisation[:, 0], np.add(base, np.array([0, 0, 0, 0.25]) + 500 / 16000))
     with pytest.raises(ValueError, match=r"estimate_cpu_mem=\[-1, 0\]: expected \[CPU milli, memory MiB\]"):

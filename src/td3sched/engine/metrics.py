@@ -10,6 +10,8 @@ labels with small fixed sets of values). One registry per engine, served at ``/m
     td3sched_state_stale_nodes                       nodes of the whole shadow state with stale or missing metrics,
                                                      counted when scraped (ages grow between refreshes)
     td3sched_state_nodes                             nodes the shadow state knows
+    td3sched_expected_pods                           pods answered whose binding has not been reported yet,
+                                                     counted where the answer ranked them (at scrape time)
     td3sched_action_weight{resource}                 histogram of the weights chosen (cpu, mem, io, net)
     td3sched_action_tau                              histogram of tau
     td3sched_state_refreshes_total{result}           shadow-state refreshes: ok, error
@@ -53,6 +55,9 @@ class EngineMetrics:
                                        "Nodes of the shadow state with stale or missing metrics, at scrape time.",
                                        registry=r)
         self.state_nodes = Gauge("td3sched_state_nodes", "Nodes the shadow state knows.", registry=r)
+        self.expected_pods = Gauge("td3sched_expected_pods",
+                                   "Pods answered whose binding has not been reported yet, at scrape time.",
+                                   registry=r)
         self.weight = Histogram("td3sched_action_weight", "Weights chosen per resource.", ["resource"],
                                 buckets=SHARE_BUCKETS, registry=r)
         self.tau = Histogram("td3sched_action_tau", "Target utilisation tau chosen.", buckets=SHARE_BUCKETS, registry=r)
@@ -84,6 +89,7 @@ class EngineMetrics:
 
         self.state_stale_nodes.set_function(stale)
         self.state_nodes.set_function(lambda: float(state.snapshot.size) if state.ready else 0.0)
+        self.expected_pods.set_function(lambda: float(state.expected_pods()))
 
     def watch_kubernetes(self, watches) -> None:
         """Export each watch's health (``kubernetes_source.ResourceWatch``: ``resource``,

@@ -470,6 +470,12 @@ class ShadowState:
             self._add_expected(nodes, float(estimate[0]) / len(nodes), float(estimate[1]) / len(nodes))
             self._expected_version += 1
 
+    def expected_pods(self) -> int:
+        """How many pods answered are counted where their answer ranked them (``expect_pod``), now."""
+        with self._lock:
+            self._expire()
+            return len(self._expected)
+
     def unexpect_pod(self, pod: str) -> None:
         """Stop counting the pod ``pod`` (``binding_key``) where an earlier answer expected it: it is being
         scored again (a retry, or the extender's /prioritize after its /filter), and is not its own
