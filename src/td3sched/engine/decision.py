@@ -212,14 +212,18 @@ class Decision:
     def scores_0_100(self) -> list[int]:
         return quantize(self.scores, 100).tolist()
 
-    def answer(self, max_score: int) -> np.ndarray:
-        """[k] the integers 0..``max_score`` a front door answers (``policy.static_weights.served_scores``:
-        rounded; at the extender's 0-10 the best candidates, excluded and held-back ones aside, alone at the
-        top)."""
+    @property
+    def eligible(self) -> np.ndarray:
+        """[k] bool: the candidates the pod may go to (neither excluded nor held back)."""
         eligible = ~np.asarray(self.excluded, dtype=bool)
         if self.held_back is not None:
             eligible &= ~np.asarray(self.held_back, dtype=bool)
-        return served_scores(self.scores, max_score, eligible).astype(np.int64)
+        return eligible
+
+    def answer(self, max_score: int) -> np.ndarray:
+        """[k] the integers 0..``max_score`` a front door answers (``policy.static_weights.served_scores``:
+        rounded; at the extender's 0-10 the best eligible candidates alone at the top)."""
+        return served_scores(self.scores, max_score, self.eligible).astype(np.int64)
 
 
 def check_servable(actor) -> None:

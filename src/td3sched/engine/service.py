@@ -129,10 +129,7 @@ class EngineService:
         levels = EXPECT_LEVELS.get(api)
         if levels is None or d.advisory or not len(d.candidates):
             return
-        out = np.asarray(d.excluded, dtype=bool)
-        if d.held_back is not None:
-            out = out | np.asarray(d.held_back, dtype=bool)
-        scores = np.where(out, -1, d.answer(levels))
+        scores = np.where(d.eligible, d.answer(levels), -1)
         if scores.max() < 0:
             return
         top = [d.candidates[i] for i in np.flatnonzero(scores == scores.max())]
