@@ -167,6 +167,25 @@ def test_a_burst_answered_before_its_bindings_counts_each_pod_where_it_was_answe
         state.expect_pod("default/y", "", ["node-0"], [-1, 0])
 
 
+def test_expected_pods_follow_their_nodes_by_name_when_the_node_set_changes():
+    from tests.engine.conftest import Clock
+
+    from td3sched.engine.state import NodeSnapshot, ShadowState
+
+    state = ShadowState(Clock())
+    state.publish(snapshot(3))
+    state.expect_pod("default/a", "", ["node-2"], [4000, 1024])
+    state.expect_pod("default/b", "", ["node-0", "node-2"], [1000, 0])
+    assert state.recent_usage(state.snapshot).tolist() == [[500, 0], [0, 0], [4500, 1024]]
+    s = snapshot(4)  # a node joins, and the source lists them in another order
+    state.publish(NodeSnapshot(tuple(reversed(s.names)), s.allocatable, s.capacity_usage, s.observed, s.scraped_at_s,
+                               taken_at_s=s.taken_at_s))
+    assert state.recent_usage(state.snapshot).tolist() == [[0, 0], [4500, 1024], [0, 0], [500, 0]]
+    state.unexpect_pod("default/a")
+    state.unexpect_pod("default/b")
+    assert state.recent_usage(state.snapshot) is None
+
+
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 40), cpu=st.floats(0, 64000), mem=st.floats(0, 1e6), qos=st.integers(0, 2),
        stale=st.lists(st.booleans(), min_size=40, max_size=40), seed=st.integers(0, 10))

@@ -317,11 +317,12 @@ class ShadowState:
         counted as 1/len(nodes) of a pod on each node the engine ranked first for them (``expect_pod``)."""
         self._expected_of: dict[str, set[str]] = {}
         """owner -> its pods in ``_expected`` (those with an owner)."""
-        self._expected_load: dict[str, list] = {}
-        """node -> [pods expected there, their summed share of CPU milli, of memory MiB], kept as pods are
-        expected and stop being (a node none is expected on is dropped, so no rounding is left behind)."""
         self._expected_rows = np.zeros((0, 2))
-        """``_expected_load`` as rows of the served snapshot's nodes (zero where none is expected)."""
+        """[N, 2] the expected pods' summed shares of CPU milli and memory MiB on each node of the served
+        snapshot, kept as pods are expected and stop being."""
+        self._expected_counts = np.zeros(0, dtype=np.int64)
+        """[N] how many expected pods count on each node (a node back at 0 gets its row zeroed, so no
+        rounding is left behind)."""
         self._expected_version = 0
         """Counts the changes of ``_expected`` (``recent_usage`` keeps its answer while it holds)."""
         self._lock = threading.Lock()
@@ -467,7 +468,7 @@ class ShadowState:
             self._expected[pod] = (owner, tuple(nodes), self.clock() + EXPECT_S, estimate)
             if owner:
                 self._expected_of.setdefault(owner, set()).add(pod)
-            self._add_expected(nodes, float(estimate[0]) / len(nodes), float(estimate[1]) / len(nodes))
+            self._add_expected(nodes, estimate / len(nodes), 1)
             self._expected_version += 1
 
     def expected_pods(self) -> int:
@@ -483,33 +484,25 @@ class ShadowState:
         with self._lock:
             self._unexpect(pod)
 
-    def _add_expected(self, nodes, cpu: float, mem: float, count: int = 1) -> None:
-        """Under ``self._lock``: ``count`` pods more (or fewer) expected on each of ``nodes``, with ``cpu``
-        and ``mem`` each, in ``_expected_load`` and in the served snapshot's rows."""
-        index = self._snapshot.index if self._snapshot is not None else {}
-        rows = self._expected_rows
-        for node in nodes:
-            load = self._expected_load.get(node)
-            if load is None:
-                load = self._expected_load[node] = [0, 0.0, 0.0]
-            load[0] += count
-            if load[0]:
-                load[1] += cpu
-                load[2] += mem
-            else:
-                del self._expected_load[node]
-                load[1] = load[2] = 0.0
-            i = index.get(node)
-            if i is not None:
-                rows[i, 0], rows[i, 1] = load[1], load[2]
+    def _add_expected(self, nodes, share: np.ndarray, count: int) -> None:
+        """Under ``self._lock``: ``count`` (1 or -1) pod more or less expected on each of ``nodes`` (names),
+        with ``share`` ([CPU milli, memory MiB]) each, in the served snapshot's rows."""
+        if self._snapshot is None:
+            return
+        index = self._snapshot.index
+        rows = np.fromiter((index.get(n, -1) for n in nodes), dtype=np.int64, count=len(nodes))
+        rows = rows[rows >= 0]
+        np.add.at(self._expected_counts, rows, count)
+        np.add.at(self._expected_rows, rows, count * share)
+        if count < 0:
+            self._expected_rows[rows[self._expected_counts[rows] == 0]] = 0.0
 
     def _unexpect(self, pod: str) -> None:
         """Under ``self._lock``: stop counting the pod ``pod`` where it was expected."""
         expected = self._expected.pop(pod, None)
         if expected is not None:
             self._expected_version += 1
-            nodes, estimate = expected[1], expected[3]
-            self._add_expected(nodes, -float(estimate[0]) / len(nodes), -float(estimate[1]) / len(nodes), -1)
+            self._add_expected(expected[1], expected[3] / len(expected[1]), -1)
             pods = self._expected_of.get(expected[0])
             if pods is not None:
                 pods.discard(pod)
@@ -565,11 +558,13 @@ class ShadowState:
             return counts
 
     def _swap(self, snap: NodeSnapshot | None) -> None:
-        """Under ``self._lock``: serve ``snap``; the assign cache follows the nodes by name."""
+        """Under ``self._lock``: serve ``snap``; the assign cache and the expected pods follow the nodes by
+        name."""
         old = self._snapshot
         if snap is None:
             return
-        if old is None or old.names != snap.names:
+        renamed = old is None or old.names != snap.names
+        if renamed:
             cache = AssignCache(snap.size, horizon_s=ASSIGN_HORIZON_S)
             if old is not None:
                 for node, t, estimate in self._cache.entries():
@@ -578,12 +573,11 @@ class ShadowState:
                         cache.add(new, t, estimate)
             self._cache = cache
             self._cache_version += 1
-            self._expected_rows = np.zeros((snap.size, 2))
-            for node, (_, cpu, mem) in self._expected_load.items():
-                i = snap.index.get(node)
-                if i is not None:
-                    self._expected_rows[i] = cpu, mem
         self._snapshot = snap
+        if renamed:
+            self._expected_rows, self._expected_counts = np.zeros((snap.size, 2)), np.zeros(snap.size, dtype=np.int64)
+            for _, nodes, _, estimate in self._expected.values():
+                self._add_expected(nodes, estimate / len(nodes), 1)
 
     def assigned(self) -> dict[str, np.ndarray]:
         """node -> [CPU milli, memory MiB] summed over the bindings the assign cache holds (for a
@@ -653,7 +647,7 @@ class ShadowState:
                          self._cache.usage_since_each(snap.scraped_at_s) if self._cache.size else None)
                 self._recent_bound = bound
             usage = bound[2]
-            if self._expected_load:
+            if self._expected:
                 usage = self._expected_rows.copy() if usage is None else usage + self._expected_rows
             self._recent = (snap, version, usage)
             return usage
