@@ -312,7 +312,7 @@ class ShadowState:
         """binding_key -> (owner, node) of the bound pods that have an owner (``set_pods``); None: not known."""
         self._siblings = Siblings()
         """``_pods`` counted per owner and node."""
-        self._expected: dict[str, tuple[str, tuple[str, ...], float, np.ndarray]] = {}
+        self._expected: dict[str, tuple[str, tuple[str, ...], float, tuple[float, float]]] = {}
         """binding_key -> (owner, nodes, until when, [CPU milli, memory MiB]): pods not yet reported bound,
         counted as 1/len(nodes) of a pod on each node the engine ranked first for them (``expect_pod``)."""
         self._expected_of: dict[str, set[str]] = {}
@@ -457,10 +457,14 @@ class ShadowState:
         binding's report counts an expected pod on the node it went to alone."""
         if not nodes:
             return
-        estimate = np.asarray(estimate_cpu_mem, dtype=float)
-        if estimate.shape != (2,) or not np.all(np.isfinite(estimate)) or np.any(estimate < 0):
+        try:
+            cpu, mem = (float(x) for x in estimate_cpu_mem)
+        except (TypeError, ValueError):
+            cpu = mem = math.nan
+        if not (0.0 <= cpu < math.inf and 0.0 <= mem < math.inf):
             raise ValueError(f"estimate_cpu_mem={estimate_cpu_mem!r}: expected [CPU milli, memory MiB], "
                              "finite and non-negative")
+        estimate = (cpu, mem)
         with self._lock:
             if pod in self._bound or (self._pods is not None and pod in self._pods):
                 return
@@ -468,7 +472,7 @@ class ShadowState:
             self._expected[pod] = (owner, tuple(nodes), self.clock() + EXPECT_S, estimate)
             if owner:
                 self._expected_of.setdefault(owner, set()).add(pod)
-            self._add_expected(nodes, estimate / len(nodes), 1)
+            self._add_expected(nodes, cpu / len(nodes), mem / len(nodes), 1)
             self._expected_version += 1
 
     def expected_pods(self) -> int:
@@ -484,25 +488,31 @@ class ShadowState:
         with self._lock:
             self._unexpect(pod)
 
-    def _add_expected(self, nodes, share: np.ndarray, count: int) -> None:
+    def _add_expected(self, nodes, cpu: float, mem: float, count: int) -> None:
         """Under ``self._lock``: ``count`` (1 or -1) pod more or less expected on each of ``nodes`` (names),
-        with ``share`` ([CPU milli, memory MiB]) each, in the served snapshot's rows."""
+        with ``cpu`` milli and ``mem`` MiB each, in the served snapshot's rows (a few nodes a pod: scalar
+        updates cost less than array calls)."""
         if self._snapshot is None:
             return
-        index = self._snapshot.index
-        rows = np.fromiter((index.get(n, -1) for n in nodes), dtype=np.int64, count=len(nodes))
-        rows = rows[rows >= 0]
-        np.add.at(self._expected_counts, rows, count)
-        np.add.at(self._expected_rows, rows, count * share)
-        if count < 0:
-            self._expected_rows[rows[self._expected_counts[rows] == 0]] = 0.0
+        index, counts, rows = self._snapshot.index, self._expected_counts, self._expected_rows
+        for node in nodes:
+            i = index.get(node)
+            if i is None:
+                continue
+            counts[i] += count
+            if counts[i]:
+                rows[i, 0] += count * cpu
+                rows[i, 1] += count * mem
+            else:
+                rows[i] = 0.0
 
     def _unexpect(self, pod: str) -> None:
         """Under ``self._lock``: stop counting the pod ``pod`` where it was expected."""
         expected = self._expected.pop(pod, None)
         if expected is not None:
             self._expected_version += 1
-            self._add_expected(expected[1], expected[3] / len(expected[1]), -1)
+            nodes, (cpu, mem) = expected[1], expected[3]
+            self._add_expected(nodes, cpu / len(nodes), mem / len(nodes), -1)
             pods = self._expected_of.get(expected[0])
             if pods is not None:
                 pods.discard(pod)
@@ -576,8 +586,8 @@ class ShadowState:
         self._snapshot = snap
         if renamed:
             self._expected_rows, self._expected_counts = np.zeros((snap.size, 2)), np.zeros(snap.size, dtype=np.int64)
-            for _, nodes, _, estimate in self._expected.values():
-                self._add_expected(nodes, estimate / len(nodes), 1)
+            for _, nodes, _, (cpu, mem) in self._expected.values():
+                self._add_expected(nodes, cpu / len(nodes), mem / len(nodes), 1)
 
     def assigned(self) -> dict[str, np.ndarray]:
         """node -> [CPU milli, memory MiB] summed over the bindings the assign cache holds (for a
